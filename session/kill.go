@@ -1,0 +1,264 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// KillResult reports what a kill did.
+type KillResult struct {
+	Status    string        // "killed", or "exited" when the process had already exited
+	Reason    Reason        // why the session was closed
+	Exit      ExitStatus    // valid when Reaped
+	Reaped    bool          // the child was reaped before Kill returned
+	Duration  time.Duration // from the kill point to the return
+	Signals   []string      // signals sent to the process group, in order ("HUP", "TERM", "KILL")
+	Escapees  int           // processes outside the session that held the PTY
+	Signalled int           // escapees and group stragglers that were signalled
+	Survivors int           // processes (child or PTY holders) still alive when Kill returned
+	Offset    int64         // the final output offset
+	// ReaderBlocked says the reader was still in a read when Kill returned (a descendant held
+	// the PTY open).
+	ReaderBlocked bool
+}
+
+// beginCloseLocked marks the kill point: the state moves to closing, output is final from
+// here on, and viewers and a paused reader are woken. It returns false if closing had already
+// begun. s.mu must be held.
+func (s *Session) beginCloseLocked(reason Reason) bool {
+	if s.killDone != nil {
+		return false
+	}
+	s.killDone = make(chan struct{})
+	s.killRes = new(KillResult)
+	s.state = StateClosing
+	s.reason = reason
+	s.dropOutput = true
+	s.outputFinal = true
+	s.paused = false
+	notify(s.resume)
+	s.wakeViewersLocked()
+	return true
+}
+
+// teardown signals the process group (HUP, TERM, KILL, KillGrace apart, stopping once the child
+// is reaped), then the processes that still hold the PTY, and records the result. It never
+// waits for the reader: the reader closes the PTY itself when its read ends. beginCloseLocked
+// must have returned true first.
+func (s *Session) teardown(ctx context.Context) KillResult {
+	start := s.now()
+	s.mu.Lock()
+	res := KillResult{Status: "killed", Reason: s.reason, Offset: s.ring.end}
+	done, out := s.killDone, s.killRes
+	s.mu.Unlock()
+
+	grace := s.opts.KillGrace
+	if _, exited := s.Exit(); exited {
+		res.Status = "exited"
+	} else {
+	escalate:
+		for i, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM, syscall.SIGKILL} {
+			if err := syscall.Kill(-s.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+				s.opts.Logger.Warn("kill: signal group", "session", s.id, "pid", s.pid, "signal", sig, "err", err)
+			}
+			res.Signals = append(res.Signals, strings.TrimPrefix(unix.SignalName(sig), "SIG"))
+			wait := grace
+			if i == 2 {
+				wait = max(4*grace, time.Second)
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-s.exited:
+				t.Stop()
+				break escalate
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				break escalate
+			}
+		}
+	}
+	if e, ok := s.Exit(); ok {
+		res.Exit, res.Reaped = e, true
+	} else {
+		res.Survivors++
+	}
+	esc, sig, surv := s.killHolders(ctx)
+	res.Escapees, res.Signalled, res.Survivors = esc, sig, res.Survivors+surv
+	select {
+	case <-s.readerDone:
+	default:
+		res.ReaderBlocked = true
+	}
+	res.Duration = s.now().Sub(start)
+
+	s.mu.Lock()
+	s.state = StateClosed
+	*out = res
+	close(done)
+	s.wakeViewersLocked()
+	s.mu.Unlock()
+	return res
+}
+
+// killHolders finds processes other than the reaped child that still hold the PTY slave: group
+// stragglers (same session id) and escapees (a descendant that called setsid). Stragglers are
+// always signalled; escapees too unless Options.SpareEscapees. Each is signalled through a
+// pidfd that was opened before its fds were re-checked, so a recycled pid is never hit. It
+// returns the escapees found, the processes signalled and those still alive at the end (spared
+// escapees included: they still hold the PTY).
+func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivors int) {
+	s.ptyMu.Lock()
+	defer s.ptyMu.Unlock()
+	if s.ptmxClosed {
+		return 0, 0, 0 // the slave name may belong to another session by now
+	}
+	var fds []int
+	spared := 0
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, pid := range ptyHolders(s.ptsName) {
+		sid, err := sessionOf(pid)
+		if err != nil {
+			continue
+		}
+		escapee := sid != s.pid
+		if escapee {
+			escapees++
+			if s.opts.SpareEscapees {
+				spared++
+				continue
+			}
+		}
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		if !holds(pid, s.ptsName) {
+			unix.Close(fd)
+			continue
+		}
+		fds = append(fds, fd)
+	}
+	signalled = len(fds)
+	if len(fds) == 0 {
+		return escapees, 0, spared
+	}
+	for i, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM, syscall.SIGKILL} {
+		for _, fd := range fds {
+			_ = unix.PidfdSendSignal(fd, sig, nil, 0)
+		}
+		wait := s.opts.KillGrace
+		if i == 2 {
+			wait = max(4*s.opts.KillGrace, time.Second)
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		fds = waitPidfds(fds, wait)
+		if len(fds) == 0 {
+			return escapees, signalled, spared
+		}
+	}
+	return escapees, signalled, len(fds) + spared
+}
+
+// waitPidfds waits up to d for the processes behind fds to exit and returns (and keeps open)
+// the fds of those still alive; it closes the others.
+func waitPidfds(fds []int, d time.Duration) []int {
+	deadline := time.Now().Add(d)
+	for len(fds) > 0 {
+		pfds := make([]unix.PollFd, len(fds))
+		for i, fd := range fds {
+			pfds[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+		}
+		ms := int(time.Until(deadline) / time.Millisecond)
+		if ms <= 0 {
+			break
+		}
+		n, err := unix.Poll(pfds, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			break
+		}
+		alive := fds[:0]
+		for i, p := range pfds {
+			if p.Revents != 0 {
+				unix.Close(fds[i])
+			} else {
+				alive = append(alive, fds[i])
+			}
+		}
+		fds = alive
+	}
+	return fds
+}
+
+// ptyHolders lists the pids (not ours) with an open fd on the slave at path.
+func ptyHolders(path string) []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	self := os.Getpid()
+	var pids []int
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid == self {
+			continue
+		}
+		if holds(pid, path) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// holds reports whether pid has an open fd on path.
+func holds(pid int, path string) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	d, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	fds, _ := d.Readdirnames(-1)
+	d.Close()
+	for _, fd := range fds {
+		if target, err := os.Readlink(dir + "/" + fd); err == nil && target == path {
+			return true
+		}
+	}
+	return false
+}
+
+// sessionOf reads pid's session id from /proc/pid/stat.
+func sessionOf(pid int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command's closing parenthesis: state ppid pgrp session ...
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 4 {
+		return 0, errors.New("malformed stat")
+	}
+	return strconv.Atoi(f[3])
+}

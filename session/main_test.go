@@ -1,0 +1,474 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if a goroutine or a file descriptor outlives the tests, or if a
+// process the tests started is still our child.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(leakCheckedM{m})
+}
+
+type leakCheckedM struct{ m *testing.M }
+
+func (l leakCheckedM) Run() int {
+	// Warm up what the runtime opens once and keeps (the poller's epoll and event fds, the
+	// pidfd probe), so the count below compares like with like.
+	if err := warmUp(); err != nil {
+		fmt.Fprintf(os.Stderr, "warm-up: %v\n", err)
+		return 1
+	}
+	before := countFDs()
+	code := l.m.Run()
+	if code != 0 {
+		return code
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	after := countFDs()
+	for after != before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // observing the kernel's fd table, not ordering events
+		after = countFDs()
+	}
+	if after != before {
+		fmt.Fprintf(os.Stderr, "fd leak: got %v open fds after the tests, want %v\n%s", after, before, listFDs())
+		return 1
+	}
+	if kids := childPids(); len(kids) > 0 {
+		fmt.Fprintf(os.Stderr, "processes outlived the tests: got children %v, want none\n", kids)
+		return 1
+	}
+	return 0
+}
+
+func warmUp() error {
+	opts := testOptions()
+	o := opts.withDefaults()
+	s, err := spawn(newID(), Spec{Argv: []string{"/bin/sh", "-c", "exit 0"}, Cols: 80, Rows: 24}, &o, time.Now)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-s.readerDone:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("reader of warm-up session did not end")
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("warm-up child not reaped")
+	}
+	return nil
+}
+
+// testOptions are quiet options with a fixed shell.
+func testOptions() Options {
+	return Options{Shell: "/bin/sh", Logger: slog.New(slog.DiscardHandler)}
+}
+
+// ---- observing the process and its kernel resources ----
+
+func countFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		panic(err)
+	}
+	return len(ents) - 1 // the directory's own fd
+}
+
+func listFDs() string {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	var b strings.Builder
+	for _, e := range ents {
+		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		fmt.Fprintf(&b, "  fd %s -> %s\n", e.Name(), target)
+	}
+	return b.String()
+}
+
+// countPTS counts the /dev/pts entries that no other process's master holds: ours, and any
+// left behind. Other programs on the machine open and close PTYs while the tests run; an entry
+// lives exactly as long as its master, and a master's fdinfo names its entry (tty-index).
+func countPTS() int {
+	ents, err := os.ReadDir("/dev/pts")
+	if err != nil {
+		panic(err)
+	}
+	elsewhere := mastersElsewhere()
+	n := 0
+	for _, e := range ents {
+		if idx, err := strconv.Atoi(e.Name()); err == nil && !elsewhere[idx] {
+			n++
+		}
+	}
+	return n
+}
+
+// mastersElsewhere returns the tty-index of every PTY master other processes hold.
+func mastersElsewhere() map[int]bool {
+	out := make(map[int]bool)
+	procs, _ := os.ReadDir("/proc")
+	self := strconv.Itoa(os.Getpid())
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil || p.Name() == self {
+			continue
+		}
+		dir := "/proc/" + p.Name()
+		fds, _ := os.ReadDir(dir + "/fd")
+		for _, fd := range fds {
+			target, err := os.Readlink(dir + "/fd/" + fd.Name())
+			if err != nil || (target != "/dev/ptmx" && target != "/dev/pts/ptmx") {
+				continue
+			}
+			info, err := os.ReadFile(dir + "/fdinfo/" + fd.Name())
+			if err != nil {
+				continue
+			}
+			for line := range strings.Lines(string(info)) {
+				if v, ok := strings.CutPrefix(line, "tty-index:"); ok {
+					if idx, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+						out[idx] = true
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// osThreads is the Threads: line of /proc/self/status.
+func osThreads(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no Threads: in /proc/self/status")
+	return 0
+}
+
+// procStat returns the state letter and parent pid of pid, ok false when it is gone.
+func procStat(pid int) (state byte, ppid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f[0][0], ppid, true
+}
+
+// alive reports whether pid runs (exists and is neither a zombie nor dead).
+func alive(pid int) bool {
+	st, _, ok := procStat(pid)
+	return ok && st != 'Z' && st != 'X'
+}
+
+// childPids lists our children in any state; zombies lists those in state Z.
+func childPids() []int { return children(false) }
+func zombies() []int   { return children(true) }
+
+func children(zombiesOnly bool) []int {
+	ents, _ := os.ReadDir("/proc")
+	self := os.Getpid()
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, ppid, ok := procStat(pid)
+		if !ok || ppid != self {
+			continue
+		}
+		if !zombiesOnly || st == 'Z' {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or timeout passes. It is for observing state that nothing
+// signals (the kernel's view in /proc, a file another process writes), never for ordering
+// events.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitClosed waits for ch to close within timeout.
+func waitClosed(t testing.TB, ch <-chan struct{}, timeout time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+		t.Fatalf("%s: not within %v", what, timeout)
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// ---- sessions that clean up after themselves ----
+
+// spawnT starts argv on a PTY with opts and registers a cleanup that ends it.
+func spawnT(t testing.TB, opts Options, argv ...string) *Session {
+	t.Helper()
+	o := opts.withDefaults()
+	s, err := spawn(newID(), Spec{Argv: argv, Cols: 80, Rows: 24, Dir: os.TempDir()}, &o, time.Now)
+	if err != nil {
+		t.Fatalf("spawn %q: %v", argv, err)
+	}
+	cleanupSession(t, s)
+	return s
+}
+
+// openT opens argv through r for owner, attaching a viewer from offset 0 in the same step when
+// wake is non-nil, and registers a cleanup that ends the session.
+func openT(t testing.TB, r *Registry, owner string, wake func(), argv ...string) (*Session, *Viewer) {
+	t.Helper()
+	s, v, err := r.Open(Spec{Argv: argv, Cols: 80, Rows: 24, Dir: os.TempDir(), Owner: owner}, 0, wake)
+	if err != nil {
+		t.Fatalf("open %q: %v", argv, err)
+	}
+	cleanupSession(t, s)
+	return s, v
+}
+
+// cleanupSession ends s when the test ends: if nobody killed it, it runs the session's own
+// teardown (its process group, and PTY holders as its options say), then waits for the child
+// to be reaped, the reader to end and input goroutines to finish. It signals nothing else.
+func cleanupSession(t testing.TB, s *Session) {
+	t.Helper()
+	t.Cleanup(func() { endSession(t, s) })
+}
+
+func endSession(t testing.TB, s *Session) {
+	t.Helper()
+	s.mu.Lock()
+	first := s.beginCloseLocked(ReasonShutdown)
+	done := s.killDone
+	s.mu.Unlock()
+	if first {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s.teardown(ctx)
+		cancel()
+	}
+	waitClosed(t, done, 15*time.Second, "teardown of "+s.id)
+	waitClosed(t, s.exited, 10*time.Second, "reap of "+strconv.Itoa(s.pid))
+	waitClosed(t, s.readerDone, 15*time.Second, "reader of "+s.id)
+	inputDone := make(chan struct{})
+	go func() { s.wg.Wait(); close(inputDone) }()
+	waitClosed(t, inputDone, 5*time.Second, "input goroutines of "+s.id)
+}
+
+// killWithin runs kill and fails the test unless it returns within deadline.
+func killWithin(t testing.TB, deadline time.Duration, kill func(context.Context) (KillResult, error)) (KillResult, time.Duration) {
+	t.Helper()
+	type out struct {
+		res KillResult
+		err error
+	}
+	ch := make(chan out, 1)
+	start := time.Now()
+	go func() {
+		// The ctx bounds only the escalation's waits; the test's own deadline is the point.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res, err := kill(ctx)
+		ch <- out{res, err}
+	}()
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			t.Fatalf("kill: got error %v, want nil", o.err)
+		}
+		return o.res, time.Since(start)
+	case <-time.After(deadline):
+		t.Fatalf("kill did not return within %v", deadline)
+		return KillResult{}, 0
+	}
+}
+
+// ---- viewers ----
+
+// wakeChan returns a capacity-1 channel and a wake function that notifies it.
+func wakeChan() (chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	return ch, func() { notify(ch) }
+}
+
+// collector reads a viewer in its own goroutine until EOF, the viewer closes, or the test ends.
+type collector struct {
+	v        *Viewer
+	wake     <-chan struct{}
+	progress chan struct{} // notified after every read that returned something, and at the end
+	stop     chan struct{}
+	done     chan struct{} // closed when the read loop ended
+
+	mu   sync.Mutex
+	data []byte
+	gaps []gap
+	err  error // why the loop ended: io.EOF or ErrViewerClosed
+}
+
+type gap struct {
+	at   int // len(data) when the gap was reported
+	lost int64
+}
+
+// collect starts reading v. If gate is non-nil, the first read waits for it to close.
+func collect(t testing.TB, v *Viewer, wake <-chan struct{}, gate <-chan struct{}) *collector {
+	t.Helper()
+	c := &collector{v: v, wake: wake, progress: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go c.loop(gate)
+	t.Cleanup(func() {
+		close(c.stop)
+		select {
+		case <-c.done:
+		case <-time.After(5 * time.Second):
+			t.Errorf("collector did not stop")
+		}
+		v.Close()
+	})
+	return c
+}
+
+func (c *collector) loop(gate <-chan struct{}) {
+	defer close(c.done)
+	defer notify(c.progress)
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-c.stop:
+			return
+		}
+	}
+	buf := make([]byte, 8<<10)
+	for {
+		n, lost, err := c.v.Read(buf)
+		c.mu.Lock()
+		if lost > 0 {
+			c.gaps = append(c.gaps, gap{at: len(c.data), lost: lost})
+		}
+		c.data = append(c.data, buf[:n]...)
+		c.err = err
+		c.mu.Unlock()
+		if n > 0 || lost > 0 {
+			notify(c.progress)
+			continue
+		}
+		if err != nil {
+			return
+		}
+		select {
+		case <-c.wake:
+		case <-c.stop:
+			return
+		}
+	}
+}
+
+func (c *collector) bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.data)
+}
+
+func (c *collector) result() (data []byte, gaps []gap, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.data), append([]gap(nil), c.gaps...), c.err
+}
+
+// waitOutput waits until the collected output contains want.
+func (c *collector) waitOutput(t testing.TB, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		if bytes.Contains(c.bytes(), []byte(want)) {
+			return
+		}
+		select {
+		case <-c.progress:
+		case <-c.done:
+			if bytes.Contains(c.bytes(), []byte(want)) {
+				return
+			}
+			t.Fatalf("output ended without %q: got %q", want, tail(c.bytes()))
+		case <-deadline:
+			t.Fatalf("no %q in the output within %v: got %q", want, timeout, tail(c.bytes()))
+		}
+	}
+}
+
+// waitEnd waits for the read loop to end and returns why.
+func (c *collector) waitEnd(t testing.TB, timeout time.Duration) error {
+	t.Helper()
+	waitClosed(t, c.done, timeout, "viewer EOF")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func tail(b []byte) []byte {
+	if len(b) > 200 {
+		return b[len(b)-200:]
+	}
+	return b
+}
+
+// ringBytes returns the bytes s's ring retains and their first offset.
+func ringBytes(s *Session) ([]byte, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]byte, s.ring.size())
+	if len(out) > 0 {
+		s.ring.copyOut(out, s.ring.start)
+	}
+	return out, s.ring.start
+}
+
+// sig is a readable signal name for messages.
+func sig(s syscall.Signal) string { return ExitStatus{Signal: s}.SignalName() }

@@ -1,0 +1,357 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+var timeZero time.Time
+
+// tombstones bounds how many recently closed ids the registry remembers, so an attach to one
+// says why it is gone rather than that it never existed.
+const tombstones = 4096
+
+// Registry holds sessions by id. All methods are safe for concurrent use.
+type Registry struct {
+	opts Options
+	now  func() time.Time
+
+	// mu guards sessions, closed and the tombstones.
+	// Lock order: Registry.mu before Session.mu. Taking Session.mu alone is fine; taking
+	// Registry.mu while holding a Session.mu is a bug.
+	mu       sync.Mutex
+	sessions map[string]*Session
+	closed   bool                 // Shutdown began; Open refuses
+	gone     map[string]tombstone // recently closed ids
+	goneFIFO []string             // insertion order of gone, for eviction
+	wg       sync.WaitGroup       // teardowns started by Shutdown
+}
+
+type tombstone struct {
+	owner  string
+	reason Reason
+	// The session's teardown: *res is valid after <-done. Not the session itself, so a
+	// tombstone does not keep its scrollback alive.
+	done <-chan struct{}
+	res  *KillResult
+}
+
+// NewRegistry returns an empty registry. now is the clock (nil: time.Now); the reaper's grace is
+// measured with it.
+func NewRegistry(opts Options, now func() time.Time) *Registry {
+	if now == nil {
+		now = time.Now
+	}
+	return &Registry{opts: opts.withDefaults(), now: now, sessions: make(map[string]*Session),
+		gone: make(map[string]tombstone)}
+}
+
+// Options returns the registry's options with defaults applied.
+func (r *Registry) Options() Options { return r.opts }
+
+// Now returns the registry's clock.
+func (r *Registry) Now() time.Time { return r.now() }
+
+func newID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("session id: %v", err)) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Open spawns a session owned by spec.Owner and registers it. With wake non-nil it also
+// attaches a viewer from offset 0 in the same step, so the session is never unwatched between
+// the two. maxPerOwner > 0 bounds the owner's sessions.
+func (r *Registry) Open(spec Spec, maxPerOwner int, wake func()) (*Session, *Viewer, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, nil, fmt.Errorf("open: %w", ErrShuttingDown)
+	}
+	if maxPerOwner > 0 && r.countLocked(spec.Owner) >= maxPerOwner {
+		r.mu.Unlock()
+		return nil, nil, fmt.Errorf("open: %w (%d)", ErrTooMany, maxPerOwner)
+	}
+	r.mu.Unlock()
+	// Spawning forks and execs: never under the registry lock. A concurrent open may slip past
+	// the limit check by one spawn each; the insert below re-checks.
+	s, err := spawn(newID(), spec, &r.opts, r.now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open: %w", err)
+	}
+	r.mu.Lock()
+	if r.closed || (maxPerOwner > 0 && r.countLocked(spec.Owner) >= maxPerOwner) {
+		closed := r.closed
+		r.mu.Unlock()
+		s.mu.Lock()
+		s.beginCloseLocked(ReasonShutdown)
+		s.mu.Unlock()
+		s.teardown(context.Background())
+		if closed {
+			return nil, nil, fmt.Errorf("open: %w", ErrShuttingDown)
+		}
+		return nil, nil, fmt.Errorf("open: %w (%d)", ErrTooMany, maxPerOwner)
+	}
+	r.sessions[s.id] = s
+	var v *Viewer
+	if wake != nil {
+		s.mu.Lock()
+		v, _, err = s.subscribeLocked(0, wake)
+		s.mu.Unlock()
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open: %w", err)
+	}
+	return s, v, nil
+}
+
+func (r *Registry) countLocked(owner string) int {
+	n := 0
+	for _, s := range r.sessions {
+		if s.owner == owner {
+			n++
+		}
+	}
+	return n
+}
+
+// lookupLocked finds id for owner, telling a closed session from one that never existed.
+// r.mu must be held.
+func (r *Registry) lookupLocked(id, owner string) (*Session, error) {
+	s, ok := r.sessions[id]
+	if ok && s.owner == owner {
+		return s, nil
+	}
+	if t, ok := r.gone[id]; ok && t.owner == owner {
+		return nil, fmt.Errorf("session %s: %w (%s)", id, ErrSessionClosed, t.reason)
+	}
+	return nil, fmt.Errorf("session %s: %w", id, ErrUnknownSession)
+}
+
+// Get returns owner's session id.
+func (r *Registry) Get(id, owner string) (*Session, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lookupLocked(id, owner)
+}
+
+// Attach looks up owner's session id and subscribes a viewer from offset from (negative: the
+// oldest retained byte), atomically under both locks: a reaper's claim either happened before
+// (the attach fails with ErrSessionClosed) or happens after and sees the viewer.
+func (r *Registry) Attach(id, owner string, from int64, wake func()) (*Viewer, AttachInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, err := r.lookupLocked(id, owner)
+	if err != nil {
+		return nil, AttachInfo{}, fmt.Errorf("attach: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subscribeLocked(from, wake)
+}
+
+// List returns owner's sessions, oldest first.
+func (r *Registry) List(owner string) []Info {
+	r.mu.Lock()
+	ss := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		if s.owner == owner {
+			ss = append(ss, s)
+		}
+	}
+	r.mu.Unlock()
+	out := make([]Info, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, s.Info())
+	}
+	sortInfos(out)
+	return out
+}
+
+// Snapshot returns every registered session, for the reaper's selection pass.
+func (r *Registry) Snapshot() []*Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Len returns the number of registered sessions.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sessions)
+}
+
+// removeLocked deletes s by compare-and-delete and leaves a tombstone. r.mu must be held, and
+// closing must have begun (beginCloseLocked).
+func (r *Registry) removeLocked(s *Session, reason Reason) {
+	if r.sessions[s.id] != s {
+		return
+	}
+	delete(r.sessions, s.id)
+	s.mu.Lock() // lock order: r.mu, then s.mu
+	done, res := s.killDone, s.killRes
+	s.mu.Unlock()
+	if len(r.goneFIFO) >= tombstones {
+		delete(r.gone, r.goneFIFO[0])
+		r.goneFIFO = r.goneFIFO[1:]
+	}
+	r.gone[s.id] = tombstone{owner: s.owner, reason: reason, done: done, res: res}
+	r.goneFIFO = append(r.goneFIFO, s.id)
+}
+
+// Kill ends owner's session id: it marks the kill point, removes the session, and tears it
+// down (see Session.teardown). A Kill of a session already closing (killed, reaped or shut down,
+// and still remembered by its tombstone) waits for that teardown and returns its result.
+func (r *Registry) Kill(ctx context.Context, id, owner string) (KillResult, error) {
+	r.mu.Lock()
+	s, err := r.lookupLocked(id, owner)
+	if err != nil {
+		t, gone := r.gone[id]
+		r.mu.Unlock()
+		if gone && t.owner == owner && t.done != nil {
+			return waitKill(ctx, id, t.done, t.res)
+		}
+		return KillResult{}, fmt.Errorf("kill: %w", err)
+	}
+	s.mu.Lock()
+	first := s.beginCloseLocked(ReasonKilled)
+	done, res := s.killDone, s.killRes
+	s.mu.Unlock()
+	r.removeLocked(s, ReasonKilled)
+	r.mu.Unlock()
+	if first {
+		return s.teardown(ctx), nil
+	}
+	return waitKill(ctx, id, done, res)
+}
+
+// waitKill waits for a teardown another caller runs and returns its result.
+func waitKill(ctx context.Context, id string, done <-chan struct{}, res *KillResult) (KillResult, error) {
+	select {
+	case <-done:
+		out := *res
+		out.Signals = slices.Clone(out.Signals)
+		return out, nil
+	case <-ctx.Done():
+		return KillResult{}, fmt.Errorf("kill %s: %w", id, ctx.Err())
+	}
+}
+
+// ReapReason says whether s is a reap victim at now: its process has exited (reason exited,
+// whatever its viewers), or it has had no viewer and no lease for longer than grace (reason
+// reaped). The reaper's selection uses it on a snapshot; Claim re-checks it under the locks.
+func (s *Session) ReapReason(now time.Time, grace time.Duration) (Reason, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reapReasonLocked(now, grace)
+}
+
+func (s *Session) reapReasonLocked(now time.Time, grace time.Duration) (Reason, bool) {
+	if s.state != StateRunning {
+		return "", false
+	}
+	select {
+	case <-s.exited:
+		return ReasonExited, true
+	default:
+	}
+	if len(s.viewers) == 0 && !s.unwatchedSince.IsZero() &&
+		now.Sub(s.unwatchedSince) > grace && !now.Before(s.leaseUntil) {
+		return ReasonReaped, true
+	}
+	return "", false
+}
+
+// Claim is the reaper's atomic re-check: under the registry lock and the session lock it
+// verifies that id still maps to s and that s is still a victim at now (ReapReason), and if so
+// marks the kill point and removes it. Only a claimed session may be torn down (Teardown), and
+// that runs with no lock held.
+func (r *Registry) Claim(id string, s *Session, now time.Time, grace time.Duration) (Reason, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sessions[id] != s {
+		return "", false
+	}
+	s.mu.Lock()
+	reason, ok := s.reapReasonLocked(now, grace)
+	if ok {
+		ok = s.beginCloseLocked(reason)
+	}
+	s.mu.Unlock()
+	if ok {
+		r.removeLocked(s, reason)
+	}
+	return reason, ok
+}
+
+// Teardown ends a session that Claim returned true for. Call it with no lock held.
+func (s *Session) Teardown(ctx context.Context) KillResult {
+	return s.teardown(ctx)
+}
+
+// Lease keeps owner's session id from being reaped as idle until now+ttl (ttl 0 ends a lease).
+func (r *Registry) Lease(id, owner string, ttl time.Duration) (time.Time, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, err := r.lookupLocked(id, owner)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("lease: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaseUntil = r.now().Add(ttl)
+	return s.leaseUntil, nil
+}
+
+// Shutdown refuses new sessions and kills every session in parallel with reason shutdown. It
+// returns when all teardowns finished or ctx ends.
+func (r *Registry) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	var victims []*Session
+	for _, s := range r.sessions {
+		s.mu.Lock()
+		if s.beginCloseLocked(ReasonShutdown) {
+			victims = append(victims, s)
+		}
+		s.mu.Unlock()
+		r.removeLocked(s, ReasonShutdown)
+	}
+	for _, s := range victims {
+		r.wg.Go(func() { s.teardown(ctx) })
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("shutdown: %w", ctx.Err())
+	}
+}
+
+func sortInfos(in []Info) {
+	slices.SortFunc(in, func(a, b Info) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}

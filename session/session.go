@@ -1,0 +1,744 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// Errors a caller can match with errors.Is.
+var (
+	ErrUnknownSession = errors.New("unknown session")
+	ErrSessionClosed  = errors.New("session closed")
+	ErrViewerClosed   = errors.New("viewer closed")
+	ErrInputFull      = errors.New("input queue full")
+	ErrBadOffset      = errors.New("offset beyond end of output")
+	ErrBadSize        = errors.New("terminal size out of range")
+	ErrShuttingDown   = errors.New("registry shutting down")
+	ErrTooMany        = errors.New("too many sessions")
+	ErrSpawn          = errors.New("spawn failed")
+)
+
+// State is a session's lifecycle state. It only moves forward: running, closing, closed.
+type State int
+
+const (
+	StateRunning State = iota // the session accepts viewers (its process may have exited)
+	StateClosing              // a kill, reap or shutdown has begun; output is final
+	StateClosed               // teardown finished
+)
+
+func (st State) String() string {
+	switch st {
+	case StateRunning:
+		return "running"
+	case StateClosing:
+		return "closing"
+	case StateClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("State(%d)", int(st))
+}
+
+// Reason says why a session left the running state.
+type Reason string
+
+// Reasons, as the protocol's session.closed notification spells them.
+const (
+	ReasonKilled   Reason = "killed"
+	ReasonExited   Reason = "exited"
+	ReasonReaped   Reason = "reaped"
+	ReasonShutdown Reason = "shutdown"
+)
+
+// Limits on terminal sizes accepted by Resize and Spawn, checked before any 16-bit conversion.
+const (
+	MaxCols = 1000
+	MaxRows = 1000
+)
+
+const (
+	defaultScrollback = 1 << 20
+	defaultKillGrace  = 250 * time.Millisecond
+	readChunk         = 32 << 10
+	maxInputQueue     = 64 << 10
+)
+
+// Options configure sessions. The zero value is usable: every field documents its default.
+type Options struct {
+	// Shell runs when a Spec has no Argv. Default: $SHELL, else /bin/sh.
+	Shell string
+	// ScrollbackBytes bounds each session's ring. Default: 1 MiB.
+	ScrollbackBytes int
+	// KillGrace is the time Kill waits after HUP and after TERM before escalating.
+	// Default: 250ms.
+	KillGrace time.Duration
+	// SpareEscapees turns off the escapee policy: when false (the default), Kill also signals
+	// processes outside the session's process group that still hold its PTY.
+	SpareEscapees bool
+	// HighWaterBytes: when every attached viewer is further behind than this, the reader stops
+	// reading the PTY. Default: ScrollbackBytes/2. LowWaterBytes: it resumes below this.
+	// Default: HighWaterBytes/2.
+	HighWaterBytes, LowWaterBytes int
+	// Logger receives diagnostics. Default: slog.Default().
+	Logger *slog.Logger
+	// Telemetry receives spans and metrics. Default: none.
+	Telemetry Telemetry
+
+	// testHookBeforeIngest is copied into each session before its reader starts (tests only;
+	// nil in production).
+	testHookBeforeIngest func([]byte)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Shell == "" {
+		o.Shell = os.Getenv("SHELL")
+		if o.Shell == "" {
+			o.Shell = "/bin/sh"
+		}
+	}
+	if o.ScrollbackBytes <= 0 {
+		o.ScrollbackBytes = defaultScrollback
+	}
+	if o.KillGrace <= 0 {
+		o.KillGrace = defaultKillGrace
+	}
+	if o.HighWaterBytes <= 0 || o.HighWaterBytes > o.ScrollbackBytes {
+		o.HighWaterBytes = o.ScrollbackBytes / 2
+	}
+	if o.LowWaterBytes <= 0 || o.LowWaterBytes >= o.HighWaterBytes {
+		o.LowWaterBytes = o.HighWaterBytes / 2
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Telemetry == nil {
+		o.Telemetry = noTelemetry{}
+	}
+	return o
+}
+
+// Spec says what to run.
+type Spec struct {
+	Argv  []string // default: [Options.Shell]
+	Dir   string   // default: $HOME, else /
+	Env   []string // extra KEY=VALUE pairs, already validated by the caller
+	Cols  int      // 1..MaxCols
+	Rows  int      // 1..MaxRows
+	Name  string
+	Owner string // the principal that owns the session
+}
+
+// ExitStatus is how a process ended.
+type ExitStatus struct {
+	Code   int            // exit code, or -1 when a signal ended it
+	Signal syscall.Signal // 0 unless a signal ended it
+}
+
+// SignalName is the signal without its SIG prefix ("HUP"), or "" when none.
+func (e ExitStatus) SignalName() string {
+	if e.Signal == 0 {
+		return ""
+	}
+	return strings.TrimPrefix(unix.SignalName(e.Signal), "SIG")
+}
+
+// Session is one process on a PTY. All methods are safe for concurrent use.
+type Session struct {
+	// immutable after spawn:
+	id      string
+	owner   string
+	name    string
+	argv    []string
+	pid     int
+	created time.Time
+	opts    *Options
+	ptmx    *os.File // non-blocking master, served by the runtime poller; closed by readLoop
+	ptsName string   // the slave's path, to find processes that still hold it
+	now     func() time.Time
+
+	// exited is closed by waitLoop once the child is reaped. exit is written before that;
+	// read exit only after <-exited.
+	exited chan struct{}
+	exit   ExitStatus
+	// readerDone is closed by readLoop after it has closed ptmx.
+	readerDone chan struct{}
+	// resume wakes a reader paused by backpressure (capacity 1; sends never block).
+	resume chan struct{}
+
+	// mu guards the fields below. Registry.mu is taken before mu, never after.
+	mu             sync.Mutex
+	state          State
+	reason         Reason
+	dropOutput     bool // the kill point passed: ingest keeps nothing from now on
+	outputFinal    bool // ring.end will not grow again (reader ended or kill point passed)
+	ring           ring
+	viewers        map[*Viewer]struct{}
+	unwatchedSince time.Time // zero while a viewer is attached
+	leaseUntil     time.Time
+	cols, rows     int
+	paused         bool // the reader waits on resume
+	pausedAt       time.Time
+	dropped        int64         // bytes read after the kill point and dropped
+	killDone       chan struct{} // closed when teardown finished; non-nil once closing began
+	killRes        *KillResult   // allocated with killDone; *killRes is valid after <-killDone
+
+	// ptyMu guards ptmxClosed. readLoop holds it to close ptmx; Kill holds it while it looks for
+	// processes holding the slave, so a slave name reused by a newer session is never scanned.
+	ptyMu      sync.Mutex
+	ptmxClosed bool
+
+	// resizeMu serialises resizes, so the size stored is the size applied.
+	resizeMu sync.Mutex
+
+	// inMu guards inQueue and inDraining: input the PTY could not take yet, and whether an
+	// inputLoop goroutine is writing it.
+	inMu       sync.Mutex
+	inQueue    []byte
+	inDraining bool
+
+	// wg counts inputLoop goroutines (readLoop and waitLoop are waited on through their
+	// channels).
+	wg sync.WaitGroup
+
+	// testHookBeforeIngest, when set, runs in readLoop with each chunk read, before it is added.
+	testHookBeforeIngest func([]byte)
+}
+
+// ID returns the session's id.
+func (s *Session) ID() string { return s.id }
+
+// Owner returns the principal that opened the session.
+func (s *Session) Owner() string { return s.owner }
+
+// Pid returns the child's pid.
+func (s *Session) Pid() int { return s.pid }
+
+// Exited is closed once the child has been reaped.
+func (s *Session) Exited() <-chan struct{} { return s.exited }
+
+// ReaderDone is closed once the reader has ended and closed the PTY master.
+func (s *Session) ReaderDone() <-chan struct{} { return s.readerDone }
+
+// Exit returns how the process ended, and false while it runs.
+func (s *Session) Exit() (ExitStatus, bool) {
+	select {
+	case <-s.exited:
+		return s.exit, true
+	default:
+		return ExitStatus{}, false
+	}
+}
+
+// Closing reports the reason once a kill, reap or shutdown has begun.
+func (s *Session) Closing() (Reason, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason, s.state != StateRunning
+}
+
+// State returns the lifecycle state.
+func (s *Session) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+// UnwatchedSince returns when the last viewer left (or the session was born), and the zero
+// time while a viewer is attached.
+func (s *Session) UnwatchedSince() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unwatchedSince
+}
+
+// Info is a snapshot of a session for listings.
+type Info struct {
+	ID      string
+	Name    string
+	Pid     int
+	Argv    []string
+	Created time.Time
+	Cols    int
+	Rows    int
+	Viewers int
+	Start   int64 // oldest retained offset
+	End     int64 // output end offset
+	Exit    *ExitStatus
+	State   State
+}
+
+// Info returns a snapshot.
+func (s *Session) Info() Info {
+	s.mu.Lock()
+	in := Info{ID: s.id, Name: s.name, Pid: s.pid, Argv: s.argv, Created: s.created,
+		Cols: s.cols, Rows: s.rows, Viewers: len(s.viewers), Start: s.ring.start, End: s.ring.end,
+		State: s.state}
+	s.mu.Unlock()
+	if e, ok := s.Exit(); ok {
+		in.Exit = &e
+	}
+	return in
+}
+
+// spawn starts spec on a new PTY. The child leads its own session and process group, with the
+// PTY as its controlling terminal.
+func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session, error) {
+	argv := spec.Argv
+	if len(argv) == 0 {
+		argv = []string{opts.Shell}
+	}
+	if err := checkSize(spec.Cols, spec.Rows); err != nil {
+		return nil, err
+	}
+	master, tty, err := openPTY()
+	if err != nil {
+		return nil, fmt.Errorf("%w: open pty: %w", ErrSpawn, err)
+	}
+	s := &Session{
+		id: id, owner: spec.Owner, name: spec.Name, argv: append([]string(nil), argv...),
+		created: now(), opts: opts, ptmx: master, ptsName: tty.Name(), now: now,
+		exited: make(chan struct{}), readerDone: make(chan struct{}), resume: make(chan struct{}, 1),
+		ring: newRing(opts.ScrollbackBytes), viewers: make(map[*Viewer]struct{}),
+		cols: spec.Cols, rows: spec.Rows, testHookBeforeIngest: opts.testHookBeforeIngest,
+	}
+	s.unwatchedSince = s.created
+	if err := s.setSize(spec.Cols, spec.Rows); err != nil {
+		master.Close()
+		tty.Close()
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = spec.Dir
+	if cmd.Dir == "" {
+		cmd.Dir = homeDir()
+	}
+	cmd.Env = childEnv(opts.Shell, spec.Env)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		master.Close()
+		tty.Close()
+		return nil, fmt.Errorf("%w: start %s: %w", ErrSpawn, argv[0], err)
+	}
+	// Our copy of the slave must go, or the master never sees the hang-up.
+	tty.Close()
+	s.pid = cmd.Process.Pid
+	pidfd, err := unix.PidfdOpen(s.pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		// Without a pidfd we cannot wait without a thread; kill the child and give up.
+		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		master.Close()
+		return nil, fmt.Errorf("pidfd_open %d: %w", s.pid, err)
+	}
+	go s.waitLoop(cmd.Process, os.NewFile(uintptr(pidfd), "pidfd"))
+	go s.readLoop()
+	return s, nil
+}
+
+// openPTY opens a PTY pair and returns a master that is non-blocking and registered with the
+// runtime poller, so that a pending Read parks a goroutine rather than an OS thread and Close
+// interrupts it. creack/pty's Open hands back a blocking master (its ioctls call Fd), so the
+// master is duplicated, made non-blocking, and wrapped anew.
+func openPTY() (master, tty *os.File, err error) {
+	p, t, err := pty.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	rc, err := p.SyscallConn()
+	if err != nil {
+		p.Close()
+		t.Close()
+		return nil, nil, err
+	}
+	dup := -1
+	var dupErr error
+	if err := rc.Control(func(fd uintptr) {
+		dup, dupErr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		dupErr = err
+	}
+	p.Close()
+	if dupErr != nil {
+		t.Close()
+		return nil, nil, fmt.Errorf("dup master: %w", dupErr)
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		unix.Close(dup)
+		t.Close()
+		return nil, nil, fmt.Errorf("set master non-blocking: %w", err)
+	}
+	return os.NewFile(uintptr(dup), "/dev/ptmx"), t, nil
+}
+
+func homeDir() string {
+	if h, err := os.UserHomeDir(); err == nil {
+		if st, err := os.Stat(h); err == nil && st.IsDir() {
+			return h
+		}
+	}
+	return "/"
+}
+
+// childEnv is a small allow-list of the gateway's environment, the terminal type, then extra.
+func childEnv(shell string, extra []string) []string {
+	env := make([]string, 0, 16+len(extra))
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "PATH", k == "HOME", k == "USER", k == "LOGNAME", k == "LANG", k == "TZ",
+			strings.HasPrefix(k, "LC_"):
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "SHELL="+shell, "TERM=xterm-256color", "COLORTERM=truecolor")
+	return append(env, extra...)
+}
+
+func checkSize(cols, rows int) error {
+	if cols < 1 || cols > MaxCols || rows < 1 || rows > MaxRows {
+		return fmt.Errorf("%w: %dx%d (1..%d x 1..%d)", ErrBadSize, cols, rows, MaxCols, MaxRows)
+	}
+	return nil
+}
+
+// setSize applies a window size through SyscallConn().Control. It never calls Fd(), which
+// would turn the master blocking and stop Close from interrupting the reader.
+func (s *Session) setSize(cols, rows int) error {
+	if err := checkSize(cols, rows); err != nil {
+		return err
+	}
+	rc, err := s.ptmx.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("resize: %w", err)
+	}
+	ws := &unix.Winsize{Col: uint16(cols), Row: uint16(rows)}
+	var ioErr error
+	if err := rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, ws)
+	}); err != nil {
+		return fmt.Errorf("resize: %w", err)
+	}
+	if ioErr != nil {
+		return fmt.Errorf("resize: %w", ioErr)
+	}
+	return nil
+}
+
+// Resize sets the terminal size and returns the size applied.
+func (s *Session) Resize(cols, rows int) (int, int, error) {
+	s.resizeMu.Lock()
+	defer s.resizeMu.Unlock()
+	if err := s.setSize(cols, rows); err != nil {
+		return 0, 0, fmt.Errorf("resize %s: %w", s.id, err)
+	}
+	s.mu.Lock()
+	s.cols, s.rows = cols, rows
+	s.mu.Unlock()
+	return cols, rows, nil
+}
+
+// Signal sends sig to the PTY's foreground process group (as the terminal's keys would), or to
+// the session's process group when the foreground group cannot be read.
+func (s *Session) Signal(sig syscall.Signal) error {
+	if _, done := s.Exit(); done {
+		return fmt.Errorf("signal %s: %w", s.id, ErrSessionClosed)
+	}
+	pgrp := s.pid
+	if rc, err := s.ptmx.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			if g, err := unix.IoctlGetInt(int(fd), unix.TIOCGPGRP); err == nil && g > 0 {
+				pgrp = g
+			}
+		})
+	}
+	if err := syscall.Kill(-pgrp, sig); err != nil {
+		return fmt.Errorf("signal %s: %w", s.id, err)
+	}
+	return nil
+}
+
+// waitLoop is the one goroutine that waits for the child. It waits on a pidfd through the
+// runtime poller, so no OS thread is held per session, reaps the child with wait4, publishes
+// the exit status once by closing exited, and ends.
+func (s *Session) waitLoop(proc *os.Process, pidfd *os.File) {
+	var ws unix.WaitStatus
+	var werr error
+	if rc, err := pidfd.SyscallConn(); err == nil {
+		err = rc.Read(func(uintptr) bool {
+			wpid, err := unix.Wait4(s.pid, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				return false
+			}
+			werr = err
+			return wpid == s.pid || err != nil
+		})
+		if err != nil && werr == nil {
+			werr = err
+		}
+	} else {
+		werr = err
+	}
+	pidfd.Close()
+	if werr != nil {
+		// Fall back to a blocking wait: correct, if costlier.
+		_, werr = unix.Wait4(s.pid, &ws, 0, nil)
+		if werr != nil {
+			s.opts.Logger.Warn("wait for child", "session", s.id, "pid", s.pid, "err", werr)
+		}
+	}
+	// Go's os.Process holds a pidfd of its own; we reaped the child, so release it.
+	_ = proc.Release()
+	switch {
+	case ws.Signaled():
+		s.exit = ExitStatus{Code: -1, Signal: ws.Signal()}
+	default:
+		s.exit = ExitStatus{Code: ws.ExitStatus()}
+	}
+	s.mu.Lock()
+	close(s.exited)
+	s.wakeViewersLocked()
+	s.mu.Unlock()
+}
+
+// readLoop is the one goroutine that reads the PTY master. It appends what it reads to the
+// ring under mu and wakes viewers without blocking on them; it never writes to a viewer. It
+// pauses while every attached viewer is far behind (backpressure). It ends when a read fails
+// (EIO once every slave fd is closed, or the master was closed), and then closes the master.
+func (s *Session) readLoop() {
+	defer close(s.readerDone)
+	defer s.closePTY()
+	rc, err := s.ptmx.SyscallConn()
+	if err != nil {
+		s.finishOutput()
+		return
+	}
+	for {
+		s.waitWhilePaused()
+		var buf *[]byte
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			buf = readBufs.Get().(*[]byte)
+			n, rerr = unix.Read(int(fd), *buf)
+			if rerr == unix.EAGAIN || rerr == unix.EINTR {
+				readBufs.Put(buf)
+				buf = nil
+				return false
+			}
+			return true
+		})
+		if n > 0 {
+			s.ingest((*buf)[:n])
+		}
+		if buf != nil {
+			readBufs.Put(buf)
+		}
+		if err != nil || rerr != nil || n <= 0 {
+			if rerr != nil && rerr != unix.EIO {
+				s.opts.Logger.Debug("pty read ended", "session", s.id, "err", rerr)
+			}
+			break
+		}
+	}
+	s.finishOutput()
+}
+
+// readBufs holds read buffers; a buffer is taken only once the master is readable, so an idle
+// session holds none.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
+
+func (s *Session) closePTY() {
+	s.ptyMu.Lock()
+	defer s.ptyMu.Unlock()
+	if !s.ptmxClosed {
+		s.ptmxClosed = true
+		s.ptmx.Close()
+	}
+}
+
+// ingest adds a chunk to the ring, unless the kill point has passed. The check and the append
+// are under the same lock as the kill's snapshot of the final offset, so a chunk read before the
+// kill but ingested after it is dropped.
+func (s *Session) ingest(p []byte) {
+	if h := s.testHookBeforeIngest; h != nil {
+		h(p)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dropOutput {
+		s.dropped += int64(len(p))
+		return
+	}
+	s.ring.append(p)
+	s.opts.Telemetry.BytesOut(len(p))
+	s.wakeViewersLocked()
+	if !s.paused && len(s.viewers) > 0 && s.minLagLocked() > int64(s.opts.HighWaterBytes) {
+		s.paused = true
+		s.pausedAt = s.now()
+	}
+}
+
+func (s *Session) finishOutput() {
+	s.mu.Lock()
+	s.outputFinal = true
+	s.wakeViewersLocked()
+	s.mu.Unlock()
+}
+
+// waitWhilePaused blocks the reader while backpressure holds. Kill lifts it.
+func (s *Session) waitWhilePaused() {
+	for {
+		s.mu.Lock()
+		p := s.paused && !s.dropOutput
+		s.mu.Unlock()
+		if !p {
+			return
+		}
+		<-s.resume
+	}
+}
+
+// minLagLocked is how far the closest attached viewer is behind the end. s.mu must be held.
+func (s *Session) minLagLocked() int64 {
+	lag := int64(-1)
+	for v := range s.viewers {
+		if l := s.ring.end - v.next; lag < 0 || l < lag {
+			lag = l
+		}
+	}
+	return lag
+}
+
+// maybeResumeLocked lifts backpressure when no viewer is attached or one caught up below the
+// low watermark. s.mu must be held.
+func (s *Session) maybeResumeLocked() {
+	if !s.paused {
+		return
+	}
+	if len(s.viewers) == 0 || s.dropOutput || s.minLagLocked() < int64(s.opts.LowWaterBytes) {
+		s.paused = false
+		s.opts.Telemetry.Paused(s.now().Sub(s.pausedAt))
+		notify(s.resume)
+	}
+}
+
+func (s *Session) wakeViewersLocked() {
+	for v := range s.viewers {
+		v.wake()
+	}
+}
+
+// notify sends on a capacity-1 channel without blocking; repeated signals merge.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Write queues input for the PTY without blocking the caller. What the PTY cannot take at once
+// is written by an inputLoop goroutine; beyond maxInputQueue bytes waiting, Write refuses the
+// whole of p with ErrInputFull. A p longer than maxInputQueue is always refused: it could not
+// be queued whole if the PTY took none of it.
+func (s *Session) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if len(p) > maxInputQueue {
+		return 0, fmt.Errorf("write %s: %w (%d bytes)", s.id, ErrInputFull, len(p))
+	}
+	s.mu.Lock()
+	closing := s.state != StateRunning
+	s.mu.Unlock()
+	if closing {
+		return 0, fmt.Errorf("write %s: %w", s.id, ErrSessionClosed)
+	}
+	s.inMu.Lock()
+	defer s.inMu.Unlock()
+	if s.inDraining {
+		if len(s.inQueue)+len(p) > maxInputQueue {
+			return 0, fmt.Errorf("write %s: %w", s.id, ErrInputFull)
+		}
+		s.inQueue = append(s.inQueue, p...)
+		return len(p), nil
+	}
+	n, err := s.writeNow(p)
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", s.id, err)
+	}
+	if n < len(p) {
+		s.inQueue = append(s.inQueue[:0], p[n:]...)
+		s.inDraining = true
+		s.wg.Add(1)
+		go s.inputLoop()
+	}
+	return len(p), nil
+}
+
+// writeNow writes what the PTY takes without waiting.
+func (s *Session) writeNow(p []byte) (int, error) {
+	rc, err := s.ptmx.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var werr error
+	if err := rc.Write(func(fd uintptr) bool {
+		for n < len(p) {
+			m, err := unix.Write(int(fd), p[n:])
+			if m > 0 {
+				n += m
+			}
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				if err != unix.EAGAIN {
+					werr = err
+				}
+				break
+			}
+		}
+		return true
+	}); err != nil {
+		return n, err
+	}
+	return n, werr
+}
+
+// inputLoop writes queued input as the PTY accepts it and ends when the queue is empty or the
+// PTY is closed. At most one runs per session (inDraining).
+func (s *Session) inputLoop() {
+	defer s.wg.Done()
+	for {
+		s.inMu.Lock()
+		chunk := s.inQueue
+		s.inQueue = nil
+		if len(chunk) == 0 {
+			s.inDraining = false
+			s.inMu.Unlock()
+			return
+		}
+		s.inMu.Unlock()
+		if _, err := s.ptmx.Write(chunk); err != nil {
+			s.inMu.Lock()
+			s.inQueue, s.inDraining = nil, false
+			s.inMu.Unlock()
+			return
+		}
+	}
+}
+
+var _ io.Writer = (*Session)(nil)

@@ -1,0 +1,112 @@
+package session
+
+import (
+	"fmt"
+	"io"
+)
+
+// Viewer pulls a session's output in order from the ring, by offset. The session wakes it
+// through its wake function (which must not block) whenever there is something new: output,
+// the exit, the end of output, or closing. A Viewer is safe for concurrent use, but Read is
+// meant for one goroutine.
+type Viewer struct {
+	s    *Session
+	wake func() // called with s.mu held; must not block
+
+	// guarded by s.mu:
+	next   int64 // offset of the next byte to deliver
+	closed bool
+}
+
+// Session returns the viewed session.
+func (v *Viewer) Session() *Session { return v.s }
+
+// Read copies the next bytes into p. lost > 0 says the viewer fell behind the start of the
+// ring and that many bytes were skipped before the ones returned. When there is nothing to
+// read it returns n == 0: io.EOF once the output is final and fully read, else nil (wait for a
+// wake). After Close it returns ErrViewerClosed.
+func (v *Viewer) Read(p []byte) (n int, lost int64, err error) {
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v.closed {
+		return 0, 0, ErrViewerClosed
+	}
+	n, lost, v.next = s.ring.readAt(p, v.next)
+	if n == 0 && lost == 0 && s.outputFinal && v.next >= s.ring.end {
+		return 0, 0, io.EOF
+	}
+	s.maybeResumeLocked()
+	return n, lost, nil
+}
+
+// Offset returns the offset of the next byte Read will return.
+func (v *Viewer) Offset() int64 {
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	return v.next
+}
+
+// Close unsubscribes the viewer. It can be called more than once.
+func (v *Viewer) Close() {
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unsubscribeLocked(v)
+}
+
+// Subscribe attaches a viewer that starts at offset from (clamped to the oldest retained byte
+// when older; a negative from means the oldest retained byte). wake may be nil; it is called
+// with the session lock held and must not block.
+func (s *Session) Subscribe(from int64, wake func()) (*Viewer, AttachInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subscribeLocked(from, wake)
+}
+
+// AttachInfo describes where a new viewer starts.
+type AttachInfo struct {
+	Offset int64 // the first offset the viewer will read
+	Lost   int64 // requested bytes the ring no longer holds
+	End    int64 // the output end when the viewer attached
+}
+
+// subscribeLocked adds a viewer. s.mu must be held.
+func (s *Session) subscribeLocked(from int64, wake func()) (*Viewer, AttachInfo, error) {
+	if s.state != StateRunning {
+		return nil, AttachInfo{}, fmt.Errorf("attach %s: %w (%s)", s.id, ErrSessionClosed, s.reason)
+	}
+	if from > s.ring.end {
+		return nil, AttachInfo{}, fmt.Errorf("attach %s from %d: %w %d", s.id, from, ErrBadOffset, s.ring.end)
+	}
+	info := AttachInfo{Offset: from, End: s.ring.end}
+	if from < s.ring.start {
+		if from >= 0 {
+			info.Lost = s.ring.start - from
+		}
+		info.Offset = s.ring.start
+	}
+	if wake == nil {
+		wake = func() {}
+	}
+	v := &Viewer{s: s, wake: wake, next: info.Offset}
+	s.viewers[v] = struct{}{}
+	s.unwatchedSince = timeZero
+	// A viewer that starts near the end means not every viewer is far behind any more: lift
+	// backpressure now, since a paused reader produces no output to wake this viewer with.
+	s.maybeResumeLocked()
+	return v, info, nil
+}
+
+// unsubscribeLocked removes v. s.mu must be held.
+func (s *Session) unsubscribeLocked(v *Viewer) {
+	if v.closed {
+		return
+	}
+	v.closed = true
+	delete(s.viewers, v)
+	if len(s.viewers) == 0 {
+		s.unwatchedSince = s.now()
+	}
+	s.maybeResumeLocked()
+}

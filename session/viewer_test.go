@@ -1,0 +1,431 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeSession is a session with no process and no reader: tests drive its ingest path directly.
+func fakeSession(scrollback int) *Session {
+	o := testOptions()
+	o.ScrollbackBytes = scrollback
+	o = o.withDefaults()
+	s := &Session{id: "fake", opts: &o, now: time.Now, exited: make(chan struct{}),
+		readerDone: make(chan struct{}), resume: make(chan struct{}, 1),
+		ring: newRing(scrollback), viewers: make(map[*Viewer]struct{})}
+	s.unwatchedSince = s.now()
+	return s
+}
+
+func TestViewerReadsExactGaps(t *testing.T) {
+	type step struct {
+		ingest   int   // bytes to add (as the reader would), or
+		read     int   // a read with a buffer this size
+		final    bool  // or: the output ends
+		wantN    int   // for read
+		wantLost int64 // for read
+		wantErr  error // for read
+	}
+	ingest := func(n int) step { return step{ingest: n} }
+	read := func(p, n int, lost int64, err error) step {
+		return step{read: p, wantN: n, wantLost: lost, wantErr: err}
+	}
+	final := step{final: true}
+	tests := []struct {
+		name  string
+		ring  int
+		steps []step
+	}{
+		{"in order", 100, []step{ingest(30), read(10, 10, 0, nil), read(100, 20, 0, nil), read(100, 0, 0, nil),
+			ingest(5), read(100, 5, 0, nil)}},
+		{"nothing yet", 100, []step{read(100, 0, 0, nil)}},
+		{"behind by exactly the overwritten bytes", 100, []step{ingest(60), read(100, 60, 0, nil),
+			ingest(50), ingest(50), ingest(50), ingest(50), ingest(50), // end 310, start 210
+			read(10, 10, 150, nil), read(1000, 90, 0, nil), read(1000, 0, 0, nil)}},
+		{"gap reported once", 10, []step{ingest(25), read(4, 4, 15, nil), read(4, 4, 0, nil), read(4, 2, 0, nil)}},
+		{"gap then end", 10, []step{ingest(25), final, read(100, 10, 15, nil), read(100, 0, 0, io.EOF), read(100, 0, 0, io.EOF)}},
+		{"end with nothing unread", 10, []step{final, read(100, 0, 0, io.EOF)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fakeSession(tt.ring)
+			v, _, err := s.Subscribe(0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var total int64
+			for i, st := range tt.steps {
+				switch {
+				case st.ingest > 0:
+					s.ingest(pattern(total, st.ingest))
+					total += int64(st.ingest)
+				case st.final:
+					s.finishOutput()
+				default:
+					before := v.Offset()
+					p := make([]byte, st.read)
+					n, lost, err := v.Read(p)
+					if n != st.wantN || lost != st.wantLost || err != st.wantErr {
+						t.Fatalf("step %d: got n=%v lost=%v err=%v, want n=%v lost=%v err=%v", i, n, lost, err, st.wantN, st.wantLost, st.wantErr)
+					}
+					if want := pattern(before+lost, n); !bytes.Equal(p[:n], want) {
+						t.Fatalf("step %d: got %v, want %v", i, p[:n], want)
+					}
+					if off := v.Offset(); off != before+lost+int64(n) {
+						t.Fatalf("step %d: offset got %v, want %v", i, off, before+lost+int64(n))
+					}
+				}
+			}
+			v.Close()
+			v.Close() // twice is fine
+			if n, lost, err := v.Read(make([]byte, 10)); n != 0 || lost != 0 || !errors.Is(err, ErrViewerClosed) {
+				t.Errorf("read after close: got %v, %v, %v, want 0, 0, %v", n, lost, err, ErrViewerClosed)
+			}
+		})
+	}
+}
+
+func TestSubscribeOffsets(t *testing.T) {
+	s := fakeSession(100)
+	s.ingest(pattern(0, 250)) // start 150, end 250
+	tests := []struct {
+		name    string
+		from    int64
+		want    AttachInfo
+		wantErr error
+	}{
+		{"oldest retained", -1, AttachInfo{Offset: 150, End: 250}, nil},
+		{"from zero, lost", 0, AttachInfo{Offset: 150, Lost: 150, End: 250}, nil},
+		{"from just before start", 149, AttachInfo{Offset: 150, Lost: 1, End: 250}, nil},
+		{"from start", 150, AttachInfo{Offset: 150, End: 250}, nil},
+		{"from middle", 200, AttachInfo{Offset: 200, End: 250}, nil},
+		{"from end", 250, AttachInfo{Offset: 250, End: 250}, nil},
+		{"beyond end", 251, AttachInfo{}, ErrBadOffset},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, info, err := s.Subscribe(tt.from, nil)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err: got %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			defer v.Close()
+			if info != tt.want {
+				t.Errorf("info: got %+v, want %+v", info, tt.want)
+			}
+			if off := v.Offset(); off != tt.want.Offset {
+				t.Errorf("offset: got %v, want %v", off, tt.want.Offset)
+			}
+		})
+	}
+}
+
+// The seed-002 tracking: born unwatched; the first subscribe clears it; with two viewers one
+// unsubscribe keeps it clear; the last unsubscribe sets it (to the clock's now).
+func TestUnwatchedSinceTracksViewers(t *testing.T) {
+	var clock atomic.Int64
+	born := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	clock.Store(born.UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+	r := NewRegistry(testOptions(), now)
+	s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "exec sleep 60")
+
+	if got := s.UnwatchedSince(); !got.Equal(born) {
+		t.Fatalf("born: got unwatched since %v, want %v", got, born)
+	}
+	a, _, err := r.Attach(s.ID(), "alice", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.UnwatchedSince(); !got.IsZero() {
+		t.Errorf("after the first attach: got %v, want zero", got)
+	}
+	b, _, err := r.Attach(s.ID(), "alice", -1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(int64(time.Second))
+	a.Close()
+	if got := s.UnwatchedSince(); !got.IsZero() {
+		t.Errorf("one of two viewers left: got %v, want zero", got)
+	}
+	clock.Add(int64(time.Second))
+	left := now()
+	b.Close()
+	if got := s.UnwatchedSince(); !got.Equal(left) {
+		t.Errorf("the last viewer left: got %v, want %v", got, left)
+	}
+	b.Close() // a second close changes nothing
+	clock.Add(int64(time.Second))
+	if got := s.UnwatchedSince(); !got.Equal(left) {
+		t.Errorf("after a second close: got %v, want %v", got, left)
+	}
+	if n := s.Info().Viewers; n != 0 {
+		t.Errorf("viewers: got %v, want 0", n)
+	}
+}
+
+// bigScript prints the same 1 MiB as exitScript, from the program itself (exec), so its pid is
+// the writer's.
+const bigScript = `stty raw -echo; exec awk 'BEGIN { for (i = 0; i < 131072; i++) printf "%07d\n", i }'`
+
+// blockedInWrite reports whether pid sits in write(2).
+func blockedInWrite(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/syscall")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 0 && f[0] == strconv.Itoa(syscall.SYS_WRITE)
+}
+
+type countingTelemetry struct {
+	bytes  atomic.Int64
+	pauses atomic.Int64
+}
+
+func (c *countingTelemetry) BytesOut(n int)         { c.bytes.Add(int64(n)) }
+func (c *countingTelemetry) Paused(d time.Duration) { c.pauses.Add(1) }
+
+func isPaused(s *Session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
+}
+
+// checkStream verifies invariant 5 for one viewer that started at offset 0: the bytes it got,
+// with the gaps it was told about, are exactly want, in order.
+func checkStream(t *testing.T, name string, got []byte, gaps []gap, want []byte) {
+	t.Helper()
+	var off int64 // offset in want of got[prev]
+	prev := 0
+	for _, g := range gaps {
+		seg := got[prev:g.at]
+		if !bytes.Equal(seg, want[off:off+int64(len(seg))]) {
+			t.Errorf("viewer %s: bytes before the gap at %d differ from the stream", name, off+int64(len(seg)))
+			return
+		}
+		off += int64(len(seg)) + g.lost
+		prev = g.at
+	}
+	seg := got[prev:]
+	if off+int64(len(seg)) != int64(len(want)) || !bytes.Equal(seg, want[off:]) {
+		lost := off - int64(prev)
+		t.Errorf("viewer %s: got %d bytes and %d lost, want exactly the %d-byte stream", name, len(got), lost, len(want))
+	}
+}
+
+func TestViewersReadInOrder(t *testing.T) {
+	t.Parallel()
+	want := exitScriptOutput()
+	tests := []struct {
+		name      string
+		ring      int
+		allowGaps bool
+	}{
+		// The ring holds the whole output: nobody can fall off it.
+		{"ring holds everything", 1 << 20, false},
+		// The ring holds 1/16 of it: a viewer that falls behind the other (the reader only
+		// pauses when every viewer is far behind) may get gaps, with exact counts.
+		{"small ring", 64 << 10, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			opts := testOptions()
+			opts.ScrollbackBytes = tt.ring
+			r := NewRegistry(opts, nil)
+			wakeA, wakeFnA := wakeChan()
+			s, va := openT(t, r, "alice", wakeFnA, "/bin/sh", "-c", exitScript)
+			wakeB, wakeFnB := wakeChan()
+			vb, info, err := r.Attach(s.ID(), "alice", 0, wakeFnB)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Lost != 0 {
+				t.Fatalf("second viewer: got %v bytes lost at attach, want 0", info.Lost)
+			}
+			ca, cb := collect(t, va, wakeA, nil), collect(t, vb, wakeB, nil)
+			for name, c := range map[string]*collector{"A": ca, "B": cb} {
+				if err := c.waitEnd(t, 30*time.Second); err != io.EOF {
+					t.Fatalf("viewer %s end: got %v, want %v", name, err, io.EOF)
+				}
+				got, gaps, _ := c.result()
+				if len(gaps) != 0 && !tt.allowGaps {
+					t.Errorf("viewer %s gaps: got %v, want none", name, gaps)
+				}
+				checkStream(t, name, got, gaps, want)
+			}
+			waitClosed(t, s.Exited(), 5*time.Second, "exit")
+			if e, _ := s.Exit(); e != (ExitStatus{Code: 7}) {
+				t.Errorf("exit: got %+v, want code 7", e)
+			}
+		})
+	}
+}
+
+func TestStalledViewerDoesNotDelayFastOne(t *testing.T) {
+	t.Parallel()
+	want := exitScriptOutput()
+	const ringSize = 64 << 10
+	opts := testOptions()
+	opts.ScrollbackBytes = ringSize
+	r := NewRegistry(opts, nil)
+	// The stalled viewer attaches with the open (from 0) and never reads until the end.
+	_, stalledFn := wakeChan()
+	s, stalled := openT(t, r, "alice", stalledFn, "/bin/sh", "-c", exitScript)
+	wake, wakeFn := wakeChan()
+	fast, info, err := r.Attach(s.ID(), "alice", 0, wakeFn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Lost != 0 {
+		t.Fatalf("fast viewer: got %v bytes lost at attach, want 0", info.Lost)
+	}
+	c := collect(t, fast, wake, nil)
+	if err := c.waitEnd(t, 30*time.Second); err != io.EOF {
+		t.Fatalf("fast viewer end: got %v, want %v", err, io.EOF)
+	}
+	got, gaps, _ := c.result()
+	if len(gaps) != 0 || !bytes.Equal(got, want) {
+		t.Fatalf("fast viewer: got %d bytes, gaps %v, want %d bytes and no gap", len(got), gaps, len(want))
+	}
+	waitClosed(t, s.Exited(), 5*time.Second, "exit")
+
+	// The stalled viewer lost exactly what the ring no longer holds, then gets the rest.
+	p := make([]byte, len(want))
+	n, lost, err := stalled.Read(p)
+	if err != nil || lost != int64(len(want)-ringSize) || n != ringSize {
+		t.Fatalf("stalled viewer: got n=%v lost=%v err=%v, want n=%v lost=%v err=nil", n, lost, err, ringSize, len(want)-ringSize)
+	}
+	if !bytes.Equal(p[:n], want[len(want)-ringSize:]) {
+		t.Errorf("stalled viewer: wrong bytes after the gap")
+	}
+	if n, lost, err := stalled.Read(p); n != 0 || lost != 0 || err != io.EOF {
+		t.Errorf("stalled viewer at the end: got %v, %v, %v, want 0, 0, %v", n, lost, err, io.EOF)
+	}
+	stalled.Close()
+}
+
+func TestBackpressure(t *testing.T) {
+	t.Parallel()
+	want := exitScriptOutput()
+	const ringSize = 64 << 10
+	newOpts := func() (Options, *countingTelemetry) {
+		tel := &countingTelemetry{}
+		opts := testOptions()
+		opts.ScrollbackBytes = ringSize
+		opts.Telemetry = tel
+		return opts, tel
+	}
+
+	t.Run("a stalled viewer pauses the reader until it reads", func(t *testing.T) {
+		t.Parallel()
+		opts, tel := newOpts()
+		r := NewRegistry(opts, nil)
+		wake, wakeFn := wakeChan()
+		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		gate := make(chan struct{})
+		c := collect(t, v, wake, gate)
+
+		waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+		// The program is stuck writing to the PTY nobody drains.
+		waitFor(t, 10*time.Second, "program blocked in write", func() bool { return blockedInWrite(s.Pid()) })
+		if _, done := s.Exit(); done {
+			t.Fatalf("program exited while the reader was paused")
+		}
+		hw := int64(r.Options().HighWaterBytes)
+		if in := s.Info(); in.End <= hw || in.End > ringSize || in.Start != 0 {
+			t.Errorf("paused at: got start %v end %v, want start 0 and %v < end <= %v", in.Start, in.End, hw, ringSize)
+		}
+
+		close(gate) // the viewer reads: the reader resumes and the program finishes
+		if err := c.waitEnd(t, 30*time.Second); err != io.EOF {
+			t.Fatalf("viewer end: got %v, want %v", err, io.EOF)
+		}
+		got, gaps, _ := c.result()
+		if len(gaps) != 0 || !bytes.Equal(got, want) {
+			t.Errorf("viewer: got %d bytes, gaps %v, want %d bytes and no gap", len(got), gaps, len(want))
+		}
+		waitClosed(t, s.Exited(), 5*time.Second, "exit")
+		if tel.pauses.Load() == 0 {
+			t.Errorf("pauses recorded: got 0, want at least 1")
+		}
+		if b := tel.bytes.Load(); b != int64(len(want)) {
+			t.Errorf("bytes out: got %v, want %v", b, len(want))
+		}
+	})
+
+	t.Run("with no viewer the ring overwrites", func(t *testing.T) {
+		t.Parallel()
+		opts, tel := newOpts()
+		r := NewRegistry(opts, nil)
+		s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", bigScript)
+		waitClosed(t, s.Exited(), 30*time.Second, "exit")
+		waitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
+		got, start := ringBytes(s)
+		if start != int64(len(want)-ringSize) || !bytes.Equal(got, want[start:]) {
+			t.Errorf("ring: got %d bytes from %v, want the last %d bytes from %v", len(got), start, ringSize, len(want)-ringSize)
+		}
+		if n := tel.pauses.Load(); n != 0 {
+			t.Errorf("pauses: got %v, want 0", n)
+		}
+	})
+
+	t.Run("a paused reader never delays Kill", func(t *testing.T) {
+		t.Parallel()
+		opts, _ := newOpts()
+		r := NewRegistry(opts, nil)
+		_, wakeFn := wakeChan()
+		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+
+		res, _ := killWithin(t, time.Second, func(ctx context.Context) (KillResult, error) {
+			return r.Kill(ctx, s.ID(), "alice")
+		})
+		if !res.Reaped || res.Survivors != 0 {
+			t.Errorf("reaped, survivors: got %v, %v, want true, 0", res.Reaped, res.Survivors)
+		}
+		waitClosed(t, s.ReaderDone(), 2*time.Second, "reader end")
+		if end := s.Info().End; end != res.Offset {
+			t.Errorf("output end: got %v, want the kill's offset %v", end, res.Offset)
+		}
+		p := make([]byte, len(want))
+		n, lost, err := v.Read(p)
+		if err != nil || lost != 0 || int64(n) != res.Offset || !bytes.Equal(p[:n], want[:n]) {
+			t.Errorf("viewer after the kill: got n=%v lost=%v err=%v, want the first %v bytes", n, lost, err, res.Offset)
+		}
+		if _, _, err := v.Read(p); err != io.EOF {
+			t.Errorf("viewer at the end: got %v, want %v", err, io.EOF)
+		}
+	})
+
+	t.Run("a viewer attaching at the end resumes a paused reader", func(t *testing.T) {
+		t.Parallel()
+		opts, _ := newOpts()
+		r := NewRegistry(opts, nil)
+		_, wakeFn := wakeChan()
+		s, _ := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+		// This viewer has everything, so not every viewer is behind: the reader must go on and
+		// wake it with new output, though it has not read yet.
+		wake, wakeFn2 := wakeChan()
+		v, _, err := r.Attach(s.ID(), "alice", s.Info().End, wakeFn2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close()
+		waitClosed(t, wake, 5*time.Second, "new output for the viewer at the end")
+	})
+}
