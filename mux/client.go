@@ -1,0 +1,690 @@
+package mux
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/gorilla/websocket"
+)
+
+// DialOptions configure a Client.
+type DialOptions struct {
+	Token  string      // sent as Authorization: Bearer
+	Origin string      // sent as Origin when set
+	Header http.Header // extra headers
+	Name   string      // client name sent with initialize (default "muxterm-go")
+	// Dialer defaults to a copy of websocket.DefaultDialer with the subprotocol set.
+	Dialer *websocket.Dialer
+}
+
+// InitializeResult is the server's answer to initialize.
+type InitializeResult struct {
+	Server struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	} `json:"server"`
+	Protocol string `json:"protocol"`
+	Limits   Limits `json:"limits"`
+	Flow     struct {
+		Window   int `json:"window"`
+		AckBytes int `json:"ackBytes"`
+	} `json:"flow"`
+}
+
+// ExitInfo is a process's exit as the protocol reports it.
+type ExitInfo struct {
+	Code   int     `json:"code"`
+	Signal *string `json:"signal"`
+}
+
+// OpenResult is session.open's result.
+type OpenResult struct {
+	Session string `json:"session"`
+	Channel uint32 `json:"channel"`
+	Pid     int    `json:"pid"`
+	Offset  int64  `json:"offset"`
+}
+
+// AttachResult is session.attach's result.
+type AttachResult struct {
+	Session string    `json:"session"`
+	Channel uint32    `json:"channel"`
+	Offset  int64     `json:"offset"`
+	Lost    int64     `json:"lost"`
+	End     int64     `json:"end"`
+	Pid     int       `json:"pid"`
+	Cols    int       `json:"cols"`
+	Rows    int       `json:"rows"`
+	Exit    *ExitInfo `json:"exit"`
+}
+
+// KillResult is session.kill's result.
+type KillResult struct {
+	Session    string    `json:"session"`
+	Status     string    `json:"status"`
+	Exit       *ExitInfo `json:"exit"`
+	DurationMs float64   `json:"duration_ms"`
+	Signals    []string  `json:"signals"`
+	Escapees   int       `json:"escapees"`
+	Survivors  int       `json:"survivors"`
+	Offset     int64     `json:"offset"`
+}
+
+// SessionInfo is one entry of session.list.
+type SessionInfo struct {
+	Session string    `json:"session"`
+	Name    string    `json:"name"`
+	Pid     int       `json:"pid"`
+	Cmd     []string  `json:"cmd"`
+	Created string    `json:"created"`
+	Cols    int       `json:"cols"`
+	Rows    int       `json:"rows"`
+	Viewers int       `json:"viewers"`
+	End     int64     `json:"end"`
+	Exit    *ExitInfo `json:"exit"`
+}
+
+// Client speaks muxterm.v1 over one WebSocket. Its methods are safe for concurrent use; each
+// Channel's Read is meant for one goroutine.
+type Client struct {
+	ws   *websocket.Conn
+	Init InitializeResult
+
+	// wmu serialises writes (gorilla allows one writer at a time).
+	wmu sync.Mutex
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	nextID   int64
+	calls    map[string]chan response
+	channels map[uint32]*Channel
+	nextCh   uint32
+	errs     []*Error // id-less errors from the server, for tests
+	closeErr error
+
+	done chan struct{} // closed when readLoop ends
+}
+
+type response struct {
+	Result json.RawMessage
+	Err    *Error
+}
+
+// Dial connects, negotiates muxterm.v1 and calls initialize.
+func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
+	d := websocket.DefaultDialer
+	if opts.Dialer != nil {
+		d = opts.Dialer
+	}
+	dd := *d
+	dd.Subprotocols = []string{Subprotocol}
+	h := http.Header{}
+	for k, v := range opts.Header {
+		h[k] = v
+	}
+	if opts.Token != "" {
+		h.Set("Authorization", "Bearer "+opts.Token)
+	}
+	if opts.Origin != "" {
+		h.Set("Origin", opts.Origin)
+	}
+	ws, resp, err := dd.DialContext(ctx, url, h)
+	if err != nil {
+		if resp != nil {
+			return nil, &DialError{Status: resp.StatusCode, Err: err}
+		}
+		return nil, fmt.Errorf("dial %s: %w", url, err)
+	}
+	c := &Client{ws: ws, calls: make(map[string]chan response), channels: make(map[uint32]*Channel),
+		done: make(chan struct{})}
+	go c.readLoop()
+	name := opts.Name
+	if name == "" {
+		name = "muxterm-go"
+	}
+	if err := c.Call(ctx, "initialize", map[string]any{
+		"client": map[string]any{"name": name, "version": "1"}, "capabilities": map[string]any{}},
+		&c.Init); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	return c, nil
+}
+
+// DialError is a refused upgrade.
+type DialError struct {
+	Status int
+	Err    error
+}
+
+func (e *DialError) Error() string {
+	return fmt.Sprintf("upgrade refused: HTTP %d: %v", e.Status, e.Err)
+}
+func (e *DialError) Unwrap() error { return e.Err }
+
+// Close closes the socket; sessions keep running on the server.
+func (c *Client) Close() error {
+	err := c.ws.Close()
+	<-c.done
+	return err
+}
+
+// Done is closed when the connection has ended; Err then says why.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended (a *websocket.CloseError for a close frame).
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeErr
+}
+
+// ServerErrors returns the id-less errors the server sent (about binary frames or unparseable
+// messages).
+func (c *Client) ServerErrors() []*Error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Error(nil), c.errs...)
+}
+
+// WriteRaw sends a raw WebSocket message, for tests of bad input.
+func (c *Client) WriteRaw(typ int, b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.ws.WriteMessage(typ, b)
+}
+
+// Call sends a request and decodes its result into out (if non-nil). A JSON-RPC error is
+// returned as *Error.
+func (c *Client) Call(ctx context.Context, method string, params any, out any) error {
+	c.mu.Lock()
+	if c.closeErr != nil {
+		err := c.closeErr
+		c.mu.Unlock()
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	c.nextID++
+	id := strconv.FormatInt(c.nextID, 10)
+	ch := make(chan response, 1)
+	c.calls[id] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.calls, id)
+		c.mu.Unlock()
+	}()
+	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "method": method, "params": params})
+	if err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	if err := c.WriteRaw(websocket.TextMessage, msg); err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return r.Err
+		}
+		if out != nil {
+			if err := json.Unmarshal(r.Result, out); err != nil {
+				return fmt.Errorf("%s: decode result: %w", method, err)
+			}
+		}
+		return nil
+	case <-c.done:
+		return fmt.Errorf("%s: %w", method, c.Err())
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", method, ctx.Err())
+	}
+}
+
+// newChannel picks a free channel number and registers it before the request that binds it,
+// so no output frame can arrive for an unknown channel.
+func (c *Client) newChannel() *Channel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		c.nextCh++
+		if c.nextCh == 0 {
+			c.nextCh = 1
+		}
+		if _, used := c.channels[c.nextCh]; !used {
+			break
+		}
+	}
+	ch := &Channel{c: c, ID: c.nextCh, ackEvery: max(c.Init.Flow.AckBytes, 1),
+		exited: make(chan struct{}), closed: make(chan struct{})}
+	ch.cond = sync.NewCond(&ch.mu)
+	c.channels[ch.ID] = ch
+	return ch
+}
+
+func (c *Client) dropChannel(ch *Channel) {
+	c.mu.Lock()
+	if c.channels[ch.ID] == ch {
+		delete(c.channels, ch.ID)
+	}
+	c.mu.Unlock()
+}
+
+// OpenOptions are session.open's params other than the channel.
+type OpenOptions struct {
+	Cmd  []string          `json:"cmd,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
+	Cols int               `json:"cols"`
+	Rows int               `json:"rows"`
+	Name string            `json:"name,omitempty"`
+}
+
+// Open starts a session and returns its channel.
+func (c *Client) Open(ctx context.Context, o OpenOptions) (*Channel, error) {
+	ch := c.newChannel()
+	var res OpenResult
+	params := map[string]any{"channel": ch.ID, "cols": o.Cols, "rows": o.Rows}
+	if len(o.Cmd) > 0 {
+		params["cmd"] = o.Cmd
+	}
+	if o.Cwd != "" {
+		params["cwd"] = o.Cwd
+	}
+	if len(o.Env) > 0 {
+		params["env"] = o.Env
+	}
+	if o.Name != "" {
+		params["name"] = o.Name
+	}
+	if err := c.Call(ctx, "session.open", params, &res); err != nil {
+		c.dropChannel(ch)
+		return nil, err
+	}
+	ch.setBound(res.Session, res.Offset, res.Pid)
+	return ch, nil
+}
+
+// Attach binds a new channel to session id, replaying from from (nil: the oldest retained byte).
+func (c *Client) Attach(ctx context.Context, id string, from *int64) (*Channel, AttachResult, error) {
+	ch := c.newChannel()
+	params := map[string]any{"channel": ch.ID, "session": id}
+	if from != nil {
+		params["from"] = *from
+	}
+	var res AttachResult
+	if err := c.Call(ctx, "session.attach", params, &res); err != nil {
+		c.dropChannel(ch)
+		return nil, res, err
+	}
+	ch.setBound(res.Session, res.Offset, res.Pid)
+	return ch, res, nil
+}
+
+// Kill kills session id.
+func (c *Client) Kill(ctx context.Context, id string) (KillResult, error) {
+	var res KillResult
+	err := c.Call(ctx, "session.kill", map[string]any{"session": id}, &res)
+	return res, err
+}
+
+// List lists the caller's sessions.
+func (c *Client) List(ctx context.Context) ([]SessionInfo, error) {
+	var res struct {
+		Sessions []SessionInfo `json:"sessions"`
+	}
+	err := c.Call(ctx, "session.list", map[string]any{}, &res)
+	return res.Sessions, err
+}
+
+// readLoop is the client's only reader. It routes responses to callers and output and
+// notifications to channels, in order.
+func (c *Client) readLoop() {
+	defer close(c.done)
+	for {
+		typ, b, err := c.ws.ReadMessage()
+		if err != nil {
+			c.mu.Lock()
+			c.closeErr = err
+			chs := make([]*Channel, 0, len(c.channels))
+			for _, ch := range c.channels {
+				chs = append(chs, ch)
+			}
+			c.mu.Unlock()
+			for _, ch := range chs {
+				ch.end(io.ErrUnexpectedEOF)
+			}
+			return
+		}
+		if typ == websocket.BinaryMessage {
+			f, err := ParseFrame(b)
+			if err != nil || f.Type != FrameOutput {
+				continue
+			}
+			c.mu.Lock()
+			ch := c.channels[f.Channel]
+			c.mu.Unlock()
+			if ch != nil {
+				ch.push(f.Payload)
+			}
+			continue
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+			Result json.RawMessage `json:"result"`
+			Error  *Error          `json:"error"`
+		}
+		if json.Unmarshal(b, &m) != nil {
+			continue
+		}
+		if m.Method != "" {
+			c.notification(m.Method, m.Params)
+			continue
+		}
+		if len(m.ID) == 0 || string(m.ID) == "null" {
+			if m.Error != nil {
+				c.mu.Lock()
+				c.errs = append(c.errs, m.Error)
+				c.mu.Unlock()
+			}
+			continue
+		}
+		c.mu.Lock()
+		call := c.calls[string(m.ID)]
+		c.mu.Unlock()
+		if call != nil {
+			call <- response{Result: m.Result, Err: m.Error}
+		}
+	}
+}
+
+func (c *Client) notification(method string, raw json.RawMessage) {
+	var p struct {
+		Channel uint32  `json:"channel"`
+		Lost    int64   `json:"lost"`
+		Code    int     `json:"code"`
+		Signal  *string `json:"signal"`
+		Reason  string  `json:"reason"`
+	}
+	if json.Unmarshal(raw, &p) != nil {
+		return
+	}
+	c.mu.Lock()
+	ch := c.channels[p.Channel]
+	c.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	switch method {
+	case "session.gap":
+		ch.gap(p.Lost)
+	case "session.exit":
+		ch.setExit(ExitInfo{Code: p.Code, Signal: p.Signal})
+	case "session.closed":
+		c.dropChannel(ch)
+		ch.setClosed(p.Reason)
+	}
+}
+
+// Channel is one bound channel. Read returns its output in order and acknowledges what it
+// returns; a Channel that is not read stops receiving once the server's window is full.
+type Channel struct {
+	c        *Client
+	ID       uint32
+	ackEvery int
+
+	exited chan struct{} // closed on session.exit
+	closed chan struct{} // closed on session.closed or connection end
+
+	// mu guards the fields below; cond signals new data or the end.
+	mu      sync.Mutex
+	cond    *sync.Cond
+	session string
+	pid     int
+	// offset is the resume offset: the attach offset plus the bytes Read returned plus the
+	// gaps Read passed. Bytes received but not yet read do not count: a client resumes from
+	// what it consumed.
+	offset  int64
+	bound   bool
+	segs    []segment // received, not yet read, in order
+	unacked int
+	lost    int64
+	exit    *ExitInfo
+	reason  string
+	endErr  error
+}
+
+// segment is received output, or a gap of lost bytes, in stream order.
+type segment struct {
+	gap  int64
+	data []byte
+}
+
+func (ch *Channel) setBound(id string, offset int64, pid int) {
+	ch.mu.Lock()
+	ch.session, ch.pid, ch.bound = id, pid, true
+	// Output may already have arrived; Read counts it from here.
+	ch.offset = offset
+	ch.mu.Unlock()
+}
+
+// Session returns the session id.
+func (ch *Channel) Session() string {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.session
+}
+
+// Pid returns the session's process id.
+func (ch *Channel) Pid() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.pid
+}
+
+// Offset is where a new attach resumes so that nothing already received repeats.
+func (ch *Channel) Offset() int64 {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.offset
+}
+
+// Lost returns the bytes announced lost by session.gap.
+func (ch *Channel) Lost() int64 {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.lost
+}
+
+// Exited is closed when the session's process exited; ExitInfo then holds its status.
+func (ch *Channel) Exited() <-chan struct{} { return ch.exited }
+
+// ExitInfo returns the exit, or nil.
+func (ch *Channel) ExitInfo() *ExitInfo {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.exit
+}
+
+// Closed is closed on session.closed or when the connection ends; Reason says which.
+func (ch *Channel) Closed() <-chan struct{} { return ch.closed }
+
+// Reason returns the session.closed reason, or "" if the connection ended instead.
+func (ch *Channel) Reason() string {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.reason
+}
+
+func (ch *Channel) push(p []byte) {
+	ch.mu.Lock()
+	if n := len(ch.segs); n > 0 && ch.segs[n-1].gap == 0 {
+		ch.segs[n-1].data = append(ch.segs[n-1].data, p...)
+	} else {
+		ch.segs = append(ch.segs, segment{data: append([]byte(nil), p...)})
+	}
+	ch.cond.Broadcast()
+	ch.mu.Unlock()
+}
+
+func (ch *Channel) gap(n int64) {
+	ch.mu.Lock()
+	ch.lost += n
+	ch.segs = append(ch.segs, segment{gap: n})
+	ch.cond.Broadcast()
+	ch.mu.Unlock()
+}
+
+// buffered returns the bytes received and not yet read. ch.mu must be held.
+func (ch *Channel) bufferedLocked() int {
+	n := 0
+	for _, s := range ch.segs {
+		n += len(s.data)
+	}
+	return n
+}
+
+func (ch *Channel) setExit(e ExitInfo) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.exit == nil {
+		ch.exit = &e
+		close(ch.exited)
+	}
+}
+
+func (ch *Channel) setClosed(reason string) {
+	ch.mu.Lock()
+	ch.reason = reason
+	ch.mu.Unlock()
+	ch.end(io.EOF)
+}
+
+func (ch *Channel) end(err error) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.endErr == nil {
+		ch.endErr = err
+		close(ch.closed)
+		ch.cond.Broadcast()
+	}
+}
+
+// Read returns buffered output, waiting for some; it returns io.EOF after session.closed and
+// io.ErrUnexpectedEOF when the connection ended. Bytes returned are acknowledged.
+func (ch *Channel) Read(p []byte) (int, error) {
+	ch.mu.Lock()
+	for {
+		// Pass gaps at the head: they advance the offset.
+		for len(ch.segs) > 0 && ch.segs[0].gap > 0 {
+			ch.offset += ch.segs[0].gap
+			ch.segs = ch.segs[1:]
+		}
+		if len(ch.segs) > 0 || ch.endErr != nil {
+			break
+		}
+		ch.cond.Wait()
+	}
+	if len(ch.segs) == 0 {
+		err := ch.endErr
+		ch.mu.Unlock()
+		return 0, err
+	}
+	n := copy(p, ch.segs[0].data)
+	ch.segs[0].data = ch.segs[0].data[n:]
+	if len(ch.segs[0].data) == 0 {
+		ch.segs = ch.segs[1:]
+	}
+	ch.offset += int64(n)
+	ch.unacked += n
+	var ack int
+	if ch.unacked >= ch.ackEvery || ch.bufferedLocked() == 0 {
+		ack, ch.unacked = ch.unacked, 0
+	}
+	ch.mu.Unlock()
+	if ack > 0 {
+		_ = ch.c.WriteRaw(websocket.BinaryMessage, AppendAck(nil, ch.ID, uint32(ack)))
+	}
+	return n, nil
+}
+
+// Write sends input.
+func (ch *Channel) Write(p []byte) (int, error) {
+	if err := ch.c.WriteRaw(websocket.BinaryMessage, AppendFrame(nil, FrameInput, ch.ID, p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Resize resizes the terminal.
+func (ch *Channel) Resize(ctx context.Context, cols, rows int) error {
+	return ch.c.Call(ctx, "session.resize", map[string]any{"channel": ch.ID, "cols": cols, "rows": rows}, nil)
+}
+
+// Signal sends a signal ("INT", ...) to the foreground process group.
+func (ch *Channel) Signal(ctx context.Context, sig string) error {
+	return ch.c.Call(ctx, "session.signal", map[string]any{"channel": ch.ID, "signal": sig}, nil)
+}
+
+// Detach unbinds the channel; the session keeps running.
+func (ch *Channel) Detach(ctx context.Context) error {
+	err := ch.c.Call(ctx, "session.detach", map[string]any{"channel": ch.ID}, nil)
+	ch.c.dropChannel(ch)
+	ch.end(io.EOF)
+	return err
+}
+
+// ReadUntil reads until the accumulated output contains want, or ctx ends. It returns all
+// that was read.
+func (ch *Channel) ReadUntil(ctx context.Context, want string) (string, error) {
+	var out []byte
+	buf := make([]byte, 32<<10)
+	type result struct {
+		n   int
+		err error
+	}
+	for {
+		res := make(chan result, 1)
+		go func() {
+			n, err := ch.Read(buf)
+			res <- result{n, err}
+		}()
+		select {
+		case r := <-res:
+			out = append(out, buf[:r.n]...)
+			if bytes.Contains(out, []byte(want)) {
+				return string(out), nil
+			}
+			if r.err != nil {
+				return string(out), fmt.Errorf("read until %q: %w", want, r.err)
+			}
+		case <-ctx.Done():
+			// Unblock the pending Read; the channel is unusable afterwards.
+			ch.end(ctx.Err())
+			<-res
+			return string(out), fmt.Errorf("read until %q: %w (got %q)", want, ctx.Err(), tail(out))
+		}
+	}
+}
+
+func tail(b []byte) string {
+	if len(b) > 200 {
+		b = b[len(b)-200:]
+	}
+	return string(b)
+}
+
+// Wait waits for the channel to close or ctx to end.
+func (ch *Channel) Wait(ctx context.Context) error {
+	select {
+	case <-ch.closed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,949 @@
+package mux
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"muxterm/session"
+)
+
+// Socket is the part of a WebSocket connection the multiplexer uses; *websocket.Conn
+// implements it. At most one goroutine reads (NextReader) and one writes (WriteMessage);
+// WriteControl and Close may be called from any goroutine.
+type Socket interface {
+	NextReader() (messageType int, r io.Reader, err error)
+	WriteMessage(messageType int, data []byte) error
+	WriteControl(messageType int, data []byte, deadline time.Time) error
+	SetReadDeadline(t time.Time) error
+	SetWriteDeadline(t time.Time) error
+	SetPongHandler(h func(appData string) error)
+	SetReadLimit(limit int64)
+	Close() error
+}
+
+// Subprotocol is the WebSocket subprotocol of this protocol version.
+const Subprotocol = "muxterm.v1"
+
+// ErrShutdown is the cancel cause that makes Serve tell every channel `session.closed
+// {reason: shutdown}` and close the socket with 1001.
+var ErrShutdown = errors.New("gateway shutting down")
+
+// Defaults for ServerOptions.
+const (
+	DefaultWindow          = 256 << 10
+	DefaultMaxChannels     = 64
+	DefaultMaxSessions     = 64
+	DefaultMaxMessageBytes = 64 << 10
+	DefaultMaxInputBytes   = 64 << 10
+	DefaultPongWait        = 60 * time.Second
+	DefaultWriteWait       = 10 * time.Second
+
+	hardReadLimit   = 16 << 20 // beyond this a message closes the socket (1009)
+	maxQueuedCtrl   = 1024     // responses a client may leave unread before it is dropped
+	maxPending      = 16       // concurrent slow requests (open, kill) per socket
+	killTimeout     = 30 * time.Second
+	firstMsgTimeout = 30 * time.Second
+)
+
+// ServerOptions configure one multiplexed connection.
+type ServerOptions struct {
+	Registry  *session.Registry // required
+	Principal string            // owner of the sessions this socket opens and sees
+	// ReadOnly principals receive output; their input, resize, signal, open and kill are
+	// refused.
+	ReadOnly bool
+	// AllowCmd decides whether session.open may run argv (non-empty). Nil: only the shell.
+	AllowCmd func(argv []string) bool
+	// Window is the per-channel credit in bytes. Default: 256 KiB.
+	Window int
+	// MaxChannels bounds channels per socket (default 64); MaxSessions bounds the principal's
+	// sessions (default 64).
+	MaxChannels, MaxSessions int
+	// MaxMessageBytes bounds text messages (default 64 KiB); MaxInputBytes bounds one input
+	// frame's payload (default 64 KiB).
+	MaxMessageBytes, MaxInputBytes int
+	// PongWait: a socket silent this long is closed (default 60s). Pings go out at 9/10 of it.
+	// WriteWait bounds each write (default 10s).
+	PongWait, WriteWait time.Duration
+	// Version is reported by initialize.
+	Version string
+	Logger  *slog.Logger
+
+	// testHookAfterSubscribe runs in the read loop after an attach subscribed and before its
+	// reply is queued.
+	testHookAfterSubscribe func()
+}
+
+func (o ServerOptions) withDefaults() ServerOptions {
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.MaxChannels <= 0 {
+		o.MaxChannels = DefaultMaxChannels
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.MaxInputBytes <= 0 {
+		o.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if o.PongWait <= 0 {
+		o.PongWait = DefaultPongWait
+	}
+	if o.WriteWait <= 0 {
+		o.WriteWait = DefaultWriteWait
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	return o
+}
+
+func (o ServerOptions) limits() Limits {
+	return Limits{MaxMessageBytes: o.MaxMessageBytes, MaxInputBytes: o.MaxInputBytes,
+		MaxChannels: o.MaxChannels, MaxSessions: o.MaxSessions, MaxCols: session.MaxCols,
+		MaxRows: session.MaxRows, MaxOutputFrameBytes: MaxOutputPayload}
+}
+
+// channel is one binding of a channel number to a session viewer on one socket.
+type channel struct {
+	id     uint32
+	credit *credit
+
+	// set once before active is stored true; read after active.Load():
+	sess *session.Session
+	v    *session.Viewer
+
+	active   atomic.Bool // bound and its attach/open reply is queued: the writer may serve it
+	detached atomic.Bool // unbound; the writer skips it
+	queued   atomic.Bool // in conn.ready
+
+	// owned by writeLoop:
+	exitSent   bool
+	closedSent bool
+}
+
+// conn is the multiplexer of one socket.
+type conn struct {
+	// immutable after Serve starts:
+	ws     Socket
+	opts   ServerOptions
+	reg    *session.Registry
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// wake tells writeLoop there is work (capacity 1; sends never block).
+	wake       chan struct{}
+	writerDone chan struct{}
+	pending    chan struct{} // semaphore for slow requests
+
+	// mu guards channels and ctrl. Lock order: session.mu may be held when taking mu (viewer
+	// wake callbacks), so never call into session or registry while holding mu.
+	mu       sync.Mutex
+	channels map[uint32]*channel
+	ctrl     [][]byte // queued text messages, written ahead of data
+
+	// readyMu guards ready, the channels that may have data, in round-robin order. It is taken
+	// from viewer wake callbacks with a session.mu held; nothing else is taken under it.
+	readyMu sync.Mutex
+	ready   []*channel
+
+	// wg counts slow-request goroutines.
+	wg sync.WaitGroup
+
+	// owned by readLoop:
+	initialized bool
+}
+
+// Serve runs the multiplexer over ws until the socket fails, the client leaves, or ctx ends.
+// It returns after every goroutine it started has ended and every channel is detached; the
+// sessions keep running. A ctx cancelled with cause ErrShutdown closes the socket with 1001
+// after telling each channel `session.closed {reason: shutdown}`.
+func Serve(ctx context.Context, ws Socket, opts ServerOptions) error {
+	opts = opts.withDefaults()
+	c := &conn{
+		ws: ws, opts: opts, reg: opts.Registry, log: opts.Logger,
+		wake: make(chan struct{}, 1), writerDone: make(chan struct{}),
+		pending: make(chan struct{}, maxPending), channels: make(map[uint32]*channel),
+	}
+	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	go c.writeLoop()
+	err := c.readLoop()
+	c.cancel(err)
+	<-c.writerDone
+	ws.Close()
+	c.wg.Wait()
+	c.detachAll()
+	if cause := context.Cause(c.ctx); errors.Is(cause, ErrShutdown) {
+		return nil
+	}
+	if isNormalClose(err) {
+		return nil
+	}
+	return err
+}
+
+func isNormalClose(err error) bool {
+	return err == nil || websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway, websocket.CloseNoStatusReceived)
+}
+
+// detachAll unbinds every channel; called once both loops have ended.
+func (c *conn) detachAll() {
+	c.mu.Lock()
+	chs := make([]*channel, 0, len(c.channels))
+	for _, ch := range c.channels {
+		chs = append(chs, ch)
+	}
+	clear(c.channels)
+	c.mu.Unlock()
+	for _, ch := range chs {
+		c.unbind(ch)
+	}
+}
+
+// unbind marks ch detached and closes its viewer (unsubscribe). Never call with c.mu held.
+func (c *conn) unbind(ch *channel) {
+	ch.detached.Store(true)
+	if ch.active.Load() && ch.v != nil {
+		ch.v.Close()
+	}
+}
+
+// markReady queues ch for the writer unless it is queued already. It never blocks and may be
+// called with a session.mu held.
+func (c *conn) markReady(ch *channel) {
+	if !ch.queued.CompareAndSwap(false, true) {
+		return
+	}
+	c.readyMu.Lock()
+	c.ready = append(c.ready, ch)
+	c.readyMu.Unlock()
+	notify(c.wake)
+}
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// send queues a text message for the writer. A client that lets maxQueuedCtrl messages pile
+// up unread is dropped (1008). It reports whether the message was queued.
+func (c *conn) send(msg []byte) bool {
+	c.mu.Lock()
+	if len(c.ctrl) >= maxQueuedCtrl {
+		c.mu.Unlock()
+		c.closeWith(websocket.ClosePolicyViolation, "too many responses left unread")
+		return false
+	}
+	if c.ctx.Err() != nil {
+		c.mu.Unlock()
+		return false
+	}
+	c.ctrl = append(c.ctrl, msg)
+	c.mu.Unlock()
+	notify(c.wake)
+	return true
+}
+
+func (c *conn) reply(id json.RawMessage, result any) bool {
+	return c.send(MarshalResponse(id, result, nil))
+}
+
+func (c *conn) replyErr(id json.RawMessage, e *Error) bool {
+	return c.send(MarshalResponse(id, nil, e))
+}
+
+// closeWith sends a close frame and closes the socket; both loops then end.
+func (c *conn) closeWith(code int, text string) {
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text),
+		time.Now().Add(c.opts.WriteWait))
+	c.cancel(fmt.Errorf("closed with %d: %s", code, text))
+	c.ws.Close()
+}
+
+// writeLoop is the only goroutine that writes messages to the socket. Each turn it writes
+// every queued control message first, then serves the ready channels round-robin, one frame
+// per channel per round, writing queued control messages ahead of every frame. A channel
+// without credit is skipped and re-queued by its next ack, so it never delays another. It
+// owns the ping ticker and sets a write deadline on every write. It ends when a write fails or
+// the connection's context ends.
+func (c *conn) writeLoop() {
+	defer close(c.writerDone)
+	ping := time.NewTicker(c.opts.PongWait * 9 / 10) // must be < PongWait
+	defer ping.Stop()
+	buf := make([]byte, HeaderLen+MaxOutputPayload)
+	for {
+		if err := c.flushControl(); err != nil {
+			c.fail(err)
+			return
+		}
+		progressed, err := c.serveRound(buf)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		if progressed {
+			continue
+		}
+		select {
+		case <-c.wake:
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.opts.WriteWait)); err != nil {
+				c.fail(fmt.Errorf("ping: %w", err))
+				return
+			}
+		case <-c.ctx.Done():
+			if errors.Is(context.Cause(c.ctx), ErrShutdown) {
+				c.shutdownFlush()
+			}
+			return
+		}
+	}
+}
+
+// fail ends the connection after a write error.
+func (c *conn) fail(err error) {
+	c.cancel(err)
+	c.ws.Close()
+}
+
+// shutdownFlush tells every bound channel it is closed for shutdown, then closes with 1001.
+func (c *conn) shutdownFlush() {
+	c.mu.Lock()
+	chs := make([]*channel, 0, len(c.channels))
+	for _, ch := range c.channels {
+		chs = append(chs, ch)
+	}
+	c.mu.Unlock()
+	slices.SortFunc(chs, func(a, b *channel) int { return int(int64(a.id) - int64(b.id)) })
+	_ = c.flushControl()
+	for _, ch := range chs {
+		if ch.active.Load() && !ch.closedSent {
+			ch.closedSent = true
+			_ = c.write(websocket.TextMessage, closedNote(ch, session.ReasonShutdown))
+		}
+	}
+	_ = c.ws.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseGoingAway, "gateway shutting down"),
+		time.Now().Add(c.opts.WriteWait))
+}
+
+func (c *conn) write(typ int, b []byte) error {
+	if err := c.ws.SetWriteDeadline(time.Now().Add(c.opts.WriteWait)); err != nil {
+		return err
+	}
+	return c.ws.WriteMessage(typ, b)
+}
+
+// flushControl writes every queued control message.
+func (c *conn) flushControl() error {
+	for {
+		c.mu.Lock()
+		msgs := c.ctrl
+		c.ctrl = nil
+		c.mu.Unlock()
+		if len(msgs) == 0 {
+			return nil
+		}
+		for _, m := range msgs {
+			if err := c.write(websocket.TextMessage, m); err != nil {
+				return fmt.Errorf("write control: %w", err)
+			}
+		}
+	}
+}
+
+func (c *conn) ctrlPending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ctrl) > 0
+}
+
+// serveRound serves each channel that was ready at its start once.
+func (c *conn) serveRound(buf []byte) (progressed bool, err error) {
+	c.readyMu.Lock()
+	round := c.ready
+	c.ready = nil
+	c.readyMu.Unlock()
+	for _, ch := range round {
+		ch.queued.Store(false)
+		if c.ctrlPending() {
+			if err := c.flushControl(); err != nil {
+				return false, err
+			}
+		}
+		wrote, err := c.serveChannel(ch, buf)
+		if err != nil {
+			return false, err
+		}
+		progressed = progressed || wrote
+	}
+	return progressed, nil
+}
+
+// serveChannel writes at most one output frame for ch, preceded by a gap notification if the
+// viewer fell behind the ring, and followed by exit and closed notifications once the output
+// they follow has been written.
+func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
+	if !ch.active.Load() || ch.detached.Load() || ch.closedSent {
+		return false, nil
+	}
+	avail := ch.credit.available()
+	if avail <= 0 {
+		return false, nil // the next ack re-queues it
+	}
+	n := int(min(avail, MaxOutputPayload))
+	nr, lost, err := ch.v.Read(buf[HeaderLen : HeaderLen+n])
+	if errors.Is(err, session.ErrViewerClosed) {
+		return false, nil
+	}
+	if lost > 0 {
+		if err := c.write(websocket.TextMessage, MarshalNotification("session.gap",
+			map[string]any{"channel": ch.id, "lost": lost})); err != nil {
+			return false, fmt.Errorf("write gap: %w", err)
+		}
+	}
+	if nr > 0 {
+		frame := AppendFrame(buf[:0], FrameOutput, ch.id, nil)
+		frame = frame[:HeaderLen+nr]
+		ch.credit.take(int64(nr))
+		if err := c.write(websocket.BinaryMessage, frame); err != nil {
+			return false, fmt.Errorf("write output: %w", err)
+		}
+		c.markReady(ch) // there may be more
+		return true, nil
+	}
+	// Drained for now: the notifications that follow the output.
+	if exit, ok := ch.sess.Exit(); ok && !ch.exitSent {
+		ch.exitSent = true
+		reason, closing := ch.sess.Closing()
+		if !closing || reason != session.ReasonKilled && reason != session.ReasonShutdown {
+			if err := c.write(websocket.TextMessage, exitNote(ch, exit)); err != nil {
+				return false, fmt.Errorf("write exit: %w", err)
+			}
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		if reason, closing := ch.sess.Closing(); closing {
+			ch.closedSent = true
+			if err := c.write(websocket.TextMessage, closedNote(ch, reason)); err != nil {
+				return false, fmt.Errorf("write closed: %w", err)
+			}
+			c.mu.Lock()
+			if c.channels[ch.id] == ch {
+				delete(c.channels, ch.id)
+			}
+			c.mu.Unlock()
+			c.unbind(ch)
+			return true, nil
+		}
+	}
+	return lost > 0, nil
+}
+
+func exitNote(ch *channel, e session.ExitStatus) []byte {
+	return MarshalNotification("session.exit", map[string]any{
+		"channel": ch.id, "session": ch.sess.ID(), "code": e.Code, "signal": signalOrNil(e)})
+}
+
+func closedNote(ch *channel, reason session.Reason) []byte {
+	return MarshalNotification("session.closed", map[string]any{
+		"channel": ch.id, "session": ch.sess.ID(), "reason": string(reason)})
+}
+
+func signalOrNil(e session.ExitStatus) any {
+	if n := e.SignalName(); n != "" {
+		return n
+	}
+	return nil
+}
+
+// readLoop is the only goroutine that reads from the socket. It bounds every message, pushes
+// the read deadline on every message and pong, and dispatches: fast requests inline, slow ones
+// (open, kill) on their own goroutines so that no request delays acks or input of other
+// channels. It returns the error that ended the connection.
+func (c *conn) readLoop() error {
+	c.ws.SetReadLimit(hardReadLimit)
+	_ = c.ws.SetReadDeadline(time.Now().Add(min(c.opts.PongWait, firstMsgTimeout)))
+	c.ws.SetPongHandler(func(string) error {
+		return c.ws.SetReadDeadline(time.Now().Add(c.opts.PongWait))
+	})
+	var msg bytes.Buffer
+	for {
+		typ, r, err := c.ws.NextReader()
+		if err != nil {
+			return err
+		}
+		_ = c.ws.SetReadDeadline(time.Now().Add(c.opts.PongWait))
+		limit := c.opts.MaxMessageBytes
+		if typ == websocket.BinaryMessage {
+			limit = HeaderLen + c.opts.MaxInputBytes
+		}
+		msg.Reset()
+		if _, err := msg.ReadFrom(io.LimitReader(r, int64(limit)+1)); err != nil {
+			return err
+		}
+		over := msg.Len() > limit
+		if over {
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return err
+			}
+		}
+		if !c.initialized {
+			if err := c.handleFirst(typ, msg.Bytes(), over); err != nil {
+				return err
+			}
+			continue
+		}
+		switch {
+		case typ == websocket.TextMessage && over:
+			c.replyErr(nullID, ErrLimitExceeded("maxMessageBytes",
+				fmt.Sprintf("message larger than %d bytes", c.opts.MaxMessageBytes)))
+		case typ == websocket.TextMessage:
+			c.handleText(msg.Bytes())
+		case over:
+			c.replyErr(nullID, ErrLimitExceeded("maxInputBytes",
+				fmt.Sprintf("input frame payload larger than %d bytes; nothing was written", c.opts.MaxInputBytes)))
+		default:
+			c.handleBinary(msg.Bytes())
+		}
+		if c.ctx.Err() != nil {
+			return context.Cause(c.ctx)
+		}
+	}
+}
+
+var nullID = json.RawMessage("null")
+
+// handleFirst accepts only initialize.
+func (c *conn) handleFirst(typ int, b []byte, over bool) error {
+	const why = "initialize must be the first request"
+	if typ != websocket.TextMessage || over {
+		c.closeWith(websocket.ClosePolicyViolation, why)
+		return errors.New(why)
+	}
+	req, perr := ParseRequest(b)
+	if perr != nil || req.Method != "initialize" || req.IsNotification() {
+		c.closeWith(websocket.ClosePolicyViolation, why)
+		return errors.New(why)
+	}
+	if _, e := DecodeInitialize(req.Params); e != nil {
+		c.replyErr(req.ID, e)
+		return nil
+	}
+	c.initialized = true
+	c.reply(req.ID, map[string]any{
+		"server":   map[string]any{"name": "muxterm", "version": c.opts.Version},
+		"protocol": Subprotocol,
+		"limits":   c.opts.limits(),
+		"flow":     map[string]any{"window": c.opts.Window, "ackBytes": ackBytes(c.opts.Window)},
+	})
+	return nil
+}
+
+func ackBytes(window int) int { return max(window/4, 1) }
+
+func (c *conn) handleText(b []byte) {
+	req, perr := ParseRequest(b)
+	if perr != nil {
+		id := nullID
+		if req != nil && len(req.ID) > 0 {
+			id = req.ID
+		}
+		c.replyErr(id, perr)
+		return
+	}
+	if req.IsNotification() {
+		return // JSON-RPC: notifications get no reply; we define none from clients
+	}
+	switch req.Method {
+	case "initialize":
+		c.replyErr(req.ID, ErrInvalidRequest("initialize was already called"))
+	case "session.open":
+		c.handleOpen(req)
+	case "session.attach":
+		c.handleAttach(req)
+	case "session.detach":
+		c.handleDetach(req)
+	case "session.resize":
+		c.handleResize(req)
+	case "session.signal":
+		c.handleSignal(req)
+	case "session.kill":
+		c.handleKill(req)
+	case "session.list":
+		c.handleList(req)
+	case "session.lease":
+		c.handleLease(req)
+	default:
+		c.replyErr(req.ID, ErrMethodNotFound(req.Method))
+	}
+}
+
+// reserve claims a free channel number, or replies with an error and returns nil.
+func (c *conn) reserve(id json.RawMessage, num uint32) *channel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, busy := c.channels[num]; busy {
+		c.send0(MarshalResponse(id, nil, ErrChannelInUse(num)))
+		return nil
+	}
+	if len(c.channels) >= c.opts.MaxChannels {
+		c.send0(MarshalResponse(id, nil, ErrLimitExceeded("maxChannels",
+			fmt.Sprintf("at most %d channels per socket", c.opts.MaxChannels))))
+		return nil
+	}
+	ch := &channel{id: num, credit: newCredit(int64(c.opts.Window))}
+	c.channels[num] = ch
+	return ch
+}
+
+// send0 queues a message with c.mu held (it never closes the socket under the lock).
+func (c *conn) send0(msg []byte) {
+	if len(c.ctrl) < maxQueuedCtrl {
+		c.ctrl = append(c.ctrl, msg)
+		notify(c.wake)
+	}
+}
+
+// release forgets a reservation that never became active.
+func (c *conn) release(ch *channel) {
+	c.mu.Lock()
+	if c.channels[ch.id] == ch {
+		delete(c.channels, ch.id)
+	}
+	c.mu.Unlock()
+}
+
+// bound returns the active channel num, or replies unknown_channel and returns nil.
+func (c *conn) bound(id json.RawMessage, num uint32) *channel {
+	c.mu.Lock()
+	ch := c.channels[num]
+	c.mu.Unlock()
+	if ch == nil || !ch.active.Load() || ch.detached.Load() {
+		c.replyErr(id, ErrUnknownChannel(num))
+		return nil
+	}
+	return ch
+}
+
+// activate publishes a bound channel to the writer once its reply is queued, so no output
+// frame can precede the reply. If the reply could not be queued the binding is undone: the
+// viewer unsubscribes.
+func (c *conn) activate(ch *channel, queued bool) {
+	if !queued {
+		c.release(ch)
+		ch.v.Close()
+		return
+	}
+	ch.active.Store(true)
+	if ch.detached.Load() {
+		ch.v.Close()
+		return
+	}
+	c.markReady(ch)
+}
+
+func (c *conn) slow(id json.RawMessage, fn func()) {
+	select {
+	case c.pending <- struct{}{}:
+	default:
+		c.replyErr(id, ErrLimitExceeded("pendingRequests",
+			fmt.Sprintf("at most %d opens and kills in flight per socket", maxPending)))
+		return
+	}
+	c.wg.Go(func() {
+		defer func() { <-c.pending }()
+		fn()
+	})
+}
+
+func (c *conn) handleOpen(req *Request) {
+	p, e := DecodeOpen(req.Params, c.opts.limits())
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	if c.opts.ReadOnly {
+		c.replyErr(req.ID, ErrForbidden("read-only principal cannot open sessions"))
+		return
+	}
+	if len(p.Cmd) > 0 && (c.opts.AllowCmd == nil || !c.opts.AllowCmd(p.Cmd)) {
+		c.replyErr(req.ID, ErrForbidden(fmt.Sprintf("command %q is not allowed", p.Cmd[0])))
+		return
+	}
+	ch := c.reserve(req.ID, p.Channel)
+	if ch == nil {
+		return
+	}
+	env := make([]string, 0, len(p.Env))
+	for k, v := range p.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	spec := session.Spec{Argv: p.Cmd, Dir: p.Cwd, Env: env, Cols: p.Cols, Rows: p.Rows,
+		Name: p.Name, Owner: c.opts.Principal}
+	c.slow(req.ID, func() {
+		s, v, err := c.reg.Open(spec, c.opts.MaxSessions, func() { c.markReady(ch) })
+		if err != nil {
+			c.release(ch)
+			c.replyErr(req.ID, sessionError(err))
+			return
+		}
+		ch.sess, ch.v = s, v
+		queued := c.reply(req.ID, map[string]any{
+			"session": s.ID(), "channel": ch.id, "pid": s.Pid(), "offset": 0})
+		c.activate(ch, queued)
+	})
+}
+
+func (c *conn) handleAttach(req *Request) {
+	p, e := DecodeAttach(req.Params)
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	ch := c.reserve(req.ID, p.Channel)
+	if ch == nil {
+		return
+	}
+	from := int64(-1)
+	if p.From != nil {
+		from = *p.From
+	}
+	v, info, err := c.reg.Attach(p.Session, c.opts.Principal, from, func() { c.markReady(ch) })
+	if err != nil {
+		c.release(ch)
+		c.replyErr(req.ID, sessionError(err))
+		return
+	}
+	ch.sess, ch.v = v.Session(), v
+	if h := c.opts.testHookAfterSubscribe; h != nil {
+		h()
+	}
+	in := ch.sess.Info()
+	var exit any
+	if in.Exit != nil {
+		exit = map[string]any{"code": in.Exit.Code, "signal": signalOrNil(*in.Exit)}
+	}
+	queued := c.reply(req.ID, map[string]any{
+		"session": ch.sess.ID(), "channel": ch.id, "offset": info.Offset, "lost": info.Lost,
+		"end": info.End, "pid": in.Pid, "cols": in.Cols, "rows": in.Rows, "exit": exit})
+	c.activate(ch, queued)
+}
+
+func (c *conn) handleDetach(req *Request) {
+	p, e := DecodeDetach(req.Params)
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	ch := c.bound(req.ID, p.Channel)
+	if ch == nil {
+		return
+	}
+	c.release(ch)
+	c.unbind(ch)
+	c.reply(req.ID, map[string]any{"session": ch.sess.ID(), "channel": ch.id})
+}
+
+func (c *conn) handleResize(req *Request) {
+	p, e := DecodeResize(req.Params, c.opts.limits())
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	ch := c.bound(req.ID, p.Channel)
+	if ch == nil {
+		return
+	}
+	if c.opts.ReadOnly {
+		c.replyErr(req.ID, ErrForbidden("read-only principal cannot resize"))
+		return
+	}
+	cols, rows, err := ch.sess.Resize(p.Cols, p.Rows)
+	if err != nil {
+		c.replyErr(req.ID, sessionError(err))
+		return
+	}
+	c.reply(req.ID, map[string]any{"cols": cols, "rows": rows})
+}
+
+func (c *conn) handleSignal(req *Request) {
+	p, sig, e := DecodeSignal(req.Params)
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	ch := c.bound(req.ID, p.Channel)
+	if ch == nil {
+		return
+	}
+	if c.opts.ReadOnly {
+		c.replyErr(req.ID, ErrForbidden("read-only principal cannot signal"))
+		return
+	}
+	if err := ch.sess.Signal(sig); err != nil {
+		c.replyErr(req.ID, sessionError(err))
+		return
+	}
+	c.reply(req.ID, struct{}{})
+}
+
+func (c *conn) handleKill(req *Request) {
+	p, e := DecodeKill(req.Params)
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	if c.opts.ReadOnly {
+		c.replyErr(req.ID, ErrForbidden("read-only principal cannot kill"))
+		return
+	}
+	c.slow(req.ID, func() {
+		// The kill finishes even if the socket goes away meanwhile.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), killTimeout)
+		defer cancel()
+		res, err := c.reg.Kill(ctx, p.Session, c.opts.Principal)
+		if err != nil {
+			c.replyErr(req.ID, sessionError(err))
+			return
+		}
+		c.reply(req.ID, KillResultJSON(p.Session, res))
+	})
+}
+
+// KillResultJSON is the wire form of a kill result (protocol.md, session.kill).
+func KillResultJSON(id string, res session.KillResult) map[string]any {
+	var exit any
+	if res.Reaped {
+		exit = map[string]any{"code": res.Exit.Code, "signal": signalOrNil(res.Exit)}
+	}
+	sigs := res.Signals
+	if sigs == nil {
+		sigs = []string{}
+	}
+	return map[string]any{
+		"session": id, "status": res.Status, "exit": exit,
+		"duration_ms": float64(res.Duration.Microseconds()) / 1000, "signals": sigs,
+		"escapees": res.Escapees, "survivors": res.Survivors, "offset": res.Offset,
+	}
+}
+
+func (c *conn) handleList(req *Request) {
+	if _, e := DecodeList(req.Params); e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	infos := c.reg.List(c.opts.Principal)
+	out := make([]map[string]any, 0, len(infos))
+	for _, in := range infos {
+		var exit any
+		if in.Exit != nil {
+			exit = map[string]any{"code": in.Exit.Code, "signal": signalOrNil(*in.Exit)}
+		}
+		out = append(out, map[string]any{
+			"session": in.ID, "name": in.Name, "pid": in.Pid, "cmd": in.Argv,
+			"created": in.Created.UTC().Format(time.RFC3339Nano), "cols": in.Cols, "rows": in.Rows,
+			"viewers": in.Viewers, "end": in.End, "exit": exit,
+		})
+	}
+	c.reply(req.ID, map[string]any{"sessions": out})
+}
+
+func (c *conn) handleLease(req *Request) {
+	p, e := DecodeLease(req.Params)
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	until, err := c.reg.Lease(p.Session, c.opts.Principal, time.Duration(p.TTLMs)*time.Millisecond)
+	if err != nil {
+		c.replyErr(req.ID, sessionError(err))
+		return
+	}
+	c.reply(req.ID, map[string]any{"session": p.Session, "until": until.UTC().Format(time.RFC3339Nano)})
+}
+
+// handleBinary handles input and ack frames.
+func (c *conn) handleBinary(b []byte) {
+	f, err := ParseFrame(b)
+	if err != nil {
+		c.replyErr(nullID, ErrBadFrame(err.Error()))
+		return
+	}
+	if f.Type == FrameOutput {
+		c.replyErr(nullID, ErrBadFrame("output frames go from server to client"))
+		return
+	}
+	c.mu.Lock()
+	ch := c.channels[f.Channel]
+	c.mu.Unlock()
+	if ch == nil || !ch.active.Load() || ch.detached.Load() {
+		c.replyErr(nullID, ErrUnknownChannel(f.Channel))
+		return
+	}
+	switch f.Type {
+	case FrameAck:
+		if err := ch.credit.give(int64(f.AckCount())); err != nil {
+			c.replyErr(nullID, ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)))
+			return
+		}
+		c.markReady(ch)
+	case FrameInput:
+		if c.opts.ReadOnly {
+			c.replyErr(nullID, ErrForbidden("read-only principal: input dropped"))
+			return
+		}
+		if _, err := ch.sess.Write(f.Payload); err != nil {
+			e := sessionError(err)
+			if e.Data == nil {
+				e.Data = map[string]any{}
+			}
+			e.Data["channel"] = f.Channel
+			c.replyErr(nullID, e)
+		}
+	}
+}
+
+// sessionError maps session errors to protocol errors.
+func sessionError(err error) *Error {
+	switch {
+	case errors.Is(err, session.ErrUnknownSession):
+		return ErrUnknownSession("")
+	case errors.Is(err, session.ErrSessionClosed):
+		return ErrSessionClosed("", err.Error())
+	case errors.Is(err, session.ErrInputFull):
+		return ErrLimitExceeded("inputQueue", "the program has not read its pending input; nothing was written")
+	case errors.Is(err, session.ErrTooMany):
+		return ErrLimitExceeded("maxSessions", err.Error())
+	case errors.Is(err, session.ErrBadOffset):
+		return ErrInvalidParams("from", err.Error())
+	case errors.Is(err, session.ErrBadSize):
+		return ErrInvalidParams("cols", err.Error())
+	case errors.Is(err, session.ErrShuttingDown):
+		return ErrSessionClosed("", "the gateway is shutting down")
+	case errors.Is(err, session.ErrSpawn):
+		return ErrSpawnFailed(err.Error())
+	}
+	return ErrInternal(err.Error())
+}

@@ -1,0 +1,247 @@
+package mux
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"muxterm/session"
+)
+
+const principal = "tester"
+
+// server runs mux.Serve behind a loopback HTTP server with a real registry.
+type server struct {
+	reg  *session.Registry
+	url  string
+	wg   sync.WaitGroup // Serve calls
+	mu   sync.Mutex
+	errs []error
+}
+
+func newServer(t *testing.T, opts ServerOptions, onSocket func(ws *websocket.Conn)) *server {
+	t.Helper()
+	s := &server{reg: session.NewRegistry(session.Options{Shell: "/bin/sh", KillGrace: 100 * time.Millisecond}, nil)}
+	up := websocket.Upgrader{Subprotocols: []string{Subprotocol}}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		defer s.wg.Done()
+		if onSocket != nil {
+			onSocket(ws)
+		}
+		o := opts
+		o.Registry, o.Principal = s.reg, principal
+		if o.AllowCmd == nil {
+			o.AllowCmd = func([]string) bool { return true }
+		}
+		if err := Serve(ctx, ws, o); err != nil {
+			s.mu.Lock()
+			s.errs = append(s.errs, err)
+			s.mu.Unlock()
+		}
+	}))
+	s.url = "ws" + strings.TrimPrefix(hs.URL, "http")
+	t.Cleanup(func() {
+		cancel(ErrShutdown)
+		s.wg.Wait()
+		hs.Close()
+		sctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c2()
+		if err := s.reg.Shutdown(sctx); err != nil {
+			t.Errorf("registry shutdown: %v", err)
+		}
+	})
+	return s
+}
+
+func (s *server) dial(t *testing.T) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, s.url, DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitUntil polls cond; for state owned by other goroutines that has no event to wait on.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestEchoThroughSocket(t *testing.T) {
+	s := newServer(t, ServerOptions{}, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty -echo; echo READY; exec cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Write([]byte("hello\r")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Kill(ctx, ch.Session())
+	if err != nil || res.Status != "killed" {
+		t.Fatalf("kill: got %+v %v", res, err)
+	}
+	if err := ch.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ch.Reason(); got != "killed" {
+		t.Errorf("closed reason: got %q, want killed", got)
+	}
+}
+
+// TestWindowBoundsUnacknowledgedOutput: a channel that is never read receives exactly the
+// window and no more, while another channel on the same socket keeps echoing.
+func TestWindowBoundsUnacknowledgedOutput(t *testing.T) {
+	const window = 64 << 10
+	s := newServer(t, ServerOptions{Window: window}, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	flood, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty raw -echo; echo READY; exec cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := echo.ReadUntil(ctx, "READY"); err != nil {
+		t.Fatal(err)
+	}
+	buffered := func() int {
+		flood.mu.Lock()
+		defer flood.mu.Unlock()
+		return flood.bufferedLocked()
+	}
+	waitUntil(t, "the window to fill", func() bool { return buffered() >= window })
+	for i := range 20 { // barriers: the socket goes on, the flood stays at the window
+		tag := string(rune('a'+i)) + "!"
+		if _, err := echo.Write([]byte(tag)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := echo.ReadUntil(ctx, tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := buffered(); got != window {
+		t.Fatalf("unacknowledged bytes: got %d, want %d", got, window)
+	}
+	// Reading acknowledges; more arrives.
+	buf := make([]byte, window)
+	n, err := flood.Read(buf)
+	if err != nil || n == 0 {
+		t.Fatalf("read: %d %v", n, err)
+	}
+	waitUntil(t, "more output after the ack", func() bool { return flood.Offset()+int64(buffered()) > window })
+}
+
+// TestAttachReplyFailureUnsubscribes is seed 002's last scenario: a subscription whose reply
+// could not be written is undone, so the session stays reapable.
+func TestAttachReplyFailureUnsubscribes(t *testing.T) {
+	var sock *websocket.Conn
+	var sockMu sync.Mutex
+	hookRan := make(chan struct{})
+	opts := ServerOptions{}
+	opts.testHookAfterSubscribe = func() {
+		// The client vanishes right after the subscribe, before the reply is written.
+		sockMu.Lock()
+		sock.Close()
+		sockMu.Unlock()
+		close(hookRan)
+	}
+	s := newServer(t, opts, func(ws *websocket.Conn) {
+		sockMu.Lock()
+		sock = ws
+		sockMu.Unlock()
+	})
+	sess, _, err := s.reg.Open(session.Spec{Argv: []string{"sleep", "60"}, Cols: 80, Rows: 24, Owner: principal}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.dial(t)
+	ctx := testCtx(t)
+	if _, _, err := c.Attach(ctx, sess.ID(), nil); err == nil {
+		t.Fatal("attach succeeded over a dead socket")
+	}
+	<-hookRan
+	waitUntil(t, "the viewer to be released", func() bool { return sess.Info().Viewers == 0 })
+	since := sess.UnwatchedSince()
+	if since.IsZero() {
+		t.Fatal("the session was pinned as watched")
+	}
+	if _, ok := s.reg.Claim(sess.ID(), sess, since.Add(time.Hour), time.Minute); !ok {
+		t.Fatal("the session is not reapable after the failed attach")
+	}
+	sess.Teardown(ctx)
+}
+
+// TestShutdownClosesChannelsWith1001: cancelling with ErrShutdown tells every channel and
+// closes the socket with 1001; the sessions are untouched by the socket's end.
+func TestSocketEndDetachesButKeepsSessions(t *testing.T) {
+	s := newServer(t, ServerOptions{}, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := s.reg.Get(ch.Session(), principal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	waitUntil(t, "the socket's viewer to go", func() bool { return sess.Info().Viewers == 0 })
+	if st := sess.State(); st != session.StateRunning {
+		t.Fatalf("state after the socket ended: got %v, want running", st)
+	}
+	c2 := s.dial(t)
+	list, err := c2.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Session != ch.Session() {
+		t.Fatalf("list: got %+v %v", list, err)
+	}
+}
+
+func TestKillOfUnknownSession(t *testing.T) {
+	s := newServer(t, ServerOptions{}, nil)
+	c := s.dial(t)
+	_, err := c.Kill(testCtx(t), strings.Repeat("0", 32))
+	var e *Error
+	if !errors.As(err, &e) || e.Kind() != KindUnknownSession {
+		t.Fatalf("got %v, want unknown_session", err)
+	}
+}
