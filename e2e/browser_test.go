@@ -1,0 +1,355 @@
+//go:build e2e
+
+package e2e
+
+// Browser tests: the embedded xterm.js UI in real headless Chromium from Debian's packages,
+// driven with chromedp so the tests stay inside `go test` next to the binary they start.
+// chromedp (not playwright-core) because it needs no Node process and no second test runner,
+// and it can talk CDP directly for key events. Each test saves a screenshot in e2e/artifacts/.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/chromedp"
+)
+
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("MUXTERM_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-headless-shell"} {
+		if p == "" {
+			continue
+		}
+		if _, err := exec.LookPath(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("MUXTERM_BROWSER") != "" || os.Getenv("CI") != "" {
+		t.Fatal("chromium not found; `make deps-browser` installs it")
+	}
+	t.Skip("chromium not installed (set MUXTERM_BROWSER=1 to make this a failure)")
+	return ""
+}
+
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// newBrowser starts Chromium with a fresh profile and opens the gateway's auth URL, which
+// sets the cookie and redirects to the UI. webgl=false adds --disable-3d-apis, so xterm.js
+// renders to the DOM.
+func newBrowser(t *testing.T, base, token string, webgl bool) *browser {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.Headless,
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-renderer-backgrounding", true),
+		chromedp.Flag("disable-background-timer-throttling", true),
+		chromedp.WindowSize(1200, 800),
+		chromedp.UserDataDir(t.TempDir()),
+	}
+	if !webgl {
+		opts = append(opts, chromedp.Flag("disable-3d-apis", true))
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelB := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancelB()
+		cancelA()
+	})
+	b := &browser{t: t, ctx: ctx}
+	// The first Run starts the browser; it must not carry a timeout (it would bound the
+	// browser's life).
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/auth?token="+token)); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length > 0", 20*time.Second)
+	b.waitPrompt()
+	return b
+}
+
+// waitPrompt waits for the active tab's shell prompt.
+func (b *browser) waitPrompt() {
+	b.t.Helper()
+	b.waitJS("/[#$] *$/.test(window.muxterm.bufferText())", 15*time.Second)
+}
+
+func (b *browser) run(d time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, d)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("browser: %v", err)
+	}
+}
+
+// eval evaluates a JS expression (awaiting a promise) and decodes the value.
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("eval %s: %v", expr, err)
+	}
+	return v
+}
+
+// waitJS waits until expr is truthy.
+func (b *browser) waitJS(expr string, d time.Duration) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, d+time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(d), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		b.screenshot("timeout-" + sanitize(b.t.Name()))
+		b.t.Fatalf("waiting for %s: %v", expr, err)
+	}
+}
+
+// waitText waits until the active tab's buffer contains want.
+func (b *browser) waitText(want string, d time.Duration) {
+	b.t.Helper()
+	b.waitJS(fmt.Sprintf("window.muxterm.bufferText().includes(%q)", want), d)
+}
+
+// typeText types s as a keyboard does: one key-down carrying the text, then the key-up (two
+// events per key; chromedp's KeyEvent makes xterm.js 6 see every character twice).
+func (b *browser) typeText(s string) {
+	b.t.Helper()
+	var steps []chromedp.Action[chromedp.Void]
+	for _, r := range s {
+		text, key, code, vk := string(r), string(r), "", int64(0)
+		if r == '\n' || r == '\r' {
+			text, key, code, vk = "\r", "Enter", "Enter", 13
+		}
+		down := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Text: text, Key: key, Code: code, WindowsVirtualKeyCode: vk}
+		up := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyUp, Key: key, Code: code, WindowsVirtualKeyCode: vk}
+		steps = append(steps, keyEvent(down), keyEvent(up))
+	}
+	b.run(20*time.Second, steps...)
+}
+
+func keyEvent(p input.DispatchKeyEventParams) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, input.DispatchKeyEvent, p)
+		return chromedp.Void{}, err
+	}
+}
+
+// screenshot saves a PNG under e2e/artifacts/.
+func (b *browser) screenshot(name string) {
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		b.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	if err := os.MkdirAll("artifacts", 0o755); err == nil {
+		_ = os.WriteFile(filepath.Join("artifacts", name+".png"), png, 0o644)
+	}
+}
+
+func sanitize(s string) string { return strings.NewReplacer("/", "_", " ", "_").Replace(s) }
+
+type tabInfo struct {
+	Session string `json:"session"`
+	Channel int    `json:"channel"`
+	Title   string `json:"title"`
+	Exited  *struct {
+		Code int `json:"code"`
+	} `json:"exited"`
+}
+
+func TestBrowserEchoHello(t *testing.T) {
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, false)
+	defer b.screenshot("echo-hello")
+	b.typeText("echo hel''lo\r") // the quotes keep the typed line from matching the output
+	b.waitText("\nhello", 10*time.Second)
+	if strings.Contains(eval[string](b, "location.href"), g.Token) {
+		t.Errorf("the token stayed in the address bar")
+	}
+}
+
+func TestBrowserTabsKeepTheirOutput(t *testing.T) {
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, false)
+	b.typeText("echo first-''tab\r")
+	b.waitText("\nfirst-tab", 10*time.Second)
+	eval[string](b, "window.muxterm.newTab()")
+	b.waitJS("window.muxterm.tabs().length === 2 && window.muxterm.activeIndex() === 1", 10*time.Second)
+	b.waitPrompt()
+	b.typeText("echo second-''tab\r")
+	b.waitText("\nsecond-tab", 10*time.Second)
+	b.screenshot("two-tabs")
+	t0 := eval[string](b, "window.muxterm.bufferText(0)")
+	t1 := eval[string](b, "window.muxterm.bufferText(1)")
+	if !strings.Contains(t0, "first-tab") || strings.Contains(t0, "second") {
+		t.Errorf("tab 0 holds %q", t0)
+	}
+	if !strings.Contains(t1, "second-tab") || strings.Contains(t1, "first") {
+		t.Errorf("tab 1 holds %q", t1)
+	}
+}
+
+func TestBrowserCloseTabKillsItsProcess(t *testing.T) {
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, false)
+	b.typeText("echo $$ > /dev/null; echo pid-is-$((1+$$-1))\r")
+	b.waitJS("/pid-is-[0-9]+/.test(window.muxterm.bufferText())", 10*time.Second)
+	text := eval[string](b, "window.muxterm.bufferText()")
+	var pid int
+	if i := strings.LastIndex(text, "pid-is-"); i >= 0 {
+		fmt.Sscanf(text[i:], "pid-is-%d", &pid)
+	}
+	if pid <= 0 || !alive(pid) {
+		t.Fatalf("shell pid %d not found alive in %q", pid, text)
+	}
+	eval[string](b, "window.muxterm.newTab()") // so closing the first does not leave zero tabs
+	b.waitJS("window.muxterm.tabs().length === 2", 10*time.Second)
+	eval[any](b, "window.muxterm.closeTab(0)")
+	b.waitJS("window.muxterm.tabs().length === 1", 10*time.Second)
+	b.screenshot("close-tab")
+	waitFor(t, 5*time.Second, "the closed tab's shell to exit", func() bool { return !alive(pid) })
+}
+
+func TestBrowserReloadResumesSessions(t *testing.T) {
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, false)
+	b.typeText("echo before-''reload\r")
+	b.waitText("\nbefore-reload", 10*time.Second)
+	before := eval[[]tabInfo](b, "window.muxterm.tabs()")
+	b.run(20*time.Second, chromedp.Reload())
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length > 0", 20*time.Second)
+	b.waitText("\nbefore-reload", 10*time.Second)
+	b.waitPrompt()
+	after := eval[[]tabInfo](b, "window.muxterm.tabs()")
+	if len(after) != len(before) || after[0].Session != before[0].Session {
+		t.Fatalf("tabs after reload: got %+v, want the sessions of %+v", after, before)
+	}
+	// It is the same shell, and it still works.
+	b.typeText("echo after-''reload\r")
+	b.waitText("\nafter-reload", 10*time.Second)
+	b.screenshot("reload-resume")
+	if n := strings.Count(eval[string](b, "window.muxterm.bufferText()"), "\nbefore-reload"); n != 1 {
+		t.Errorf("the replayed output appears %d times, want once", n)
+	}
+}
+
+// cutProxy forwards loopback TCP to the gateway and can cut every connection at once: from
+// the browser's side that is the server killing its socket.
+type cutProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+// newCutProxy listens on addr (a port just released by the test) and forwards to target.
+func newCutProxy(t *testing.T, addr, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln}
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			p.wg.Go(func() { _, _ = io.Copy(u, c); u.Close() })
+			p.wg.Go(func() { _, _ = io.Copy(c, u); c.Close() })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func TestBrowserReconnectsAfterServerDropsSocket(t *testing.T) {
+	// The proxy's port must be an accepted Host; the gateway's port is only known after start,
+	// so reserve the proxy's first.
+	pre, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr := pre.Addr().String()
+	pre.Close()
+	g := startGateway(t, "--allow-host", proxyAddr)
+	p := newCutProxy(t, proxyAddr, strings.TrimPrefix(g.Base, "http://"))
+	b := newBrowser(t, "http://"+proxyAddr, g.Token, false)
+	b.typeText("echo one-''two\r")
+	b.waitText("\none-two", 10*time.Second)
+	offBefore := eval[map[string]float64](b, "window.muxterm.offsets()")
+	p.cut()
+	b.waitJS("window.muxterm.state() !== 'connected'", 10*time.Second)
+	b.waitJS("window.muxterm.state() === 'connected'", 20*time.Second)
+	b.waitPrompt()
+	b.typeText("echo three-''four\r")
+	b.waitText("\nthree-four", 10*time.Second)
+	b.screenshot("reconnect")
+	text := eval[string](b, "window.muxterm.bufferText()")
+	if n := strings.Count(text, "\none-two"); n != 1 {
+		t.Errorf("output before the drop appears %d times after the reconnect, want once: %q", n, text)
+	}
+	offAfter := eval[map[string]float64](b, "window.muxterm.offsets()")
+	for s, o := range offBefore {
+		if offAfter[s] < o {
+			t.Errorf("session %s: offset went back from %v to %v", s, o, offAfter[s])
+		}
+	}
+}
+
+func TestBrowserWebGLRenderer(t *testing.T) {
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, true)
+	b.typeText("echo web''gl\r")
+	b.waitText("\nwebgl", 10*time.Second)
+	b.screenshot("webgl")
+	if !eval[bool](b, "document.querySelector('.xterm canvas') !== null") {
+		t.Errorf("no canvas: the WebGL renderer did not load")
+	}
+}

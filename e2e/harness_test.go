@@ -1,0 +1,205 @@
+//go:build e2e
+
+// Package e2e tests the built gateway binary from the outside: real sockets on 127.0.0.1, real
+// PTYs, the Go client, a real browser. Run with `make test-e2e` (MUXTERM_BIN names the binary;
+// without it the test builds one).
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"muxterm/mux"
+)
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// binary returns the gateway binary: $MUXTERM_BIN, or one built once for this test run.
+func binary(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv("MUXTERM_BIN"); b != "" {
+		return b
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "muxterm-e2e")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "gateway")
+		out, err := exec.Command("go", "build", "-o", builtBin, "muxterm/cmd/gateway").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+// gateway is a running gateway process.
+type gateway struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	Base  string // http://127.0.0.1:port
+	WS    string // ws://127.0.0.1:port/ws
+	Token string
+
+	mu   sync.Mutex
+	logs strings.Builder // stdout and stderr, for the token scan and failures
+
+	exited chan struct{}
+	err    error
+}
+
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// startGateway runs the binary on 127.0.0.1:0 with a fresh token and extra args, waits for
+// its listening line and stops it (SIGTERM, then SIGKILL) in cleanup.
+func startGateway(t *testing.T, args ...string) *gateway {
+	t.Helper()
+	g := &gateway{t: t, Token: randomToken(), exited: make(chan struct{})}
+	all := append([]string{"--listen", "127.0.0.1:0", "--token", g.Token, "--log-level", "debug"}, args...)
+	g.cmd = exec.Command(binary(t), all...)
+	g.cmd.Env = append(os.Environ(), "SHELL=/bin/sh")
+	stdout, err := g.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := g.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	listening := make(chan string, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { g.scan(stdout, listening) })
+	wg.Go(func() { g.scan(stderr, nil) })
+	go func() {
+		wg.Wait()
+		g.err = g.cmd.Wait()
+		close(g.exited)
+	}()
+	t.Cleanup(func() { g.Stop(10 * time.Second) })
+	select {
+	case base := <-listening:
+		g.Base = base
+		g.WS = "ws" + strings.TrimPrefix(base, "http") + "/ws"
+	case <-g.exited:
+		t.Fatalf("gateway exited before listening: %v\n%s", g.err, g.Logs())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("gateway did not start:\n%s", g.Logs())
+	}
+	return g
+}
+
+func (g *gateway) scan(r io.Reader, listening chan<- string) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		g.mu.Lock()
+		g.logs.WriteString(line + "\n")
+		g.mu.Unlock()
+		if listening != nil {
+			if rest, ok := strings.CutPrefix(line, "muxterm: listening on "); ok {
+				listening <- rest
+				listening = nil
+			}
+		}
+	}
+}
+
+// Logs returns everything the gateway printed so far.
+func (g *gateway) Logs() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.logs.String()
+}
+
+// Stop sends SIGTERM and waits up to d, then SIGKILLs. It returns how long the exit took.
+func (g *gateway) Stop(d time.Duration) time.Duration {
+	start := time.Now()
+	select {
+	case <-g.exited:
+		return 0
+	default:
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.exited:
+	case <-time.After(d):
+		_ = g.cmd.Process.Kill()
+		<-g.exited
+		g.t.Errorf("gateway did not exit within %v after SIGTERM", d)
+	}
+	if strings.Contains(g.Logs(), g.Token) {
+		g.t.Errorf("the gateway printed its token in its logs")
+	}
+	return time.Since(start)
+}
+
+// dial connects an authenticated client, closed in cleanup.
+func (g *gateway) dial(t *testing.T) *mux.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := mux.Dial(ctx, g.WS, mux.DialOptions{Token: g.Token})
+	if err != nil {
+		t.Fatalf("dial: %v\n%s", err, g.Logs())
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// waitFor polls an external condition (process state in /proc) until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,47 @@
+// Builds the UI into dist/: app.js (+ map) bundled from src/main.ts, app.css, xterm.css and
+// index.html. dist/.gitkeep stays (frontend/embed.go embeds dist/ and needs it to exist).
+import { build } from 'esbuild';
+import { copyFileSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const dist = join(root, 'dist');
+const require = createRequire(import.meta.url);
+
+mkdirSync(dist, { recursive: true });
+for (const f of readdirSync(dist)) {
+  if (f !== '.gitkeep') rmSync(join(dist, f), { recursive: true, force: true });
+}
+writeFileSync(join(dist, '.gitkeep'), '');
+
+const common = {
+  bundle: true,
+  minify: true,
+  sourcemap: true,
+  target: ['chrome110', 'firefox115', 'safari16'],
+  logLevel: 'warning',
+  legalComments: 'linked',
+};
+
+await build({
+  ...common,
+  entryPoints: [join(root, 'src/main.ts')],
+  outfile: join(dist, 'app.js'),
+  format: 'iife',
+  platform: 'browser',
+});
+
+await build({
+  ...common,
+  entryPoints: [join(root, 'src/style.css')],
+  outfile: join(dist, 'app.css'),
+});
+
+copyFileSync(require.resolve('@xterm/xterm/css/xterm.css'), join(dist, 'xterm.css'));
+copyFileSync(join(root, 'src/index.html'), join(dist, 'index.html'));
+
+for (const f of readdirSync(dist).sort()) {
+  console.log(`dist/${f.padEnd(20)} ${String(statSync(join(dist, f)).size).padStart(8)} bytes`);
+}

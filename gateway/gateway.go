@@ -1,0 +1,417 @@
+// Package gateway is muxterm's HTTP face: an Echo app that authenticates, checks Origin and
+// Host, upgrades GET /ws to a WebSocket and hands it to a mux connection, serves the embedded
+// frontend and the health endpoints, and drains every socket on shutdown. It is the only
+// package that imports Echo; it knows the protocol only through mux.
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gorilla/websocket"
+	"github.com/labstack/echo/v4"
+
+	"muxterm/mux"
+	"muxterm/session"
+)
+
+// CookieName is the browser's auth cookie.
+const CookieName = "muxterm_token"
+
+// Principal is an authenticated identity.
+type Principal struct {
+	Name     string
+	ReadOnly bool
+}
+
+// Options configure a Gateway.
+type Options struct {
+	Registry *session.Registry // required
+	// Tokens maps each accepted token to its principal. At least one is required.
+	Tokens map[string]Principal
+	// AllowOrigins are extra origins (scheme://host[:port]) allowed to open sockets with the
+	// cookie, besides the gateway's own.
+	AllowOrigins []string
+	// AllowHosts are extra Host header values accepted, besides loopback names and the
+	// listen address.
+	AllowHosts []string
+	// ListenAddr is the address served (host:port), for the Host and same-origin checks.
+	ListenAddr string
+	// TLS says the gateway serves https (the origin scheme).
+	TLS bool
+	// AllowCmd lists the commands session.open may run besides the shell ("*": any).
+	AllowCmd []string
+	// Mux carries the per-socket knobs (window, limits, keepalive); Registry, Principal,
+	// ReadOnly and AllowCmd are filled in per socket.
+	Mux mux.ServerOptions
+	// Frontend is the built UI (index.html at its root); nil serves none.
+	Frontend fs.FS
+	Logger   *slog.Logger
+	Version  string
+}
+
+// Gateway serves HTTP. It is safe for concurrent use.
+type Gateway struct {
+	opts     Options
+	log      *slog.Logger
+	e        *echo.Echo
+	upgrader websocket.Upgrader
+
+	// baseCtx is every socket's parent; cancelled with mux.ErrShutdown by Shutdown.
+	baseCtx    context.Context
+	cancelBase context.CancelCauseFunc
+	conns      sync.WaitGroup // sockets being served
+	draining   atomic.Bool
+	sockets    atomic.Int64
+}
+
+// New builds the Echo app.
+func New(opts Options) (*Gateway, error) {
+	if opts.Registry == nil {
+		return nil, errors.New("gateway: no registry")
+	}
+	if len(opts.Tokens) == 0 {
+		return nil, errors.New("gateway: no token")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	for _, o := range opts.AllowOrigins {
+		if _, err := normOrigin(o); err != nil {
+			return nil, fmt.Errorf("gateway: allow-origin %q: %w", o, err)
+		}
+	}
+	g := &Gateway{opts: opts, log: opts.Logger}
+	g.baseCtx, g.cancelBase = context.WithCancelCause(context.Background())
+	g.upgrader = websocket.Upgrader{
+		Subprotocols:      []string{mux.Subprotocol},
+		ReadBufferSize:    16 << 10,
+		WriteBufferSize:   64 << 10,
+		EnableCompression: false,
+		// Origin was checked before the upgrade (checkUpgrade), with the Host check too.
+		CheckOrigin: func(*http.Request) bool { return true },
+		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
+			refuse(w, status, reason.Error())
+		},
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = g.httpError
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	e.GET("/readyz", g.readyz)
+	e.GET("/auth", g.auth)
+	e.GET("/ws", g.serveWS)
+	if opts.Frontend != nil {
+		g.mountFrontend(e, opts.Frontend)
+	}
+	g.e = e
+	return g, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.e.ServeHTTP(w, r) }
+
+// Sockets returns the number of sockets being served.
+func (g *Gateway) Sockets() int64 { return g.sockets.Load() }
+
+func (g *Gateway) httpError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	code, msg := http.StatusInternalServerError, "internal error"
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		code = he.Code
+		msg = fmt.Sprint(he.Message)
+	}
+	_ = c.String(code, msg+"\n")
+}
+
+func (g *Gateway) readyz(c echo.Context) error {
+	if g.draining.Load() {
+		return c.String(http.StatusServiceUnavailable, "draining\n")
+	}
+	return c.String(http.StatusOK, "ok\n")
+}
+
+// auth turns ?token= into the HttpOnly cookie and redirects to a clean URL, so the token
+// does not stay in the address bar.
+func (g *Gateway) auth(c echo.Context) error {
+	tok := c.QueryParam("token")
+	if _, ok := g.principal(tok); !ok {
+		refuse(c.Response(), http.StatusUnauthorized, "invalid token")
+		return nil
+	}
+	c.SetCookie(&http.Cookie{Name: CookieName, Value: tok, Path: "/", HttpOnly: true,
+		Secure: g.opts.TLS, SameSite: http.SameSiteStrictMode})
+	c.Response().Header().Set("Cache-Control", "no-store")
+	c.Response().Header().Set("Referrer-Policy", "no-referrer")
+	return c.Redirect(http.StatusSeeOther, "/")
+}
+
+// principal finds the token's principal in constant time per token.
+func (g *Gateway) principal(tok string) (Principal, bool) {
+	if tok == "" {
+		return Principal{}, false
+	}
+	var found Principal
+	ok := 0
+	for t, p := range g.opts.Tokens {
+		if subtle.ConstantTimeCompare([]byte(t), []byte(tok)) == 1 {
+			found, ok = p, 1
+		}
+	}
+	return found, ok == 1
+}
+
+// refuse writes an error and closes the connection, so nothing pipelined behind a refused
+// request is served.
+func refuse(w http.ResponseWriter, status int, msg string) {
+	h := w.Header()
+	h.Set("Connection", "close")
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	if status == http.StatusBadRequest && strings.Contains(msg, "subprotocol") {
+		h.Set("Sec-WebSocket-Protocol", mux.Subprotocol)
+	}
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintln(w, msg)
+}
+
+// checkUpgrade authenticates an upgrade and checks Host, Origin and the subprotocol. It
+// returns the principal, or the status and message of the refusal.
+func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
+	if !g.hostAllowed(r.Host) {
+		return Principal{}, http.StatusForbidden, "host not allowed"
+	}
+	origin := r.Header.Get("Origin")
+	if origin != "" && !g.originAllowed(origin, r.Host) {
+		return Principal{}, http.StatusForbidden, "origin not allowed"
+	}
+	var tok string
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, rest, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			return Principal{}, http.StatusUnauthorized, "authorization must be Bearer"
+		}
+		tok = strings.TrimSpace(rest)
+	} else if ck, err := r.Cookie(CookieName); err == nil {
+		if origin == "" {
+			// A cookie is sent by browsers, which always send Origin on a WebSocket upgrade.
+			return Principal{}, http.StatusForbidden, "cookie without Origin"
+		}
+		tok = ck.Value
+	}
+	p, ok := g.principal(tok)
+	if !ok {
+		return Principal{}, http.StatusUnauthorized, "missing or invalid token"
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		return Principal{}, http.StatusBadRequest, "not a websocket upgrade"
+	}
+	if !slices.Contains(websocket.Subprotocols(r), mux.Subprotocol) {
+		return Principal{}, http.StatusBadRequest, "unsupported subprotocol; supported: " + mux.Subprotocol
+	}
+	return p, 0, ""
+}
+
+func (g *Gateway) serveWS(c echo.Context) error {
+	r, w := c.Request(), c.Response()
+	if g.draining.Load() {
+		refuse(w, http.StatusServiceUnavailable, "shutting down")
+		return nil
+	}
+	p, status, why := g.checkUpgrade(r)
+	if status != 0 {
+		g.log.Info("upgrade refused", "status", status, "reason", why, "remote", r.RemoteAddr)
+		refuse(w, status, why)
+		return nil
+	}
+	g.conns.Add(1)
+	defer g.conns.Done()
+	ws, err := g.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		// The upgrader already answered.
+		g.log.Info("upgrade failed", "err", err, "remote", r.RemoteAddr)
+		return nil
+	}
+	g.sockets.Add(1)
+	defer g.sockets.Add(-1)
+	opts := g.opts.Mux
+	opts.Registry = g.opts.Registry
+	opts.Principal = p.Name
+	opts.ReadOnly = p.ReadOnly
+	opts.AllowCmd = g.allowCmd
+	opts.Logger = g.log.With("principal", p.Name, "remote", r.RemoteAddr)
+	opts.Version = g.opts.Version
+	// After a successful upgrade the handler returns nil: Echo must not write to a hijacked
+	// connection.
+	if err := mux.Serve(g.baseCtx, ws, opts); err != nil {
+		opts.Logger.Debug("socket ended", "err", err)
+	}
+	return nil
+}
+
+func (g *Gateway) allowCmd(argv []string) bool {
+	for _, a := range g.opts.AllowCmd {
+		if a == "*" || a == argv[0] {
+			return true
+		}
+	}
+	return false
+}
+
+// Shutdown refuses new sockets, tells every socket its channels are closed for shutdown and
+// closes it with 1001, kills every session in parallel, and waits for the sockets to end, all
+// within ctx.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.draining.Store(true)
+	g.cancelBase(mux.ErrShutdown)
+	errReg := g.opts.Registry.Shutdown(ctx)
+	done := make(chan struct{})
+	go func() {
+		g.conns.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("shutdown: sockets still open: %w", ctx.Err())
+	}
+	return errReg
+}
+
+// hostAllowed accepts loopback names, the listen address and AllowHosts, compared without
+// case and without default ports: a DNS-rebinding page (Host: evil.example) is refused.
+func (g *Gateway) hostAllowed(host string) bool {
+	h, port := splitHostPort(strings.ToLower(host))
+	if h == "" {
+		return false
+	}
+	_, lport := splitHostPort(g.opts.ListenAddr)
+	lhost, _ := splitHostPort(strings.ToLower(g.opts.ListenAddr))
+	if port == "" {
+		port = g.defaultPort()
+	}
+	if port == lport {
+		if h == "localhost" || h == lhost {
+			return true
+		}
+		if ip := net.ParseIP(h); ip != nil && (ip.IsLoopback() || (lhost != "" && ip.Equal(net.ParseIP(lhost)))) {
+			return true
+		}
+	}
+	for _, a := range g.opts.AllowHosts {
+		ah, ap := splitHostPort(strings.ToLower(a))
+		if ap == "" {
+			ap = g.defaultPort()
+		}
+		if ah == h && ap == port {
+			return true
+		}
+	}
+	for _, o := range g.opts.AllowOrigins {
+		if u, err := url.Parse(o); err == nil {
+			oh, op := splitHostPort(strings.ToLower(u.Host))
+			if op == "" {
+				op = g.defaultPort()
+			}
+			if oh == h && op == port {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (g *Gateway) defaultPort() string {
+	if g.opts.TLS {
+		return "443"
+	}
+	return "80"
+}
+
+// originAllowed accepts the gateway's own origin (the scheme it serves plus the Host the
+// request names, which hostAllowed vetted) and AllowOrigins, exactly after normalisation.
+func (g *Gateway) originAllowed(origin, host string) bool {
+	o, err := normOrigin(origin)
+	if err != nil {
+		return false
+	}
+	scheme := "http"
+	if g.opts.TLS {
+		scheme = "https"
+	}
+	if self, err := normOrigin(scheme + "://" + host); err == nil && o == self {
+		return true
+	}
+	for _, a := range g.opts.AllowOrigins {
+		if n, err := normOrigin(a); err == nil && n == o {
+			return true
+		}
+	}
+	return false
+}
+
+// normOrigin lowercases scheme and host and drops a default port.
+func normOrigin(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("not an origin: %q", s)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	h, p := splitHostPort(strings.ToLower(u.Host))
+	if (scheme == "http" && p == "80") || (scheme == "https" && p == "443") {
+		p = ""
+	}
+	if p != "" {
+		return scheme + "://" + net.JoinHostPort(h, p), nil
+	}
+	if strings.Contains(h, ":") {
+		h = "[" + h + "]"
+	}
+	return scheme + "://" + h, nil
+}
+
+// splitHostPort splits host[:port], tolerating a missing port and IPv6 brackets.
+func splitHostPort(hp string) (host, port string) {
+	if h, p, err := net.SplitHostPort(hp); err == nil {
+		return strings.Trim(h, "[]"), p
+	}
+	return strings.Trim(hp, "[]"), ""
+}
+
+// mountFrontend serves the embedded UI.
+func (g *Gateway) mountFrontend(e *echo.Echo, dist fs.FS) {
+	if _, err := fs.Stat(dist, "index.html"); err != nil {
+		e.GET("/", func(c echo.Context) error {
+			return c.String(http.StatusServiceUnavailable, "frontend not built: run make frontend\n")
+		})
+		return
+	}
+	files := http.FileServerFS(dist)
+	h := func(c echo.Context) error {
+		c.Response().Header().Set("Content-Security-Policy",
+			"default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'")
+		c.Response().Header().Set("X-Content-Type-Options", "nosniff")
+		c.Response().Header().Set("Referrer-Policy", "no-referrer")
+		files.ServeHTTP(c.Response(), c.Request())
+		return nil
+	}
+	e.GET("/", h)
+	e.GET("/*", h)
+}
