@@ -11,6 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelmetric "go.opentelemetry.io/otel/metric"
+
+	"muxterm/otel"
 	"muxterm/session"
 )
 
@@ -26,8 +30,10 @@ type Options struct {
 	// KillTimeout bounds one teardown. Default: 30 seconds.
 	KillTimeout time.Duration
 	Logger      *slog.Logger
-	// OnReap is called after each teardown (for metrics); it must not block.
+	// OnReap is called after each teardown; it must not block.
 	OnReap func(v Victim, res session.KillResult)
+	// Telemetry receives the reaper.sweep spans and the reap metrics. Default: otel.Noop().
+	Telemetry *otel.Telemetry
 }
 
 // Victim is a session selected for reaping.
@@ -72,6 +78,9 @@ func New(opts Options) *Reaper {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Telemetry == nil {
+		opts.Telemetry = otel.Noop()
 	}
 	return &Reaper{opts: opts}
 }
@@ -134,18 +143,26 @@ func (r *Reaper) Claim(v Victim, now time.Time) (session.Reason, bool) {
 
 // Sweep selects, claims and tears down. Teardowns run in parallel with no lock held; Sweep
 // returns when they have finished.
-func (r *Reaper) Sweep(ctx context.Context) Result {
+func (r *Reaper) Sweep(ctx context.Context) (res Result) {
+	tel := r.opts.Telemetry
+	ctx, span := tel.Tracer.Start(ctx, otel.SpanReaperSweep)
+	defer func() {
+		span.SetAttributes(attribute.Int(otel.AttrSelected, res.Selected),
+			attribute.Int(otel.AttrClaimed, res.Claimed), attribute.Int(otel.AttrLostReattach, res.Lost))
+		span.End()
+	}()
 	now := r.opts.Now()
 	victims := r.Select(now)
 	if h := r.testHookAfterSelect; h != nil {
 		h(victims)
 	}
-	res := Result{Selected: len(victims)}
+	res = Result{Selected: len(victims)}
 	var wg sync.WaitGroup
 	for _, v := range victims {
 		reason, ok := r.Claim(v, now)
 		if !ok {
 			res.Lost++
+			tel.Instruments.ClaimsLost.Add(ctx, 1)
 			continue
 		}
 		res.Claimed++
@@ -154,6 +171,7 @@ func (r *Reaper) Sweep(ctx context.Context) Result {
 			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.KillTimeout)
 			defer cancel()
 			kr := v.Session.Teardown(kctx)
+			tel.Instruments.Reaps.Add(kctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrReason, string(reason))))
 			r.opts.Logger.Info("reaped session", "session", v.ID, "reason", string(reason),
 				"duration", kr.Duration, "signals", kr.Signals, "escapees", kr.Escapees)
 			if r.opts.OnReap != nil {

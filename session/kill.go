@@ -9,7 +9,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelmetric "go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
+
+	"muxterm/otel"
 )
 
 // KillResult reports what a kill did.
@@ -51,13 +57,43 @@ func (s *Session) beginCloseLocked(reason Reason) bool {
 // teardown signals the process group (HUP, TERM, KILL, KillGrace apart, stopping once the child
 // is reaped), then the processes that still hold the PTY, and records the result. It never
 // waits for the reader: the reader closes the PTY itself when its read ends. beginCloseLocked
-// must have returned true first.
-func (s *Session) teardown(ctx context.Context) KillResult {
+// must have run first. Only the first call tears down; later calls wait for its result.
+func (s *Session) teardown(ctx context.Context) (res KillResult) {
 	start := s.now()
 	s.mu.Lock()
-	res := KillResult{Status: "killed", Reason: s.reason, Offset: s.ring.end}
+	res = KillResult{Status: "killed", Reason: s.reason, Offset: s.ring.end}
 	done, out := s.killDone, s.killRes
+	if s.tearing {
+		// Another teardown runs or ran: its result is the result.
+		s.mu.Unlock()
+		select {
+		case <-done:
+			return *out
+		case <-ctx.Done():
+			return res
+		}
+	}
+	s.tearing = true
 	s.mu.Unlock()
+	ctx, span := s.opts.Tracer.Start(ctx, otel.SpanSessionKill,
+		trace.WithLinks(trace.Link{SpanContext: s.readerSpan.SpanContext()}),
+		trace.WithAttributes(attribute.String(otel.AttrSessionID, s.id), semconv.ProcessPID(s.pid),
+			attribute.String(otel.AttrReason, string(res.Reason))))
+	// The reader span ends later, often much later (an escapee holds the PTY): link it back.
+	s.readerSpan.AddLink(trace.Link{SpanContext: span.SpanContext()})
+	defer func() {
+		outcome := res.Status
+		if res.Survivors > 0 {
+			outcome = "survivors"
+		}
+		span.SetAttributes(attribute.String(otel.AttrOutcome, outcome),
+			attribute.Int(otel.AttrEscapees, res.Escapees), attribute.Int(otel.AttrSurvivors, res.Survivors),
+			attribute.Bool(otel.AttrReaderAlive, res.ReaderBlocked))
+		span.End()
+		s.opts.Instruments.KillDuration.Record(ctx, res.Duration.Seconds(),
+			otelmetric.WithAttributes(attribute.String(otel.AttrOutcome, outcome)))
+		s.opts.Instruments.Sessions.Add(ctx, -1)
+	}()
 
 	grace := s.opts.KillGrace
 	if _, exited := s.Exit(); exited {
@@ -69,6 +105,8 @@ func (s *Session) teardown(ctx context.Context) KillResult {
 				s.opts.Logger.Warn("kill: signal group", "session", s.id, "pid", s.pid, "signal", sig, "err", err)
 			}
 			res.Signals = append(res.Signals, strings.TrimPrefix(unix.SignalName(sig), "SIG"))
+			span.AddEvent(otel.EventSignalSent, trace.WithAttributes(
+				attribute.String(otel.AttrSignal, res.Signals[len(res.Signals)-1])))
 			wait := grace
 			if i == 2 {
 				wait = max(4*grace, time.Second)
@@ -87,15 +125,21 @@ func (s *Session) teardown(ctx context.Context) KillResult {
 	}
 	if e, ok := s.Exit(); ok {
 		res.Exit, res.Reaped = e, true
+		span.AddEvent(otel.EventChildReaped, trace.WithAttributes(semconv.ProcessExitCode(e.Code)))
 	} else {
 		res.Survivors++
 	}
 	esc, sig, surv := s.killHolders(ctx)
 	res.Escapees, res.Signalled, res.Survivors = esc, sig, res.Survivors+surv
+	if esc > 0 {
+		span.AddEvent(otel.EventEscapeesFound, trace.WithAttributes(
+			attribute.Int(otel.AttrEscapees, esc), attribute.Int("muxterm.kill.signalled", sig)))
+	}
 	select {
 	case <-s.readerDone:
 	default:
 		res.ReaderBlocked = true
+		span.AddEvent(otel.EventReaderBlocked)
 	}
 	res.Duration = s.now().Sub(start)
 
@@ -115,11 +159,6 @@ func (s *Session) teardown(ctx context.Context) KillResult {
 // returns the escapees found, the processes signalled and those still alive at the end (spared
 // escapees included: they still hold the PTY).
 func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivors int) {
-	s.ptyMu.Lock()
-	defer s.ptyMu.Unlock()
-	if s.ptmxClosed {
-		return 0, 0, 0 // the slave name may belong to another session by now
-	}
 	var fds []int
 	spared := 0
 	defer func() {
@@ -127,7 +166,18 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 			unix.Close(fd)
 		}
 	}()
-	for _, pid := range ptyHolders(s.ptsName) {
+	// ptyMu is held only while we look: once a holder's pidfd is open, a recycled pid can no
+	// longer be hit, and the reader may close the master while we wait for the holders.
+	s.ptyMu.Lock()
+	if s.ptmxClosed || s.masterHungUp() {
+		// Closed: the slave name may belong to another session by now. Hung up: no process
+		// holds the slave any more, so there is nothing to scan /proc for.
+		s.ptyMu.Unlock()
+		return 0, 0, 0
+	}
+	spawnMu.Lock() // no child is between fork and exec while we look
+	holders := ptyHolders(s.ptsName)
+	for _, pid := range holders {
 		sid, err := sessionOf(pid)
 		if err != nil {
 			continue
@@ -150,6 +200,8 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 		}
 		fds = append(fds, fd)
 	}
+	spawnMu.Unlock()
+	s.ptyMu.Unlock()
 	signalled = len(fds)
 	if len(fds) == 0 {
 		return escapees, 0, spared
@@ -261,4 +313,21 @@ func sessionOf(pid int) (int, error) {
 		return 0, errors.New("malformed stat")
 	}
 	return strconv.Atoi(f[3])
+}
+
+// masterHungUp reports whether the master sees a hang-up: every slave fd is closed. s.ptyMu
+// must be held (the master is open).
+func (s *Session) masterHungUp() bool {
+	rc, err := s.ptmx.SyscallConn()
+	if err != nil {
+		return false
+	}
+	hup := false
+	_ = rc.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(p, 0); err == nil && n == 1 {
+			hup = p[0].Revents&unix.POLLHUP != 0
+		}
+	})
+	return hup
 }

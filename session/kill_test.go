@@ -28,17 +28,22 @@ const (
 )
 
 // escapeeScript runs an escapee that writes its pid to pidfile, optionally prints late (one
-// second later, after the test has killed the session), and lives escapeeLifetime in all. The
-// pid is read as the PPID of a grandchild, as the seed does. The shell itself waits on a
-// `sleep 120` in its own process group.
-func escapeeScript(pidfile, late string) string {
+// second later, after the test has killed the session), and lives escapeeLifetime in all; with
+// trap it ignores HUP and TERM (and so does the sleep it execs). The pid is read as the PPID of
+// a grandchild, as the seed does. The shell itself waits on a `sleep 120` in its own process
+// group.
+func escapeeScript(pidfile, late string, trap bool) string {
 	life := int(escapeeLifetime / time.Second)
 	lateCmd := ""
 	if late != "" {
 		lateCmd = "sleep 1; echo " + late + "; "
 		life--
 	}
-	return fmt.Sprintf(`setsid sh -c 'sh -c "echo \$PPID" > %s; %sexec sleep %d' & sleep 120`, pidfile, lateCmd, life)
+	trapCmd := ""
+	if trap {
+		trapCmd = `trap "" HUP TERM; `
+	}
+	return fmt.Sprintf(`setsid sh -c '%ssh -c "echo \$PPID" > %s; %sexec sleep %d' & sleep 120`, trapCmd, pidfile, lateCmd, life)
 }
 
 // openWithEscapee opens the escapee script through a new registry and waits until the escapee
@@ -46,10 +51,15 @@ func escapeeScript(pidfile, late string) string {
 // reader, which outlives a spared escapee.
 func openWithEscapee(t testing.TB, opts Options, late string) (*Registry, *Session, *collector, int) {
 	t.Helper()
+	return openEscapee(t, opts, late, false)
+}
+
+func openEscapee(t testing.TB, opts Options, late string, trap bool) (*Registry, *Session, *collector, int) {
+	t.Helper()
 	r := NewRegistry(opts, nil)
 	pidfile := filepath.Join(t.TempDir(), "escapee.pid")
 	wake, wakeFn := wakeChan()
-	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", escapeeScript(pidfile, late))
+	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", escapeeScript(pidfile, late, trap))
 	c := collect(t, v, wake, nil)
 	var pid int
 	waitFor(t, 5*time.Second, "escapee pid file", func() bool {
@@ -89,6 +99,7 @@ func TestKillReturnsWhileEscapeeHoldsPTY(t *testing.T) {
 	tests := []struct {
 		name  string
 		spare bool
+		trap  bool // the escapee ignores HUP and TERM
 		// Signalled counts the escapee (policy on) and any process of the shell's group that
 		// still held the PTY when it was scanned (the `sleep 120`, if HUP had not ended it yet).
 		minSignalled, maxSignalled int
@@ -101,13 +112,15 @@ func TestKillReturnsWhileEscapeeHoldsPTY(t *testing.T) {
 		// Policy on (the default): the escapee is signalled through a pidfd and the reader ends
 		// promptly.
 		{name: "escapee policy on", spare: false, minSignalled: 1, maxSignalled: 2, wantSurvivors: 0},
+		// Policy on, and the escapee ignores HUP and TERM: the escalation reaches KILL.
+		{name: "escapee ignoring HUP and TERM", spare: false, trap: true, minSignalled: 1, maxSignalled: 2, wantSurvivors: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			opts := testOptions()
 			opts.SpareEscapees = tt.spare
-			r, s, _, escapee := openWithEscapee(t, opts, "")
+			r, s, _, escapee := openEscapee(t, opts, "", tt.trap)
 
 			res, took := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
 				return r.Kill(ctx, s.ID(), "alice")
@@ -383,4 +396,54 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// TestKillSignalsStragglersInOtherGroups: a job-control shell puts its background job in a
+// process group of its own, which the signals to the shell's group miss. The job is still in
+// the session and holds the PTY: the kill finds it and signals it (always, whatever the
+// escapee policy), so the reader ends promptly.
+func TestKillSignalsStragglersInOtherGroups(t *testing.T) {
+	t.Parallel()
+	for _, spare := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SpareEscapees=%v", spare), func(t *testing.T) {
+			t.Parallel()
+			opts := testOptions()
+			opts.SpareEscapees = spare
+			r := NewRegistry(opts, nil)
+			wake, wakeFn := wakeChan()
+			s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "set -m; sleep 60 & echo READY $! .; wait")
+			c := collect(t, v, wake, nil)
+			c.waitOutput(t, " .", 5*time.Second)
+			var job int
+			if _, err := fmt.Sscanf(string(c.bytes()[bytes.Index(c.bytes(), []byte("READY")):]), "READY %d .", &job); err != nil {
+				t.Fatalf("job pid: %v in %q", err, c.bytes())
+			}
+			if pgrp := pgrpOf(t, job); pgrp == s.Pid() {
+				t.Fatalf("job %d: got process group %v, want one of its own", job, pgrp)
+			}
+
+			res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
+				return r.Kill(ctx, s.ID(), "alice")
+			})
+			if res.Escapees != 0 || res.Signalled != 1 || res.Survivors != 0 {
+				t.Errorf("escapees, signalled, survivors: got %v, %v, %v, want 0, 1, 0", res.Escapees, res.Signalled, res.Survivors)
+			}
+			waitClosed(t, s.ReaderDone(), time.Second, "reader end")
+			waitFor(t, time.Second, "job gone", func() bool { return !alive(job) })
+		})
+	}
+}
+
+func pgrpOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	pgrp, err := strconv.Atoi(f[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pgrp
 }

@@ -100,20 +100,33 @@ func listFDs() string {
 
 // countPTS counts the /dev/pts entries that no other process's master holds: ours, and any
 // left behind. Other programs on the machine open and close PTYs while the tests run; an entry
-// lives exactly as long as its master, and a master's fdinfo names its entry (tty-index).
+// lives exactly as long as its master, and a master's fdinfo names its entry (tty-index). An
+// entry counts only if two snapshots agree, so one that another process opens or closes while
+// we look is not taken for ours.
 func countPTS() int {
+	first, second := ptsNotElsewhere(), ptsNotElsewhere()
+	n := 0
+	for idx := range first {
+		if second[idx] {
+			n++
+		}
+	}
+	return n
+}
+
+func ptsNotElsewhere() map[int]bool {
 	ents, err := os.ReadDir("/dev/pts")
 	if err != nil {
 		panic(err)
 	}
 	elsewhere := mastersElsewhere()
-	n := 0
+	out := make(map[int]bool)
 	for _, e := range ents {
 		if idx, err := strconv.Atoi(e.Name()); err == nil && !elsewhere[idx] {
-			n++
+			out[idx] = true
 		}
 	}
-	return n
+	return out
 }
 
 // mastersElsewhere returns the tty-index of every PTY master other processes hold.

@@ -298,7 +298,13 @@ func (r *Registry) Claim(id string, s *Session, now time.Time, grace time.Durati
 }
 
 // Teardown ends a session that Claim returned true for. Call it with no lock held.
+//
+// Teardown is safe on any session: on one nobody claimed it marks the kill point first (reason
+// killed); a second call waits for the first teardown and returns its result.
 func (s *Session) Teardown(ctx context.Context) KillResult {
+	s.mu.Lock()
+	s.beginCloseLocked(ReasonKilled) // false when a claim or a kill began it: fine
+	s.mu.Unlock()
 	return s.teardown(ctx)
 }
 

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +14,12 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
+
+	"muxterm/otel"
 )
 
 // Errors a caller can match with errors.Is.
@@ -94,6 +100,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Telemetry receives spans and metrics. Default: none.
 	Telemetry Telemetry
+	// Tracer receives the session.kill and session.reader spans. Default: a no-op tracer.
+	Tracer trace.Tracer
+	// Instruments receive the session metrics. Default: none.
+	Instruments *otel.Instruments
 
 	// testHookBeforeIngest is copied into each session before its reader starts (tests only;
 	// nil in production).
@@ -125,6 +135,12 @@ func (o Options) withDefaults() Options {
 	if o.Telemetry == nil {
 		o.Telemetry = noTelemetry{}
 	}
+	if o.Tracer == nil {
+		o.Tracer = otel.Noop().Tracer
+	}
+	if o.Instruments == nil {
+		o.Instruments = otel.Noop().Instruments
+	}
 	return o
 }
 
@@ -137,6 +153,8 @@ type Spec struct {
 	Rows  int      // 1..MaxRows
 	Name  string
 	Owner string // the principal that owns the session
+	// Trace, when valid, is the parent of the session.reader span (the session.open span).
+	Trace trace.SpanContext
 }
 
 // ExitStatus is how a process ended.
@@ -191,6 +209,7 @@ type Session struct {
 	pausedAt       time.Time
 	dropped        int64         // bytes read after the kill point and dropped
 	killDone       chan struct{} // closed when teardown finished; non-nil once closing began
+	tearing        bool          // a Teardown call is running or ran
 	killRes        *KillResult   // allocated with killDone; *killRes is valid after <-killDone
 
 	// ptyMu guards ptmxClosed. readLoop holds it to close ptmx; Kill holds it while it looks for
@@ -210,6 +229,9 @@ type Session struct {
 	// wg counts inputLoop goroutines (readLoop and waitLoop are waited on through their
 	// channels).
 	wg sync.WaitGroup
+
+	// readerSpan is the session.reader span: started by spawn, ended by readLoop.
+	readerSpan trace.Span
 
 	// testHookBeforeIngest, when set, runs in readLoop with each chunk read, before it is added.
 	testHookBeforeIngest func([]byte)
@@ -301,8 +323,10 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	if err := checkSize(spec.Cols, spec.Rows); err != nil {
 		return nil, err
 	}
+	spawnMu.RLock()
 	master, tty, err := openPTY()
 	if err != nil {
+		spawnMu.RUnlock()
 		return nil, fmt.Errorf("%w: open pty: %w", ErrSpawn, err)
 	}
 	s := &Session{
@@ -316,6 +340,7 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	if err := s.setSize(spec.Cols, spec.Rows); err != nil {
 		master.Close()
 		tty.Close()
+		spawnMu.RUnlock()
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -329,10 +354,12 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	if err := cmd.Start(); err != nil {
 		master.Close()
 		tty.Close()
+		spawnMu.RUnlock()
 		return nil, fmt.Errorf("%w: start %s: %w", ErrSpawn, argv[0], err)
 	}
 	// Our copy of the slave must go, or the master never sees the hang-up.
 	tty.Close()
+	spawnMu.RUnlock()
 	s.pid = cmd.Process.Pid
 	pidfd, err := unix.PidfdOpen(s.pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
@@ -342,10 +369,22 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 		master.Close()
 		return nil, fmt.Errorf("pidfd_open %d: %w", s.pid, err)
 	}
+	// session.reader lives until the reader ends, often after the kill; the kill links to it.
+	_, s.readerSpan = opts.Tracer.Start(trace.ContextWithSpanContext(context.Background(), spec.Trace),
+		otel.SpanSessionReader, trace.WithAttributes(attribute.String(otel.AttrSessionID, s.id),
+			semconv.ProcessPID(s.pid)))
+	opts.Instruments.Sessions.Add(context.Background(), 1)
 	go s.waitLoop(cmd.Process, os.NewFile(uintptr(pidfd), "pidfd"))
 	go s.readLoop()
 	return s, nil
 }
+
+// spawnMu is held shared by every spawn from opening its PTY until its child has exec'd and
+// the slave is closed here, and exclusively by killHolders while it looks for PTY holders. A
+// child forked by one spawn inherits (until its exec) every fd open in this process, including
+// the slave of a concurrent spawn; without the lock, a kill of that other session could find
+// the newborn child holding its slave and signal it as an escapee.
+var spawnMu sync.RWMutex
 
 // openPTY opens a PTY pair and returns a master that is non-blocking and registered with the
 // runtime poller, so that a pending Read parks a goroutine rather than an OS thread and Close
@@ -518,6 +557,10 @@ func (s *Session) waitLoop(proc *os.Process, pidfd *os.File) {
 // (EIO once every slave fd is closed, or the master was closed), and then closes the master.
 func (s *Session) readLoop() {
 	defer close(s.readerDone)
+	defer func() {
+		s.readerSpan.AddEvent(otel.EventReaderEnded)
+		s.readerSpan.End()
+	}()
 	defer s.closePTY()
 	rc, err := s.ptmx.SyscallConn()
 	if err != nil {
@@ -583,6 +626,7 @@ func (s *Session) ingest(p []byte) {
 	}
 	s.ring.append(p)
 	s.opts.Telemetry.BytesOut(len(p))
+	s.opts.Instruments.BytesOut.Add(context.Background(), int64(len(p)))
 	s.wakeViewersLocked()
 	if !s.paused && len(s.viewers) > 0 && s.minLagLocked() > int64(s.opts.HighWaterBytes) {
 		s.paused = true
@@ -630,6 +674,7 @@ func (s *Session) maybeResumeLocked() {
 	if len(s.viewers) == 0 || s.dropOutput || s.minLagLocked() < int64(s.opts.LowWaterBytes) {
 		s.paused = false
 		s.opts.Telemetry.Paused(s.now().Sub(s.pausedAt))
+		s.opts.Instruments.PauseDuration.Add(context.Background(), s.now().Sub(s.pausedAt).Seconds())
 		notify(s.resume)
 	}
 }

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"fmt"
 	"io"
 )
@@ -91,6 +92,7 @@ func (s *Session) subscribeLocked(from int64, wake func()) (*Viewer, AttachInfo,
 	}
 	v := &Viewer{s: s, wake: wake, next: info.Offset}
 	s.viewers[v] = struct{}{}
+	s.opts.Instruments.Viewers.Add(context.Background(), 1)
 	s.unwatchedSince = timeZero
 	// A viewer that starts near the end means not every viewer is far behind any more: lift
 	// backpressure now, since a paused reader produces no output to wake this viewer with.
@@ -105,6 +107,7 @@ func (s *Session) unsubscribeLocked(v *Viewer) {
 	}
 	v.closed = true
 	delete(s.viewers, v)
+	s.opts.Instruments.Viewers.Add(context.Background(), -1)
 	if len(s.viewers) == 0 {
 		s.unwatchedSince = s.now()
 	}
