@@ -76,6 +76,14 @@ interface Tab {
   /** closeTab / detachTab in progress: the tab is going away. */
   leaving: boolean;
   resizeTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Input typed before the tab's session.open answered; sent in order once it has. */
+  early: Array<string | Uint8Array>;
+}
+
+/** Sends input to the tab's channel, or keeps it until the channel exists. */
+function sendInput(tab: Tab, data: string | Uint8Array): void {
+  if (tab.channel) tab.channel.write(data);
+  else if (tab.early.length < 1024) tab.early.push(data);
 }
 
 const tabs: Tab[] = [];
@@ -168,6 +176,7 @@ function createTab(session: string): Tab {
     closed: null,
     leaving: false,
     resizeTimer: undefined,
+    early: [],
   };
 
   // xterm.js measures on open: the pane must be laid out, even if it is not the active one.
@@ -177,11 +186,11 @@ function createTab(session: string): Tab {
   pane.classList.remove('measuring');
 
   term.attachCustomKeyEventHandler((ev) => shortcutFor(ev) === null);
-  term.onData((data) => tab.channel?.write(data));
+  term.onData((data) => sendInput(tab, data));
   term.onBinary((data) => {
     const bytes = new Uint8Array(data.length);
     for (let i = 0; i < data.length; i++) bytes[i] = data.charCodeAt(i) & 0xff;
-    tab.channel?.write(bytes);
+    sendInput(tab, bytes);
   });
   term.onTitleChange((t) => {
     tab.oscTitle = t;
@@ -234,6 +243,7 @@ function updateEmpty(): void {
 function bindChannel(tab: Tab, ch: Channel): void {
   tab.channel = ch;
   tab.session = ch.session;
+  for (const d of tab.early.splice(0)) ch.write(d);
   ch.listen({
     data(bytes) {
       // Raw bytes: xterm.js decodes UTF-8 itself, also across frames. Ack once it consumed them.
