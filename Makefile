@@ -48,14 +48,16 @@ test-race: test-unit
 
 test-fuzz: frontend
 	@echo "==> fuzz targets, $(FUZZTIME) each"
-	@for f in $$($(GO) test -list '^Fuzz' ./mux/ | grep '^Fuzz'); do \
-		echo "--- $$f"; \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./mux/ || exit 1; \
+	@for p in ./mux/ ./gateway/; do \
+		for f in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
+			echo "--- $$p $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p || exit 1; \
+		done; \
 	done
 
 test-e2e: build
 	@echo "==> e2e against the built binary"
-	MUXTERM_BIN=$(CURDIR)/$(BIN) $(GO) test $(GOFLAGS_T) -tags e2e ./e2e/
+	MUXTERM_BIN=$(CURDIR)/$(BIN) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser' ./e2e/
 
 test-browser: build deps-browser
 	@echo "==> browser tests in headless Chromium"

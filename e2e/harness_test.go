@@ -79,10 +79,16 @@ func randomToken() string {
 // its listening line and stops it (SIGTERM, then SIGKILL) in cleanup.
 func startGateway(t *testing.T, args ...string) *gateway {
 	t.Helper()
+	return startGatewayEnv(t, nil, args...)
+}
+
+// startGatewayEnv is startGateway with extra environment variables.
+func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
+	t.Helper()
 	g := &gateway{t: t, Token: randomToken(), exited: make(chan struct{})}
 	all := append([]string{"--listen", "127.0.0.1:0", "--token", g.Token, "--log-level", "debug"}, args...)
 	g.cmd = exec.Command(binary(t), all...)
-	g.cmd.Env = append(os.Environ(), "SHELL=/bin/sh")
+	g.cmd.Env = append(append(os.Environ(), "SHELL=/bin/sh"), env...)
 	stdout, err := g.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

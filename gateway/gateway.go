@@ -22,9 +22,19 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	otelmetric "go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+
 	"muxterm/mux"
+	"muxterm/otel"
 	"muxterm/session"
 )
+
+// errNoSubprotocol is the refusal of an upgrade that offers no subprotocol we speak.
+const errNoSubprotocol = "unsupported subprotocol; supported: " + mux.Subprotocol
 
 // CookieName is the browser's auth cookie.
 const CookieName = "muxterm_token"
@@ -33,6 +43,9 @@ const CookieName = "muxterm_token"
 type Principal struct {
 	Name     string
 	ReadOnly bool
+	// ViewOf names the principal whose sessions a read-only principal lists and attaches to
+	// (tokens.go); empty for a read-write principal, which sees its own.
+	ViewOf string
 }
 
 // Options configure a Gateway.
@@ -52,6 +65,9 @@ type Options struct {
 	TLS bool
 	// AllowCmd lists the commands session.open may run besides the shell ("*": any).
 	AllowCmd []string
+	// MaxSockets bounds the sockets one principal holds at once (default DefaultMaxSockets);
+	// the upgrade beyond it is refused with 429 (limits.go).
+	MaxSockets int
 	// Mux carries the per-socket knobs (window, limits, keepalive); Registry, Principal,
 	// ReadOnly and AllowCmd are filled in per socket.
 	Mux mux.ServerOptions
@@ -59,6 +75,11 @@ type Options struct {
 	Frontend fs.FS
 	Logger   *slog.Logger
 	Version  string
+	// Telemetry receives spans and metrics. Default: otel.Noop().
+	Telemetry *otel.Telemetry
+	// Metrics, when non-nil, is served at GET /metrics behind the same auth as /ws (bearer
+	// token, or the cookie from a same-origin page).
+	Metrics http.Handler
 }
 
 // Gateway serves HTTP. It is safe for concurrent use.
@@ -74,6 +95,61 @@ type Gateway struct {
 	conns      sync.WaitGroup // sockets being served
 	draining   atomic.Bool
 	sockets    atomic.Int64
+	socketsOf  socketLimit // sockets per principal (limits.go)
+
+	tel         *otel.Telemetry
+	httpTracing func(http.Handler) http.Handler
+}
+
+// traceHTTP gives every route but /ws a server span (otelhttp: the maintained
+// instrumentation; otelecho is deprecated and ends with Echo v4). /ws is skipped: an HTTP
+// span is exported only when it ends, which for /ws would be when the socket closes; mux emits
+// ws.connection instead. otelhttp wraps the ResponseWriter, so /ws must stay outside it or
+// the upgrade loses http.Hijacker.
+func (g *Gateway) traceHTTP(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if c.Path() == "/ws" {
+			return next(c)
+		}
+		var err error
+		g.httpTracing(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c.SetRequest(r)
+			c.Response().Writer = w
+			err = next(c)
+		})).ServeHTTP(c.Response().Writer, c.Request())
+		return err
+	}
+}
+
+// tracerProvider hands otelhttp our tracer.
+type tracerProvider struct {
+	embedded.TracerProvider
+	t trace.Tracer
+}
+
+func (p tracerProvider) Tracer(string, ...trace.TracerOption) trace.Tracer { return p.t }
+
+// metrics serves Prometheus text to an authenticated caller.
+func (g *Gateway) metrics(c echo.Context) error {
+	r := c.Request()
+	if !g.hostAllowed(r.Host) {
+		refuse(c.Response(), http.StatusForbidden, "host not allowed")
+		return nil
+	}
+	tok := ""
+	if h := r.Header.Get("Authorization"); h != "" {
+		if scheme, rest, _ := strings.Cut(h, " "); strings.EqualFold(scheme, "Bearer") {
+			tok = strings.TrimSpace(rest)
+		}
+	} else if ck, err := r.Cookie(CookieName); err == nil {
+		tok = ck.Value // SameSite=Strict: only sent by pages of this origin
+	}
+	if _, ok := g.principal(tok); !ok {
+		refuse(c.Response(), http.StatusUnauthorized, "missing or invalid token")
+		return nil
+	}
+	g.opts.Metrics.ServeHTTP(c.Response(), r)
+	return nil
 }
 
 // New builds the Echo app.
@@ -92,7 +168,13 @@ func New(opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: allow-origin %q: %w", o, err)
 		}
 	}
-	g := &Gateway{opts: opts, log: opts.Logger}
+	if opts.Telemetry == nil {
+		opts.Telemetry = otel.Noop()
+	}
+	g := &Gateway{opts: opts, log: opts.Logger, tel: opts.Telemetry}
+	g.httpTracing = otelhttp.NewMiddleware("muxterm.http",
+		otelhttp.WithTracerProvider(tracerProvider{t: opts.Telemetry.Tracer}),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path }))
 	g.baseCtx, g.cancelBase = context.WithCancelCause(context.Background())
 	g.upgrader = websocket.Upgrader{
 		Subprotocols:      []string{mux.Subprotocol},
@@ -108,10 +190,15 @@ func New(opts Options) (*Gateway, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = g.httpError
+	e.Pre(g.upgradeOnlyAtWS) // paths.go: no route but GET /ws sees an upgrade
+	e.Use(g.traceHTTP)
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", g.readyz)
 	e.GET("/auth", g.auth)
 	e.GET("/ws", g.serveWS)
+	if opts.Metrics != nil {
+		e.GET("/metrics", g.metrics)
+	}
 	if opts.Frontend != nil {
 		g.mountFrontend(e, opts.Frontend)
 	}
@@ -148,6 +235,10 @@ func (g *Gateway) readyz(c echo.Context) error {
 // auth turns ?token= into the HttpOnly cookie and redirects to a clean URL, so the token
 // does not stay in the address bar.
 func (g *Gateway) auth(c echo.Context) error {
+	if !g.hostAllowed(c.Request().Host) { // DNS rebinding: never set a cookie for a foreign name
+		refuse(c.Response(), http.StatusForbidden, "host not allowed")
+		return nil
+	}
 	tok := c.QueryParam("token")
 	if _, ok := g.principal(tok); !ok {
 		refuse(c.Response(), http.StatusUnauthorized, "invalid token")
@@ -181,8 +272,8 @@ func refuse(w http.ResponseWriter, status int, msg string) {
 	h := w.Header()
 	h.Set("Connection", "close")
 	h.Set("Content-Type", "text/plain; charset=utf-8")
-	if status == http.StatusBadRequest && strings.Contains(msg, "subprotocol") {
-		h.Set("Sec-WebSocket-Protocol", mux.Subprotocol)
+	if msg == errNoSubprotocol {
+		h.Set("Sec-WebSocket-Protocol", mux.Subprotocol) // name what we speak
 	}
 	w.WriteHeader(status)
 	_, _ = fmt.Fprintln(w, msg)
@@ -220,7 +311,7 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 		return Principal{}, http.StatusBadRequest, "not a websocket upgrade"
 	}
 	if !slices.Contains(websocket.Subprotocols(r), mux.Subprotocol) {
-		return Principal{}, http.StatusBadRequest, "unsupported subprotocol; supported: " + mux.Subprotocol
+		return Principal{}, http.StatusBadRequest, errNoSubprotocol
 	}
 	return p, 0, ""
 }
@@ -234,9 +325,15 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	p, status, why := g.checkUpgrade(r)
 	if status != 0 {
 		g.log.Info("upgrade refused", "status", status, "reason", why, "remote", r.RemoteAddr)
+		g.tel.Instruments.UpgradesRejected.Add(r.Context(), 1,
+			otelmetric.WithAttributes(attribute.String(otel.AttrReason, why)))
 		refuse(w, status, why)
 		return nil
 	}
+	if !g.admitSocket(w, r, p) {
+		return nil
+	}
+	defer g.socketsOf.release(p.Name)
 	g.conns.Add(1)
 	defer g.conns.Done()
 	ws, err := g.upgrader.Upgrade(w, r, nil)
@@ -249,11 +346,12 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	defer g.sockets.Add(-1)
 	opts := g.opts.Mux
 	opts.Registry = g.opts.Registry
-	opts.Principal = p.Name
+	opts.Principal = p.Owner()
 	opts.ReadOnly = p.ReadOnly
 	opts.AllowCmd = g.allowCmd
 	opts.Logger = g.log.With("principal", p.Name, "remote", r.RemoteAddr)
 	opts.Version = g.opts.Version
+	opts.Telemetry = g.tel
 	// After a successful upgrade the handler returns nil: Echo must not write to a hijacked
 	// connection.
 	if err := mux.Serve(g.baseCtx, ws, opts); err != nil {

@@ -14,7 +14,13 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
+	"muxterm/otel"
 	"muxterm/session"
 )
 
@@ -54,14 +60,15 @@ const (
 	maxPending      = 16       // concurrent slow requests (open, kill) per socket
 	killTimeout     = 30 * time.Second
 	firstMsgTimeout = 30 * time.Second
+	closeGrace      = time.Second // wait for the client's close reply on shutdown
 )
 
 // ServerOptions configure one multiplexed connection.
 type ServerOptions struct {
 	Registry  *session.Registry // required
 	Principal string            // owner of the sessions this socket opens and sees
-	// ReadOnly principals receive output; their input, resize, signal, open and kill are
-	// refused.
+	// ReadOnly principals receive output; their input, resize, signal, open, kill and lease
+	// are refused (forbidden).
 	ReadOnly bool
 	// AllowCmd decides whether session.open may run argv (non-empty). Nil: only the shell.
 	AllowCmd func(argv []string) bool
@@ -73,12 +80,18 @@ type ServerOptions struct {
 	// MaxMessageBytes bounds text messages (default 64 KiB); MaxInputBytes bounds one input
 	// frame's payload (default 64 KiB).
 	MaxMessageBytes, MaxInputBytes int
+	// InputRate bounds input bytes per second per session (key: session id); OpenRate bounds
+	// session.open calls per second per principal (key: Principal). Both are shared by every
+	// socket of a gateway; nil means unlimited. See limits.go.
+	InputRate, OpenRate *RateLimiter
 	// PongWait: a socket silent this long is closed (default 60s). Pings go out at 9/10 of it.
 	// WriteWait bounds each write (default 10s).
 	PongWait, WriteWait time.Duration
 	// Version is reported by initialize.
 	Version string
 	Logger  *slog.Logger
+	// Telemetry receives spans and metrics. Default: otel.Noop().
+	Telemetry *otel.Telemetry
 
 	// testHookAfterSubscribe runs in the read loop after an attach subscribed and before its
 	// reply is queued.
@@ -110,6 +123,9 @@ func (o ServerOptions) withDefaults() ServerOptions {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Telemetry == nil {
+		o.Telemetry = otel.Noop()
+	}
 	if o.Version == "" {
 		o.Version = "dev"
 	}
@@ -119,7 +135,9 @@ func (o ServerOptions) withDefaults() ServerOptions {
 func (o ServerOptions) limits() Limits {
 	return Limits{MaxMessageBytes: o.MaxMessageBytes, MaxInputBytes: o.MaxInputBytes,
 		MaxChannels: o.MaxChannels, MaxSessions: o.MaxSessions, MaxCols: session.MaxCols,
-		MaxRows: session.MaxRows, MaxOutputFrameBytes: MaxOutputPayload}
+		MaxRows: session.MaxRows, MaxOutputFrameBytes: MaxOutputPayload,
+		InputRate: int(o.InputRate.Rate()), InputBurst: int(o.InputRate.Burst()),
+		OpenRate: o.OpenRate.Rate(), OpenBurst: int(o.OpenRate.Burst())}
 }
 
 // channel is one binding of a channel number to a session viewer on one socket.
@@ -152,6 +170,7 @@ type conn struct {
 	// wake tells writeLoop there is work (capacity 1; sends never block).
 	wake       chan struct{}
 	writerDone chan struct{}
+	readDone   chan struct{} // closed when readLoop has returned
 	pending    chan struct{} // semaphore for slow requests
 
 	// mu guards channels and ctrl. Lock order: session.mu may be held when taking mu (viewer
@@ -168,6 +187,8 @@ type conn struct {
 	// wg counts slow-request goroutines.
 	wg sync.WaitGroup
 
+	tel *otel.Telemetry
+
 	// owned by readLoop:
 	initialized bool
 }
@@ -180,15 +201,23 @@ func Serve(ctx context.Context, ws Socket, opts ServerOptions) error {
 	opts = opts.withDefaults()
 	c := &conn{
 		ws: ws, opts: opts, reg: opts.Registry, log: opts.Logger,
-		wake: make(chan struct{}, 1), writerDone: make(chan struct{}),
+		wake: make(chan struct{}, 1), writerDone: make(chan struct{}), readDone: make(chan struct{}),
 		pending: make(chan struct{}, maxPending), channels: make(map[uint32]*channel),
 	}
+	tel := opts.Telemetry
+	// ws.connection lives as long as the socket; the gateway's HTTP tracing skips /ws.
+	ctx, span := tel.Tracer.Start(ctx, otel.SpanWSConnection, trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	tel.Instruments.Sockets.Add(ctx, 1)
+	defer tel.Instruments.Sockets.Add(context.Background(), -1)
+	c.tel = tel
 	c.ctx, c.cancel = context.WithCancelCause(ctx)
 	go c.writeLoop()
 	err := c.readLoop()
+	close(c.readDone)
 	c.cancel(err)
+	ws.Close() // unblocks a writer stuck in a write
 	<-c.writerDone
-	ws.Close()
 	c.wg.Wait()
 	c.detachAll()
 	if cause := context.Cause(c.ctx); errors.Is(cause, ErrShutdown) {
@@ -288,7 +317,7 @@ func (c *conn) closeWith(code int, text string) {
 // the connection's context ends.
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
-	ping := time.NewTicker(c.opts.PongWait * 9 / 10) // must be < PongWait
+	ping := time.NewTicker(c.opts.PongWait * 5 / 12) // 25 s at the default; must be < PongWait
 	defer ping.Stop()
 	buf := make([]byte, HeaderLen+MaxOutputPayload)
 	for {
@@ -314,6 +343,15 @@ func (c *conn) writeLoop() {
 		case <-c.ctx.Done():
 			if errors.Is(context.Cause(c.ctx), ErrShutdown) {
 				c.shutdownFlush()
+				// Give the client a moment to answer the close frame: closing with its acks
+				// unread would reset the connection and could discard what we just sent.
+				t := time.NewTimer(closeGrace)
+				select {
+				case <-c.readDone:
+				case <-t.C:
+				}
+				t.Stop()
+				c.ws.Close()
 			}
 			return
 		}
@@ -407,16 +445,15 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	if !ch.active.Load() || ch.detached.Load() || ch.closedSent {
 		return false, nil
 	}
-	avail := ch.credit.available()
-	if avail <= 0 {
-		return false, nil // the next ack re-queues it
-	}
-	n := int(min(avail, MaxOutputPayload))
+	// A read within no credit still moves a viewer that fell behind past its gap and tells
+	// what is left: notifications are never held back by credit, only output is.
+	n := int(min(max(ch.credit.available(), 0), MaxOutputPayload))
 	nr, lost, err := ch.v.Read(buf[HeaderLen : HeaderLen+n])
 	if errors.Is(err, session.ErrViewerClosed) {
 		return false, nil
 	}
 	if lost > 0 {
+		c.tel.Instruments.GapBytes.Add(c.ctx, lost)
 		if err := c.write(websocket.TextMessage, MarshalNotification("session.gap",
 			map[string]any{"channel": ch.id, "lost": lost})); err != nil {
 			return false, fmt.Errorf("write gap: %w", err)
@@ -432,30 +469,31 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 		c.markReady(ch) // there may be more
 		return true, nil
 	}
-	// Drained for now: the notifications that follow the output.
-	if exit, ok := ch.sess.Exit(); ok && !ch.exitSent {
+	st := ch.v.State()
+	if st.Pending > 0 {
+		return lost > 0, nil // output waits for credit; the next ack re-queues the channel
+	}
+	// Everything retained was delivered: the notifications that follow the output.
+	if st.Exit != nil && !ch.exitSent {
 		ch.exitSent = true
-		reason, closing := ch.sess.Closing()
-		if !closing || reason != session.ReasonKilled && reason != session.ReasonShutdown {
-			if err := c.write(websocket.TextMessage, exitNote(ch, exit)); err != nil {
+		if st.Closing != session.ReasonKilled && st.Closing != session.ReasonShutdown {
+			if err := c.write(websocket.TextMessage, exitNote(ch, *st.Exit)); err != nil {
 				return false, fmt.Errorf("write exit: %w", err)
 			}
 		}
 	}
-	if errors.Is(err, io.EOF) {
-		if reason, closing := ch.sess.Closing(); closing {
-			ch.closedSent = true
-			if err := c.write(websocket.TextMessage, closedNote(ch, reason)); err != nil {
-				return false, fmt.Errorf("write closed: %w", err)
-			}
-			c.mu.Lock()
-			if c.channels[ch.id] == ch {
-				delete(c.channels, ch.id)
-			}
-			c.mu.Unlock()
-			c.unbind(ch)
-			return true, nil
+	if st.EOF && st.Closing != "" {
+		ch.closedSent = true
+		if err := c.write(websocket.TextMessage, closedNote(ch, st.Closing)); err != nil {
+			return false, fmt.Errorf("write closed: %w", err)
 		}
+		c.mu.Lock()
+		if c.channels[ch.id] == ch {
+			delete(c.channels, ch.id)
+		}
+		c.mu.Unlock()
+		c.unbind(ch)
+		return true, nil
 	}
 	return lost > 0, nil
 }
@@ -521,8 +559,12 @@ func (c *conn) readLoop() error {
 		case typ == websocket.TextMessage:
 			c.handleText(msg.Bytes())
 		case over:
-			c.replyErr(nullID, ErrLimitExceeded("maxInputBytes",
-				fmt.Sprintf("input frame payload larger than %d bytes; nothing was written", c.opts.MaxInputBytes)))
+			e := ErrLimitExceeded("maxInputBytes",
+				fmt.Sprintf("input frame payload larger than %d bytes; nothing was written", c.opts.MaxInputBytes))
+			if f, err := ParseFrame(msg.Bytes()[:HeaderLen]); err == nil {
+				e = withChannel(e, f.Channel)
+			}
+			c.replyErr(nullID, e)
 		default:
 			c.handleBinary(msg.Bytes())
 		}
@@ -663,18 +705,21 @@ func (c *conn) activate(ch *channel, queued bool) {
 	c.markReady(ch)
 }
 
-func (c *conn) slow(id json.RawMessage, fn func()) {
+// slow runs fn on its own goroutine, at most maxPending at once per socket; beyond that it
+// replies limit_exceeded and returns false.
+func (c *conn) slow(id json.RawMessage, fn func()) bool {
 	select {
 	case c.pending <- struct{}{}:
 	default:
 		c.replyErr(id, ErrLimitExceeded("pendingRequests",
 			fmt.Sprintf("at most %d opens and kills in flight per socket", maxPending)))
-		return
+		return false
 	}
 	c.wg.Go(func() {
 		defer func() { <-c.pending }()
 		fn()
 	})
+	return true
 }
 
 func (c *conn) handleOpen(req *Request) {
@@ -691,6 +736,10 @@ func (c *conn) handleOpen(req *Request) {
 		c.replyErr(req.ID, ErrForbidden(fmt.Sprintf("command %q is not allowed", p.Cmd[0])))
 		return
 	}
+	if !c.opts.OpenRate.Allow(c.opts.Principal, 1) {
+		c.replyErr(req.ID, errOpenRate(c.opts.OpenRate))
+		return
+	}
 	ch := c.reserve(req.ID, p.Channel)
 	if ch == nil {
 		return
@@ -702,18 +751,26 @@ func (c *conn) handleOpen(req *Request) {
 	slices.Sort(env)
 	spec := session.Spec{Argv: p.Cmd, Dir: p.Cwd, Env: env, Cols: p.Cols, Rows: p.Rows,
 		Name: p.Name, Owner: c.opts.Principal}
-	c.slow(req.ID, func() {
+	started := c.slow(req.ID, func() {
+		_, span := c.startSpan(otel.SpanSessionOpen, "session.open", p.Meta, ch.id)
+		defer span.End()
+		spec.Trace = span.SpanContext()
 		s, v, err := c.reg.Open(spec, c.opts.MaxSessions, func() { c.markReady(ch) })
 		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
 			c.release(ch)
-			c.replyErr(req.ID, sessionError(err))
+			c.replyErr(req.ID, sessionError(err, ""))
 			return
 		}
+		span.SetAttributes(attribute.String(otel.AttrSessionID, s.ID()), semconv.ProcessPID(s.Pid()))
 		ch.sess, ch.v = s, v
 		queued := c.reply(req.ID, map[string]any{
 			"session": s.ID(), "channel": ch.id, "pid": s.Pid(), "offset": 0})
 		c.activate(ch, queued)
 	})
+	if !started {
+		c.release(ch) // refused: the channel number is free again
+	}
 }
 
 func (c *conn) handleAttach(req *Request) {
@@ -730,10 +787,14 @@ func (c *conn) handleAttach(req *Request) {
 	if p.From != nil {
 		from = *p.From
 	}
+	_, span := c.startSpan(otel.SpanSessionAttach, "session.attach", p.Meta, ch.id)
+	defer span.End()
+	span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
 	v, info, err := c.reg.Attach(p.Session, c.opts.Principal, from, func() { c.markReady(ch) })
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		c.release(ch)
-		c.replyErr(req.ID, sessionError(err))
+		c.replyErr(req.ID, sessionError(err, p.Session))
 		return
 	}
 	ch.sess, ch.v = v.Session(), v
@@ -761,6 +822,9 @@ func (c *conn) handleDetach(req *Request) {
 	if ch == nil {
 		return
 	}
+	_, span := c.startSpan(otel.SpanSessionDetach, "session.detach", p.Meta, ch.id)
+	defer span.End()
+	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sess.ID()))
 	c.release(ch)
 	c.unbind(ch)
 	c.reply(req.ID, map[string]any{"session": ch.sess.ID(), "channel": ch.id})
@@ -782,7 +846,7 @@ func (c *conn) handleResize(req *Request) {
 	}
 	cols, rows, err := ch.sess.Resize(p.Cols, p.Rows)
 	if err != nil {
-		c.replyErr(req.ID, sessionError(err))
+		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
 		return
 	}
 	c.reply(req.ID, map[string]any{"cols": cols, "rows": rows})
@@ -803,7 +867,7 @@ func (c *conn) handleSignal(req *Request) {
 		return
 	}
 	if err := ch.sess.Signal(sig); err != nil {
-		c.replyErr(req.ID, sessionError(err))
+		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
 		return
 	}
 	c.reply(req.ID, struct{}{})
@@ -821,11 +885,11 @@ func (c *conn) handleKill(req *Request) {
 	}
 	c.slow(req.ID, func() {
 		// The kill finishes even if the socket goes away meanwhile.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), killTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.parentCtx(p.Meta)), killTimeout)
 		defer cancel()
 		res, err := c.reg.Kill(ctx, p.Session, c.opts.Principal)
 		if err != nil {
-			c.replyErr(req.ID, sessionError(err))
+			c.replyErr(req.ID, sessionError(err, p.Session))
 			return
 		}
 		c.reply(req.ID, KillResultJSON(p.Session, res))
@@ -876,9 +940,13 @@ func (c *conn) handleLease(req *Request) {
 		c.replyErr(req.ID, e)
 		return
 	}
+	if c.opts.ReadOnly {
+		c.replyErr(req.ID, ErrForbidden("read-only principal cannot lease"))
+		return
+	}
 	until, err := c.reg.Lease(p.Session, c.opts.Principal, time.Duration(p.TTLMs)*time.Millisecond)
 	if err != nil {
-		c.replyErr(req.ID, sessionError(err))
+		c.replyErr(req.ID, sessionError(err, p.Session))
 		return
 	}
 	c.reply(req.ID, map[string]any{"session": p.Session, "until": until.UTC().Format(time.RFC3339Nano)})
@@ -905,17 +973,22 @@ func (c *conn) handleBinary(b []byte) {
 	switch f.Type {
 	case FrameAck:
 		if err := ch.credit.give(int64(f.AckCount())); err != nil {
-			c.replyErr(nullID, ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)))
+			c.replyErr(nullID, withChannel(ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)), f.Channel))
 			return
 		}
 		c.markReady(ch)
 	case FrameInput:
 		if c.opts.ReadOnly {
-			c.replyErr(nullID, ErrForbidden("read-only principal: input dropped"))
+			c.replyErr(nullID, withChannel(ErrForbidden("read-only principal: input dropped"), f.Channel))
 			return
 		}
+		if !c.opts.InputRate.Allow(ch.sess.ID(), float64(len(f.Payload))) {
+			c.replyErr(nullID, withChannel(errInputRate(c.opts.InputRate), f.Channel))
+			return
+		}
+		c.tel.Instruments.BytesIn.Add(c.ctx, int64(len(f.Payload)))
 		if _, err := ch.sess.Write(f.Payload); err != nil {
-			e := sessionError(err)
+			e := sessionError(err, ch.sess.ID())
 			if e.Data == nil {
 				e.Data = map[string]any{}
 			}
@@ -926,12 +999,13 @@ func (c *conn) handleBinary(b []byte) {
 }
 
 // sessionError maps session errors to protocol errors.
-func sessionError(err error) *Error {
+func sessionError(err error, id string) *Error {
+	var ce *session.ClosedError
 	switch {
+	case errors.As(err, &ce):
+		return ErrSessionClosed(ce.ID, string(ce.Reason))
 	case errors.Is(err, session.ErrUnknownSession):
-		return ErrUnknownSession("")
-	case errors.Is(err, session.ErrSessionClosed):
-		return ErrSessionClosed("", err.Error())
+		return ErrUnknownSession(id)
 	case errors.Is(err, session.ErrInputFull):
 		return ErrLimitExceeded("inputQueue", "the program has not read its pending input; nothing was written")
 	case errors.Is(err, session.ErrTooMany):
@@ -941,9 +1015,32 @@ func sessionError(err error) *Error {
 	case errors.Is(err, session.ErrBadSize):
 		return ErrInvalidParams("cols", err.Error())
 	case errors.Is(err, session.ErrShuttingDown):
-		return ErrSessionClosed("", "the gateway is shutting down")
+		return ErrSessionClosed(id, string(session.ReasonShutdown))
 	case errors.Is(err, session.ErrSpawn):
 		return ErrSpawnFailed(err.Error())
 	}
 	return ErrInternal(err.Error())
+}
+
+// parentCtx is the context a request's spans descend from: the client's W3C trace context
+// from params._meta when it sent one, else the socket's ws.connection span.
+func (c *conn) parentCtx(m *Meta) context.Context {
+	if m == nil || m.Traceparent == "" {
+		return c.ctx
+	}
+	carrier := propagation.MapCarrier{"traceparent": m.Traceparent}
+	if m.Tracestate != "" {
+		carrier["tracestate"] = m.Tracestate
+	}
+	ctx := propagation.TraceContext{}.Extract(c.ctx, carrier)
+	if !trace.SpanContextFromContext(ctx).IsRemote() {
+		return c.ctx // malformed traceparent: ignored
+	}
+	return ctx
+}
+
+// startSpan starts a request span under parentCtx.
+func (c *conn) startSpan(name, method string, m *Meta, ch uint32) (context.Context, trace.Span) {
+	return c.tel.Tracer.Start(c.parentCtx(m), name, trace.WithAttributes(
+		semconv.RPCMethod(method), attribute.Int64(otel.AttrChannel, int64(ch))))
 }

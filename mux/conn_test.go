@@ -245,3 +245,44 @@ func TestKillOfUnknownSession(t *testing.T) {
 		t.Fatalf("got %v, want unknown_session", err)
 	}
 }
+
+// TestSilentSocketIsClosedAndDetached: a client that stops reading (so never answers a ping)
+// is dropped after PongWait; its session is detached, not killed.
+func TestSilentSocketIsClosedAndDetached(t *testing.T) {
+	served := make(chan struct{})
+	s := newServer(t, ServerOptions{PongWait: 300 * time.Millisecond}, func(*websocket.Conn) {})
+	sess, _, err := s.reg.Open(session.Spec{Argv: []string{"sleep", "60"}, Cols: 80, Rows: 24, Owner: principal}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := websocket.Dialer{Subprotocols: []string{Subprotocol}}
+	ws, _, err := d.Dial(s.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	send := func(v string) {
+		if err := ws.WriteMessage(websocket.TextMessage, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"session.attach","params":{"channel":1,"session":"` + sess.ID() + `"}}`)
+	waitUntil(t, "the attach", func() bool { return sess.Info().Viewers == 1 })
+	// From here the client reads nothing: pings go unanswered.
+	go func() {
+		s.wg.Wait()
+		close(served)
+	}()
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the silent socket was not closed")
+	}
+	if got := sess.Info().Viewers; got != 0 {
+		t.Errorf("viewers after the socket was dropped: got %d, want 0", got)
+	}
+	if st := sess.State(); st != session.StateRunning {
+		t.Errorf("session state: got %v, want running", st)
+	}
+}

@@ -168,8 +168,8 @@ func ErrChannelInUse(ch uint32) *Error {
 }
 
 // ErrLimitExceeded reports a limit that was hit; data.limit names it
-// (maxChannels, maxSessions, maxInputBytes, inputQueue, maxMessageBytes,
-// pendingRequests).
+// (maxChannels, maxSessions, maxInputBytes, inputQueue, inputRate, openRate,
+// maxMessageBytes, pendingRequests).
 func ErrLimitExceeded(limit, msg string) *Error {
 	return newRPCError(CodeLimitExceeded, KindLimitExceeded, msg, "limit", limit)
 }
@@ -321,6 +321,14 @@ type Limits struct {
 	MaxCols             int `json:"maxCols"`
 	MaxRows             int `json:"maxRows"`
 	MaxOutputFrameBytes int `json:"maxOutputFrameBytes"`
+	// Rate limits (protocol.md §4, initialize); absent (zero) means unlimited. InputRate and
+	// InputBurst are input payload bytes per second per session and the bucket size;
+	// OpenRate and OpenBurst are session.open calls per second per principal and the bucket
+	// size.
+	InputRate  int     `json:"inputRate,omitempty"`
+	InputBurst int     `json:"inputBurst,omitempty"`
+	OpenRate   float64 `json:"openRate,omitempty"`
+	OpenBurst  int     `json:"openBurst,omitempty"`
 }
 
 // ClientInfo names the client in initialize params.

@@ -210,7 +210,7 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Instruments are muxterm's metrics. A nil *Instruments records nothing.
+// Instruments are muxterm's metrics. Every field is set; Noop().Instruments records nothing.
 type Instruments struct {
 	KillDuration     otelmetric.Float64Histogram   // seconds, by outcome
 	Sessions         otelmetric.Int64UpDownCounter // sessions registered

@@ -46,8 +46,13 @@ func (s *Session) beginCloseLocked(reason Reason) bool {
 	s.killRes = new(KillResult)
 	s.state = StateClosing
 	s.reason = reason
-	s.dropOutput = true
-	s.outputFinal = true
+	if reason != ReasonExited {
+		// The kill point: nothing read from here on is kept, and the end is final. A session
+		// reaped because its process exited keeps what the reader still drains: the tail the
+		// program printed before it exited is output, not noise after a kill.
+		s.dropOutput = true
+		s.outputFinal = true
+	}
 	s.paused = false
 	notify(s.resume)
 	s.wakeViewersLocked()
@@ -169,17 +174,21 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 	// ptyMu is held only while we look: once a holder's pidfd is open, a recycled pid can no
 	// longer be hit, and the reader may close the master while we wait for the holders.
 	s.ptyMu.Lock()
-	if s.ptmxClosed || s.masterHungUp() {
+	if s.ptmxClosed || s.masterHungUpLocked() {
 		// Closed: the slave name may belong to another session by now. Hung up: no process
 		// holds the slave any more, so there is nothing to scan /proc for.
 		s.ptyMu.Unlock()
 		return 0, 0, 0
 	}
-	spawnMu.Lock() // no child is between fork and exec while we look
-	holders := ptyHolders(s.ptsName)
-	for _, pid := range holders {
-		sid, err := sessionOf(pid)
+	self := os.Getpid()
+	for _, pid := range ptyHolders(s.ptsName) {
+		sid, ppid, err := sessionOf(pid)
 		if err != nil {
+			continue
+		}
+		if ppid == self {
+			// Our own child: a sibling spawn between fork and exec inherits every fd we
+			// have open, this slave included. Never a descendant of this session.
 			continue
 		}
 		escapee := sid != s.pid
@@ -200,7 +209,6 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 		}
 		fds = append(fds, fd)
 	}
-	spawnMu.Unlock()
 	s.ptyMu.Unlock()
 	signalled = len(fds)
 	if len(fds) == 0 {
@@ -297,27 +305,31 @@ func holds(pid int, path string) bool {
 	return false
 }
 
-// sessionOf reads pid's session id from /proc/pid/stat.
-func sessionOf(pid int) (int, error) {
+// sessionOf reads pid's session id and parent pid from /proc/pid/stat.
+func sessionOf(pid int) (sid, ppid int, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// Fields after the command's closing parenthesis: state ppid pgrp session ...
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return 0, errors.New("malformed stat")
+		return 0, 0, errors.New("malformed stat")
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 4 {
-		return 0, errors.New("malformed stat")
+		return 0, 0, errors.New("malformed stat")
 	}
-	return strconv.Atoi(f[3])
+	if ppid, err = strconv.Atoi(f[1]); err != nil {
+		return 0, 0, err
+	}
+	sid, err = strconv.Atoi(f[3])
+	return sid, ppid, err
 }
 
-// masterHungUp reports whether the master sees a hang-up: every slave fd is closed. s.ptyMu
-// must be held (the master is open).
-func (s *Session) masterHungUp() bool {
+// masterHungUpLocked reports whether the master sees a hang-up: every slave fd is closed.
+// s.ptyMu must be held (so the master is open).
+func (s *Session) masterHungUpLocked() bool {
 	rc, err := s.ptmx.SyscallConn()
 	if err != nil {
 		return false

@@ -70,7 +70,7 @@ func openEscapee(t testing.TB, opts Options, late string, trap bool) (*Registry,
 		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil
 	})
-	if sid, err := sessionOf(pid); err != nil || sid == s.pid {
+	if sid, _, err := sessionOf(pid); err != nil || sid == s.pid {
 		t.Fatalf("escapee %d: got session %v (err %v), want a session other than %v", pid, sid, err, s.pid)
 	}
 	if late == "" {

@@ -98,67 +98,23 @@ func listFDs() string {
 	return b.String()
 }
 
-// countPTS counts the /dev/pts entries that no other process's master holds: ours, and any
-// left behind. Other programs on the machine open and close PTYs while the tests run; an entry
-// lives exactly as long as its master, and a master's fdinfo names its entry (tty-index). An
-// entry counts only if two snapshots agree, so one that another process opens or closes while
-// we look is not taken for ours.
+// countPTS counts the PTYs whose master this process holds: a session that leaked its PTY
+// leaks its master here. (Counting /dev/pts entries would count other processes' terminals,
+// including other test packages running at the same time.)
 func countPTS() int {
-	first, second := ptsNotElsewhere(), ptsNotElsewhere()
 	n := 0
-	for idx := range first {
-		if second[idx] {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, fd := range fds {
+		target, err := os.Readlink("/proc/self/fd/" + fd.Name())
+		if err != nil || (target != "/dev/ptmx" && target != "/dev/pts/ptmx") {
+			continue
+		}
+		if info, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name()); err == nil &&
+			strings.Contains(string(info), "tty-index:") {
 			n++
 		}
 	}
 	return n
-}
-
-func ptsNotElsewhere() map[int]bool {
-	ents, err := os.ReadDir("/dev/pts")
-	if err != nil {
-		panic(err)
-	}
-	elsewhere := mastersElsewhere()
-	out := make(map[int]bool)
-	for _, e := range ents {
-		if idx, err := strconv.Atoi(e.Name()); err == nil && !elsewhere[idx] {
-			out[idx] = true
-		}
-	}
-	return out
-}
-
-// mastersElsewhere returns the tty-index of every PTY master other processes hold.
-func mastersElsewhere() map[int]bool {
-	out := make(map[int]bool)
-	procs, _ := os.ReadDir("/proc")
-	self := strconv.Itoa(os.Getpid())
-	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil || p.Name() == self {
-			continue
-		}
-		dir := "/proc/" + p.Name()
-		fds, _ := os.ReadDir(dir + "/fd")
-		for _, fd := range fds {
-			target, err := os.Readlink(dir + "/fd/" + fd.Name())
-			if err != nil || (target != "/dev/ptmx" && target != "/dev/pts/ptmx") {
-				continue
-			}
-			info, err := os.ReadFile(dir + "/fdinfo/" + fd.Name())
-			if err != nil {
-				continue
-			}
-			for line := range strings.Lines(string(info)) {
-				if v, ok := strings.CutPrefix(line, "tty-index:"); ok {
-					if idx, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-						out[idx] = true
-					}
-				}
-			}
-		}
-	}
-	return out
 }
 
 // osThreads is the Threads: line of /proc/self/status.

@@ -131,7 +131,7 @@ func (r *Registry) lookupLocked(id, owner string) (*Session, error) {
 		return s, nil
 	}
 	if t, ok := r.gone[id]; ok && t.owner == owner {
-		return nil, fmt.Errorf("session %s: %w (%s)", id, ErrSessionClosed, t.reason)
+		return nil, &ClosedError{ID: id, Reason: t.reason}
 	}
 	return nil, fmt.Errorf("session %s: %w", id, ErrUnknownSession)
 }

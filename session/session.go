@@ -35,6 +35,39 @@ var (
 	ErrSpawn          = errors.New("spawn failed")
 )
 
+// ClosedError says a session is closing or gone, and why. It matches ErrSessionClosed.
+type ClosedError struct {
+	ID     string
+	Reason Reason
+}
+
+func (e *ClosedError) Error() string {
+	return fmt.Sprintf("session %s closed (%s)", e.ID, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrSessionClosed) hold.
+func (e *ClosedError) Is(target error) bool { return target == ErrSessionClosed }
+
+// closedErr maps the errors of a master that the reader already closed (the process and every
+// holder of the PTY are gone) to a ClosedError; other errors pass through.
+func (s *Session) closedErr(err error) error {
+	if errors.Is(err, os.ErrClosed) || errors.Is(err, syscall.EIO) {
+		s.mu.Lock()
+		reason := s.reason
+		s.mu.Unlock()
+		if reason == "" {
+			reason = ReasonExited
+		}
+		return &ClosedError{ID: s.id, Reason: reason}
+	}
+	return err
+}
+
+// exitSettle is how long after the exit a viewer waits for output still in flight before it
+// reports the exit, when a descendant keeps the PTY open (otherwise the end of output comes
+// first and is what it waits for).
+const exitSettle = 50 * time.Millisecond
+
 // State is a session's lifecycle state. It only moves forward: running, closing, closed.
 type State int
 
@@ -200,6 +233,7 @@ type Session struct {
 	reason         Reason
 	dropOutput     bool // the kill point passed: ingest keeps nothing from now on
 	outputFinal    bool // ring.end will not grow again (reader ended or kill point passed)
+	exitSettled    bool // exitSettle passed since the exit: viewers may report it
 	ring           ring
 	viewers        map[*Viewer]struct{}
 	unwatchedSince time.Time // zero while a viewer is attached
@@ -323,10 +357,8 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	if err := checkSize(spec.Cols, spec.Rows); err != nil {
 		return nil, err
 	}
-	spawnMu.RLock()
 	master, tty, err := openPTY()
 	if err != nil {
-		spawnMu.RUnlock()
 		return nil, fmt.Errorf("%w: open pty: %w", ErrSpawn, err)
 	}
 	s := &Session{
@@ -340,7 +372,6 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	if err := s.setSize(spec.Cols, spec.Rows); err != nil {
 		master.Close()
 		tty.Close()
-		spawnMu.RUnlock()
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -354,12 +385,10 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	if err := cmd.Start(); err != nil {
 		master.Close()
 		tty.Close()
-		spawnMu.RUnlock()
 		return nil, fmt.Errorf("%w: start %s: %w", ErrSpawn, argv[0], err)
 	}
 	// Our copy of the slave must go, or the master never sees the hang-up.
 	tty.Close()
-	spawnMu.RUnlock()
 	s.pid = cmd.Process.Pid
 	pidfd, err := unix.PidfdOpen(s.pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
@@ -378,13 +407,6 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	go s.readLoop()
 	return s, nil
 }
-
-// spawnMu is held shared by every spawn from opening its PTY until its child has exec'd and
-// the slave is closed here, and exclusively by killHolders while it looks for PTY holders. A
-// child forked by one spawn inherits (until its exec) every fd open in this process, including
-// the slave of a concurrent spawn; without the lock, a kill of that other session could find
-// the newborn child holding its slave and signal it as an escapee.
-var spawnMu sync.RWMutex
 
 // openPTY opens a PTY pair and returns a master that is non-blocking and registered with the
 // runtime poller, so that a pending Read parks a goroutine rather than an OS thread and Close
@@ -480,7 +502,7 @@ func (s *Session) Resize(cols, rows int) (int, int, error) {
 	s.resizeMu.Lock()
 	defer s.resizeMu.Unlock()
 	if err := s.setSize(cols, rows); err != nil {
-		return 0, 0, fmt.Errorf("resize %s: %w", s.id, err)
+		return 0, 0, fmt.Errorf("resize %s: %w", s.id, s.closedErr(err))
 	}
 	s.mu.Lock()
 	s.cols, s.rows = cols, rows
@@ -492,7 +514,7 @@ func (s *Session) Resize(cols, rows int) (int, int, error) {
 // the session's process group when the foreground group cannot be read.
 func (s *Session) Signal(sig syscall.Signal) error {
 	if _, done := s.Exit(); done {
-		return fmt.Errorf("signal %s: %w", s.id, ErrSessionClosed)
+		return fmt.Errorf("signal: %w", &ClosedError{ID: s.id, Reason: ReasonExited})
 	}
 	pgrp := s.pid
 	if rc, err := s.ptmx.SyscallConn(); err == nil {
@@ -549,6 +571,10 @@ func (s *Session) waitLoop(proc *os.Process, pidfd *os.File) {
 	close(s.exited)
 	s.wakeViewersLocked()
 	s.mu.Unlock()
+	// Normally the reader reaches the end of output right after the exit and that is when
+	// viewers report it; when a descendant keeps the PTY open, they report it once output in
+	// flight at the exit has had exitSettle to arrive.
+	time.AfterFunc(exitSettle, s.settleExit)
 }
 
 // readLoop is the one goroutine that reads the PTY master. It appends what it reads to the
@@ -705,10 +731,10 @@ func (s *Session) Write(p []byte) (int, error) {
 		return 0, fmt.Errorf("write %s: %w (%d bytes)", s.id, ErrInputFull, len(p))
 	}
 	s.mu.Lock()
-	closing := s.state != StateRunning
+	closing, reason := s.state != StateRunning, s.reason
 	s.mu.Unlock()
 	if closing {
-		return 0, fmt.Errorf("write %s: %w", s.id, ErrSessionClosed)
+		return 0, fmt.Errorf("write: %w", &ClosedError{ID: s.id, Reason: reason})
 	}
 	s.inMu.Lock()
 	defer s.inMu.Unlock()
@@ -721,7 +747,7 @@ func (s *Session) Write(p []byte) (int, error) {
 	}
 	n, err := s.writeNow(p)
 	if err != nil {
-		return 0, fmt.Errorf("write %s: %w", s.id, err)
+		return 0, fmt.Errorf("write %s: %w", s.id, s.closedErr(err))
 	}
 	if n < len(p) {
 		s.inQueue = append(s.inQueue[:0], p[n:]...)
@@ -787,3 +813,11 @@ func (s *Session) inputLoop() {
 }
 
 var _ io.Writer = (*Session)(nil)
+
+// settleExit runs exitSettle after the exit and lets viewers report it.
+func (s *Session) settleExit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.exitSettled = true
+	s.wakeViewersLocked()
+}

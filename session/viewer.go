@@ -41,6 +41,45 @@ func (v *Viewer) Read(p []byte) (n int, lost int64, err error) {
 	return n, lost, nil
 }
 
+// ViewerState is what a viewer still has to deliver, for its notifications.
+type ViewerState struct {
+	// Pending is the number of retained bytes not yet read.
+	Pending int64
+	// Exit is the process's exit once the output it printed before exiting is in the ring
+	// (the reader reached the end of output, or the exit has settled) and the viewer has read
+	// all of it; nil before.
+	Exit *ExitStatus
+	// Closing is the reason once a kill, reap or shutdown began, else "".
+	Closing Reason
+	// EOF says the output is final and the viewer has read all of it.
+	EOF bool
+}
+
+// State reports what the viewer has left to deliver.
+func (v *Viewer) State() ViewerState {
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st ViewerState
+	st.Pending = s.ring.end - max(v.next, s.ring.start)
+	if st.Pending < 0 {
+		st.Pending = 0
+	}
+	st.EOF = s.outputFinal && st.Pending == 0 && v.next >= s.ring.start
+	if s.state != StateRunning {
+		st.Closing = s.reason
+	}
+	select {
+	case <-s.exited:
+		if st.Pending == 0 && (s.outputFinal || s.exitSettled) {
+			e := s.exit
+			st.Exit = &e
+		}
+	default:
+	}
+	return st
+}
+
 // Offset returns the offset of the next byte Read will return.
 func (v *Viewer) Offset() int64 {
 	v.s.mu.Lock()
@@ -75,7 +114,7 @@ type AttachInfo struct {
 // subscribeLocked adds a viewer. s.mu must be held.
 func (s *Session) subscribeLocked(from int64, wake func()) (*Viewer, AttachInfo, error) {
 	if s.state != StateRunning {
-		return nil, AttachInfo{}, fmt.Errorf("attach %s: %w (%s)", s.id, ErrSessionClosed, s.reason)
+		return nil, AttachInfo{}, fmt.Errorf("attach: %w", &ClosedError{ID: s.id, Reason: s.reason})
 	}
 	if from > s.ring.end {
 		return nil, AttachInfo{}, fmt.Errorf("attach %s from %d: %w %d", s.id, from, ErrBadOffset, s.ring.end)

@@ -24,6 +24,7 @@ import (
 	"muxterm/frontend"
 	"muxterm/gateway"
 	"muxterm/mux"
+	"muxterm/otel"
 	"muxterm/reaper"
 	"muxterm/session"
 )
@@ -60,6 +61,9 @@ type config struct {
 	maxChannels  int
 	shutdownWait time.Duration
 	logLevel     string
+	metrics      bool
+	metricsAddr  string
+	sec          securityConfig // security.go
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
@@ -81,6 +85,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	fs.IntVar(&c.maxChannels, "max-channels", mux.DefaultMaxChannels, "channels per socket")
 	fs.DurationVar(&c.shutdownWait, "shutdown-timeout", 5*time.Second, "bound on graceful shutdown")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.metrics, "metrics", false, "serve Prometheus metrics at /metrics (behind the token)")
+	fs.StringVar(&c.metricsAddr, "metrics-listen", "", "serve /metrics on this address instead, without auth (implies --metrics)")
+	c.sec.register(fs)
 	// Environment first, so flags given on the command line win.
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -119,6 +126,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	if c.scrollback < 4096 || c.scrollback > 1<<30 {
 		return nil, errors.New("--scrollback must be between 4KiB and 1GiB")
 	}
+	if err := c.sec.check(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -134,35 +144,81 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	generated := false
-	if c.token == "" {
+	if c.token == "" && c.sec.tokensFile == "" {
 		var b [24]byte
 		_, _ = rand.Read(b[:])
 		c.token = hex.EncodeToString(b[:])
 		generated = true
+	}
+	tokens, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, log)
+	if err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", c.listen, err)
 	}
 	addr := ln.Addr().String()
+	sln, useTLS, err := c.sec.secureListener(ln, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	ln = sln
 
+	tel, err := otel.Setup(ctx, otel.Options{ServiceVersion: version, Prometheus: c.metrics || c.metricsAddr != ""})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(fctx); err != nil {
+			log.Warn("telemetry flush", "err", err)
+		}
+	}()
 	reg := session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
-		KillGrace: c.killGrace, Logger: log}, nil)
+		KillGrace: c.killGrace, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments}, nil)
+	var metricsOnMain http.Handler
+	if c.metricsAddr != "" {
+		mln, err := net.Listen("tcp", c.metricsAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("metrics listen %s: %w", c.metricsAddr, err)
+		}
+		if !loopbackListener(mln) {
+			// Metrics reveal no terminal content, but they are unauthenticated here.
+			log.Warn("serving /metrics without auth on a non-loopback address", "metrics-listen", mln.Addr().String())
+		}
+		mm := http.NewServeMux()
+		mm.Handle("GET /metrics", tel.Metrics)
+		msrv := &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = msrv.Serve(mln) }()
+		defer msrv.Close()
+		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
+	} else if c.metrics {
+		metricsOnMain = tel.Metrics
+	}
 	dist, err := fs.Sub(frontend.Dist, "dist")
 	if err != nil {
 		return fmt.Errorf("frontend: %w", err)
 	}
+	inputRate, openRate := c.sec.rateLimiters()
 	gw, err := gateway.New(gateway.Options{
-		Registry: reg, Tokens: map[string]gateway.Principal{c.token: {Name: "default"}},
+		Registry: reg, Tokens: tokens, TLS: useTLS, MaxSockets: c.sec.maxSockets,
 		AllowOrigins: c.allowOrigin, AllowHosts: c.allowHost, ListenAddr: addr,
 		AllowCmd: c.allowCmd, Frontend: dist, Logger: log, Version: version,
-		Mux: mux.ServerOptions{Window: int(c.window), MaxSessions: c.maxSessions, MaxChannels: c.maxChannels},
+		Telemetry: tel, Metrics: metricsOnMain,
+		Mux: mux.ServerOptions{Window: int(c.window), MaxSessions: c.maxSessions, MaxChannels: c.maxChannels,
+			InputRate: inputRate, OpenRate: openRate},
 	})
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	rp := reaper.New(reaper.Options{Registry: reg, Grace: c.idleGrace, Interval: c.reapInterval, Logger: log})
+	rp := reaper.New(reaper.Options{Registry: reg, Grace: c.idleGrace, Interval: c.reapInterval,
+		Logger: log, Telemetry: tel})
 	reapCtx, stopReaper := context.WithCancel(context.Background())
 	defer stopReaper()
 	rp.Start(reapCtx)
@@ -173,6 +229,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	go func() { serveErr <- srv.Serve(ln) }()
 
 	base := "http://" + addr
+	if useTLS {
+		base = "https://" + addr
+	}
 	fmt.Fprintf(stdout, "muxterm: listening on %s\n", base)
 	if generated {
 		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=%s\n", base, c.token)

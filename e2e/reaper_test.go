@@ -1,0 +1,107 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"muxterm/mux"
+)
+
+func gatewayFDs(pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return -1
+	}
+	return len(ents)
+}
+
+// TestDroppedSocketGraceResumeThenReap: sessions outlive a dropped socket for the grace, a
+// reconnect inside it resumes them byte-exact, and once nobody watches them for longer than
+// the grace the reaper closes them: shells gone, PTYs closed, list empty.
+func TestDroppedSocketGraceResumeThenReap(t *testing.T) {
+	const grace = 3 * time.Second
+	g := startGateway(t, "--allow-cmd", "sh", "--idle-grace", grace.String(), "--reap-interval", "100ms")
+	gwPid := g.cmd.Process.Pid
+	ctx := ctxT(t, 60*time.Second)
+	c1 := g.dial(t)
+	baseFDs := gatewayFDs(gwPid)
+
+	want := expectedSeq(30000)
+	var ids []string
+	var pids []int
+	var firsts [][]byte
+	var offs []int64
+	for range 2 {
+		ch, err := c1.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+			Cmd: []string{"sh", "-c", "stty raw -echo && seq 1 30000 && exec sleep 300"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := readN(ctx, t, ch, 5000)
+		ids, pids = append(ids, ch.Session()), append(pids, ch.Pid())
+		firsts, offs = append(firsts, first), append(offs, ch.Offset())
+	}
+	c1.Close() // the socket drops
+	dropped := time.Now()
+
+	c2 := g.dial(t)
+	list, err := c2.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(dropped) >= grace {
+		t.Skipf("the machine is too slow to reconnect within the %v grace", grace)
+	}
+	var listed []string
+	for _, s := range list {
+		listed = append(listed, s.Session)
+	}
+	for i, id := range ids {
+		if !slices.Contains(listed, id) {
+			t.Fatalf("session %s gone right after the drop; list: %v", id, listed)
+		}
+		if !alive(pids[i]) {
+			t.Fatalf("shell %d died with the socket", pids[i])
+		}
+		off := offs[i]
+		ch, res, err := c2.Attach(ctx, id, &off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Offset != off || res.Lost != 0 {
+			t.Fatalf("attach: got offset %d lost %d, want %d, 0", res.Offset, res.Lost, off)
+		}
+		rest := readN(ctx, t, ch, len(want)-len(firsts[i]))
+		if got := append(firsts[i], rest...); !bytes.Equal(got, want) {
+			t.Fatalf("session %d: resumed stream differs", i)
+		}
+	}
+	c2.Close() // abandoned for good
+	abandoned := time.Now()
+
+	c3 := g.dial(t)
+	waitFor(t, grace+15*time.Second, "the reaper to close the abandoned sessions", func() bool {
+		l, err := c3.List(ctx)
+		return err == nil && len(l) == 0
+	})
+	if took := time.Since(abandoned); took < grace {
+		t.Errorf("sessions reaped %v after they were abandoned, before the %v grace", took, grace)
+	}
+	for _, pid := range pids {
+		waitFor(t, 5*time.Second, fmt.Sprintf("shell %d to be gone", pid), func() bool { return !alive(pid) })
+	}
+	// The PTY masters are closed: the gateway's fds are back where they were with one socket.
+	waitFor(t, 5*time.Second, "the gateway's fds back to the baseline", func() bool { return gatewayFDs(gwPid) <= baseFDs })
+	for _, id := range ids {
+		_, _, err := c3.Attach(ctx, id, nil)
+		if got := rpcErr(t, err).Kind(); got != "session_closed" && got != "unknown_session" {
+			t.Errorf("attach to a reaped session: got %q, want session_closed", got)
+		}
+	}
+}
