@@ -93,9 +93,12 @@ type Gateway struct {
 	baseCtx    context.Context
 	cancelBase context.CancelCauseFunc
 	conns      sync.WaitGroup // sockets being served
-	draining   atomic.Bool
-	sockets    atomic.Int64
-	socketsOf  socketLimit // sockets per principal (limits.go)
+	// drainMu orders sockets entering against Shutdown: a socket counted in conns entered
+	// before draining was set, so Shutdown's conns.Wait never races a conns.Add at zero.
+	drainMu   sync.Mutex
+	draining  atomic.Bool // set under drainMu; read lock-free by readyz
+	sockets   atomic.Int64
+	socketsOf socketLimit // sockets per principal (limits.go)
 
 	tel         *otel.Telemetry
 	httpTracing func(http.Handler) http.Handler
@@ -334,7 +337,10 @@ func (g *Gateway) serveWS(c echo.Context) error {
 		return nil
 	}
 	defer g.socketsOf.release(p.Name)
-	g.conns.Add(1)
+	if !g.enter() {
+		refuse(w, http.StatusServiceUnavailable, "shutting down")
+		return nil
+	}
 	defer g.conns.Done()
 	ws, err := g.upgrader.Upgrade(w, r, nil)
 	if err != nil {
@@ -369,11 +375,24 @@ func (g *Gateway) allowCmd(argv []string) bool {
 	return false
 }
 
+// enter counts a socket in conns unless the gateway is draining.
+func (g *Gateway) enter() bool {
+	g.drainMu.Lock()
+	defer g.drainMu.Unlock()
+	if g.draining.Load() {
+		return false
+	}
+	g.conns.Add(1)
+	return true
+}
+
 // Shutdown refuses new sockets, tells every socket its channels are closed for shutdown and
 // closes it with 1001, kills every session in parallel, and waits for the sockets to end, all
 // within ctx.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.drainMu.Lock()
 	g.draining.Store(true)
+	g.drainMu.Unlock()
 	g.cancelBase(mux.ErrShutdown)
 	errReg := g.opts.Registry.Shutdown(ctx)
 	done := make(chan struct{})

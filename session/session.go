@@ -131,8 +131,6 @@ type Options struct {
 	HighWaterBytes, LowWaterBytes int
 	// Logger receives diagnostics. Default: slog.Default().
 	Logger *slog.Logger
-	// Telemetry receives spans and metrics. Default: none.
-	Telemetry Telemetry
 	// Tracer receives the session.kill and session.reader spans. Default: a no-op tracer.
 	Tracer trace.Tracer
 	// Instruments receive the session metrics. Default: none.
@@ -164,9 +162,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
-	}
-	if o.Telemetry == nil {
-		o.Telemetry = noTelemetry{}
 	}
 	if o.Tracer == nil {
 		o.Tracer = otel.Noop().Tracer
@@ -651,7 +646,6 @@ func (s *Session) ingest(p []byte) {
 		return
 	}
 	s.ring.append(p)
-	s.opts.Telemetry.BytesOut(len(p))
 	s.opts.Instruments.BytesOut.Add(context.Background(), int64(len(p)))
 	s.wakeViewersLocked()
 	if !s.paused && len(s.viewers) > 0 && s.minLagLocked() > int64(s.opts.HighWaterBytes) {
@@ -699,7 +693,6 @@ func (s *Session) maybeResumeLocked() {
 	}
 	if len(s.viewers) == 0 || s.dropOutput || s.minLagLocked() < int64(s.opts.LowWaterBytes) {
 		s.paused = false
-		s.opts.Telemetry.Paused(s.now().Sub(s.pausedAt))
 		s.opts.Instruments.PauseDuration.Add(context.Background(), s.now().Sub(s.pausedAt).Seconds())
 		notify(s.resume)
 	}

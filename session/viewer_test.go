@@ -12,6 +12,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"muxterm/otel"
 )
 
 // fakeSession is a session with no process and no reader: tests drive its ingest path directly.
@@ -190,13 +195,48 @@ func blockedInWrite(pid int) bool {
 	return len(f) > 0 && f[0] == strconv.Itoa(syscall.SYS_WRITE)
 }
 
-type countingTelemetry struct {
-	bytes  atomic.Int64
-	pauses atomic.Int64
+// meterProbe records the session metrics with a real SDK meter and a manual reader.
+type meterProbe struct{ reader *sdkmetric.ManualReader }
+
+func newMeterProbe(t *testing.T) (*otel.Instruments, *meterProbe) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	in, err := otel.NewInstruments(mp.Meter(otel.ScopeName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, &meterProbe{reader: reader}
 }
 
-func (c *countingTelemetry) BytesOut(n int)         { c.bytes.Add(int64(n)) }
-func (c *countingTelemetry) Paused(d time.Duration) { c.pauses.Add(1) }
+// sum is the total of a counter.
+func (p *meterProbe) sum(t *testing.T, name string) float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := p.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					total += float64(dp.Value)
+				}
+			case metricdata.Sum[float64]:
+				for _, dp := range d.DataPoints {
+					total += dp.Value
+				}
+			}
+		}
+	}
+	return total
+}
 
 func isPaused(s *Session) bool {
 	s.mu.Lock()
@@ -322,17 +362,17 @@ func TestBackpressure(t *testing.T) {
 	t.Parallel()
 	want := exitScriptOutput()
 	const ringSize = 64 << 10
-	newOpts := func() (Options, *countingTelemetry) {
-		tel := &countingTelemetry{}
+	newOpts := func(t *testing.T) (Options, *meterProbe) {
+		in, probe := newMeterProbe(t)
 		opts := testOptions()
 		opts.ScrollbackBytes = ringSize
-		opts.Telemetry = tel
-		return opts, tel
+		opts.Instruments = in
+		return opts, probe
 	}
 
 	t.Run("a stalled viewer pauses the reader until it reads", func(t *testing.T) {
 		t.Parallel()
-		opts, tel := newOpts()
+		opts, tel := newOpts(t)
 		r := NewRegistry(opts, nil)
 		wake, wakeFn := wakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
@@ -359,17 +399,17 @@ func TestBackpressure(t *testing.T) {
 			t.Errorf("viewer: got %d bytes, gaps %v, want %d bytes and no gap", len(got), gaps, len(want))
 		}
 		waitClosed(t, s.Exited(), 5*time.Second, "exit")
-		if tel.pauses.Load() == 0 {
-			t.Errorf("pauses recorded: got 0, want at least 1")
+		if p := tel.sum(t, otel.MetricPauseDuration); p <= 0 {
+			t.Errorf("pause time recorded: got %v, want > 0", p)
 		}
-		if b := tel.bytes.Load(); b != int64(len(want)) {
+		if b := tel.sum(t, otel.MetricBytesOut); b != float64(len(want)) {
 			t.Errorf("bytes out: got %v, want %v", b, len(want))
 		}
 	})
 
 	t.Run("with no viewer the ring overwrites", func(t *testing.T) {
 		t.Parallel()
-		opts, tel := newOpts()
+		opts, tel := newOpts(t)
 		r := NewRegistry(opts, nil)
 		s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", bigScript)
 		waitClosed(t, s.Exited(), 30*time.Second, "exit")
@@ -378,14 +418,14 @@ func TestBackpressure(t *testing.T) {
 		if start != int64(len(want)-ringSize) || !bytes.Equal(got, want[start:]) {
 			t.Errorf("ring: got %d bytes from %v, want the last %d bytes from %v", len(got), start, ringSize, len(want)-ringSize)
 		}
-		if n := tel.pauses.Load(); n != 0 {
-			t.Errorf("pauses: got %v, want 0", n)
+		if p := tel.sum(t, otel.MetricPauseDuration); p != 0 {
+			t.Errorf("pause time: got %v, want 0", p)
 		}
 	})
 
 	t.Run("a paused reader never delays Kill", func(t *testing.T) {
 		t.Parallel()
-		opts, _ := newOpts()
+		opts, _ := newOpts(t)
 		r := NewRegistry(opts, nil)
 		_, wakeFn := wakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
@@ -413,7 +453,7 @@ func TestBackpressure(t *testing.T) {
 
 	t.Run("a viewer attaching at the end resumes a paused reader", func(t *testing.T) {
 		t.Parallel()
-		opts, _ := newOpts()
+		opts, _ := newOpts(t)
 		r := NewRegistry(opts, nil)
 		_, wakeFn := wakeChan()
 		s, _ := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)

@@ -254,7 +254,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Shutdown(sctx) }()
 	gwErr := gw.Shutdown(sctx)
-	<-rp.Done()
+	select { // the reaper's teardowns finish within the shutdown bound, or are abandoned
+	case <-rp.Done():
+	case <-sctx.Done():
+	}
 	if err := <-httpDone; err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
