@@ -353,3 +353,18 @@ func TestBrowserWebGLRenderer(t *testing.T) {
 		t.Errorf("no canvas: the WebGL renderer did not load")
 	}
 }
+
+func TestBrowserTabShowsExitCode(t *testing.T) {
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, false)
+	b.typeText("exit 3\r")
+	b.waitJS("window.muxterm.tabs()[0].exited !== null", 10*time.Second)
+	b.screenshot("exit-code")
+	tabs := eval[[]tabInfo](b, "window.muxterm.tabs()")
+	if tabs[0].Exited == nil || tabs[0].Exited.Code != 3 {
+		t.Fatalf("tab after exit 3: got %+v, want exit code 3", tabs[0])
+	}
+	if !eval[bool](b, "document.body.innerText.includes('3')") {
+		t.Errorf("the exit code is not shown on the page")
+	}
+}
