@@ -33,6 +33,22 @@ import (
 	"muxterm/session"
 )
 
+// routeOf names a request's route for span names: the fixed routes by their path, everything
+// else (the UI's files, 404s) as "/*", so scanners cannot mint span names.
+func routeOf(p string) string {
+	switch p {
+	case "/", "/healthz", "/readyz", "/auth", "/metrics":
+		return p
+	}
+	return "/*"
+}
+
+// bearer reports whether an Authorization header uses the Bearer scheme.
+func bearer(h string) bool {
+	scheme, _, _ := strings.Cut(h, " ")
+	return strings.EqualFold(scheme, "Bearer")
+}
+
 // errNoSubprotocol is the refusal of an upgrade that offers no subprotocol we speak.
 const errNoSubprotocol = "unsupported subprotocol; supported: " + mux.Subprotocol
 
@@ -140,12 +156,13 @@ func (g *Gateway) metrics(c echo.Context) error {
 		return nil
 	}
 	tok := ""
-	if h := r.Header.Get("Authorization"); h != "" {
-		if scheme, rest, _ := strings.Cut(h, " "); strings.EqualFold(scheme, "Bearer") {
-			tok = strings.TrimSpace(rest)
-		}
+	if h := r.Header.Get("Authorization"); bearer(h) {
+		_, rest, _ := strings.Cut(h, " ")
+		tok = strings.TrimSpace(rest)
 	} else if ck, err := r.Cookie(CookieName); err == nil {
-		tok = ck.Value // SameSite=Strict: only sent by pages of this origin
+		// SameSite=Strict: sent only by same-site pages, and without CORS a page of another
+		// origin cannot read the answer.
+		tok = ck.Value
 	}
 	if _, ok := g.principal(tok); !ok {
 		refuse(c.Response(), http.StatusUnauthorized, "missing or invalid token")
@@ -177,7 +194,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, log: opts.Logger, tel: opts.Telemetry}
 	g.httpTracing = otelhttp.NewMiddleware("muxterm.http",
 		otelhttp.WithTracerProvider(tracerProvider{t: opts.Telemetry.Tracer}),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path }))
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + routeOf(r.URL.Path) }))
 	g.baseCtx, g.cancelBase = context.WithCancelCause(context.Background())
 	g.upgrader = websocket.Upgrader{
 		Subprotocols:      []string{mux.Subprotocol},
@@ -293,13 +310,16 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 		return Principal{}, http.StatusForbidden, "origin not allowed"
 	}
 	var tok string
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, rest, _ := strings.Cut(h, " ")
-		if !strings.EqualFold(scheme, "Bearer") {
+	ck, ckErr := r.Cookie(CookieName)
+	if h := r.Header.Get("Authorization"); h != "" && (ckErr != nil || bearer(h)) {
+		// A browser behind a proxy with its own (Basic) auth sends that header too: then the
+		// cookie counts.
+		if !bearer(h) {
 			return Principal{}, http.StatusUnauthorized, "authorization must be Bearer"
 		}
+		_, rest, _ := strings.Cut(h, " ")
 		tok = strings.TrimSpace(rest)
-	} else if ck, err := r.Cookie(CookieName); err == nil {
+	} else if ckErr == nil {
 		if origin == "" {
 			// A cookie is sent by browsers, which always send Origin on a WebSocket upgrade.
 			return Principal{}, http.StatusForbidden, "cookie without Origin"

@@ -4,6 +4,11 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelmetric "go.opentelemetry.io/otel/metric"
+
+	"muxterm/otel"
 )
 
 // DefaultMaxSockets bounds the sockets one principal holds at once.
@@ -18,10 +23,10 @@ type socketLimit struct {
 }
 
 // acquire takes one of name's max sockets, or reports false if name holds max already.
-func (l *socketLimit) acquire(name string, max int) bool {
+func (l *socketLimit) acquire(name string, limit int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.n[name] >= max {
+	if l.n[name] >= limit {
 		return false
 	}
 	if l.n == nil {
@@ -55,16 +60,18 @@ func (l *socketLimit) held(name string) int {
 // The count is per authenticated principal: a read-only viewer's sockets are its own, not its
 // owner's.
 func (g *Gateway) admitSocket(w http.ResponseWriter, r *http.Request, p Principal) bool {
-	max := g.opts.MaxSockets
-	if max <= 0 {
-		max = DefaultMaxSockets
+	limit := g.opts.MaxSockets
+	if limit <= 0 {
+		limit = DefaultMaxSockets
 	}
-	if g.socketsOf.acquire(p.Name, max) {
+	if g.socketsOf.acquire(p.Name, limit) {
 		return true
 	}
-	why := fmt.Sprintf("limit_exceeded: maxSockets: at most %d sockets per principal", max)
+	why := fmt.Sprintf("limit_exceeded: maxSockets: at most %d sockets per principal", limit)
 	g.log.Info("upgrade refused", "status", http.StatusTooManyRequests, "reason", "maxSockets",
 		"principal", p.Name, "remote", r.RemoteAddr)
+	g.tel.Instruments.UpgradesRejected.Add(r.Context(), 1,
+		otelmetric.WithAttributes(attribute.String(otel.AttrReason, "maxSockets")))
 	refuse(w, http.StatusTooManyRequests, why)
 	return false
 }

@@ -216,6 +216,15 @@ func Serve(ctx context.Context, ws Socket, opts ServerOptions) error {
 	err := c.readLoop()
 	close(c.readDone)
 	c.cancel(err)
+	if errors.Is(context.Cause(c.ctx), ErrShutdown) {
+		// Let the writer tell every channel and send 1001 before the socket goes.
+		t := time.NewTimer(closeGrace + c.opts.WriteWait)
+		select {
+		case <-c.writerDone:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	ws.Close() // unblocks a writer stuck in a write
 	<-c.writerDone
 	c.wg.Wait()
@@ -790,7 +799,11 @@ func (c *conn) handleAttach(req *Request) {
 	_, span := c.startSpan(otel.SpanSessionAttach, "session.attach", p.Meta, ch.id)
 	defer span.End()
 	span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
-	v, info, err := c.reg.Attach(p.Session, c.opts.Principal, from, func() { c.markReady(ch) })
+	attach := c.reg.Attach
+	if c.opts.ReadOnly {
+		attach = c.reg.AttachPassive // a read-only viewer never holds the owner's program back
+	}
+	v, info, err := attach(p.Session, c.opts.Principal, from, func() { c.markReady(ch) })
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		c.release(ch)

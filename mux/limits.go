@@ -85,7 +85,9 @@ func (l *RateLimiter) Allow(key string, n float64) bool {
 		l.buckets[key] = b
 	}
 	b.tokens = l.tokensLocked(b, now)
-	b.at = now
+	if now.After(b.at) { // now was read before the lock: never move a bucket's clock back
+		b.at = now
+	}
 	if b.tokens < n {
 		return false
 	}

@@ -146,6 +146,17 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 		res.ReaderBlocked = true
 		span.AddEvent(otel.EventReaderBlocked)
 	}
+	s.mu.Lock()
+	if !s.outputFinal {
+		// A reap of an exited session kept what the reader drained during the teardown; a
+		// descendant still holding the PTY (a spared escapee) adds nothing from here on.
+		s.dropOutput, s.outputFinal = true, true
+		s.paused = false
+		notify(s.resume)
+		s.wakeViewersLocked()
+	}
+	res.Offset = s.ring.end
+	s.mu.Unlock()
 	res.Duration = s.now().Sub(start)
 
 	s.mu.Lock()
@@ -186,9 +197,11 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 		if err != nil {
 			continue
 		}
-		if ppid == self {
-			// Our own child: a sibling spawn between fork and exec inherits every fd we
-			// have open, this slave included. Never a descendant of this session.
+		if ppid == self && preExec(pid) {
+			// A sibling spawn's child between fork and exec: it inherits every fd we have
+			// open, this slave included, and is no descendant of this session. (A real
+			// escapee may have us as its parent too: when the gateway is PID 1 or a
+			// subreaper, orphans are re-parented to it; those have exec'd.)
 			continue
 		}
 		escapee := sid != s.pid
@@ -303,6 +316,14 @@ func holds(pid int, path string) bool {
 		}
 	}
 	return false
+}
+
+// preExec reports whether pid still runs our own executable: a child we forked that has not
+// exec'd yet.
+func preExec(pid int) bool {
+	self, err1 := os.Readlink("/proc/self/exe")
+	exe, err2 := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	return err1 == nil && err2 == nil && exe == self
 }
 
 // sessionOf reads pid's session id and parent pid from /proc/pid/stat.

@@ -209,15 +209,6 @@ func waitClosed(t testing.TB, ch <-chan struct{}, timeout time.Duration, what st
 	}
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // ---- sessions that clean up after themselves ----
 
 // spawnT starts argv on a PTY with opts and registers a cleanup that ends it.

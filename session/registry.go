@@ -147,6 +147,16 @@ func (r *Registry) Get(id, owner string) (*Session, error) {
 // oldest retained byte), atomically under both locks: a reaper's claim either happened before
 // (the attach fails with ErrSessionClosed) or happens after and sees the viewer.
 func (r *Registry) Attach(id, owner string, from int64, wake func()) (*Viewer, AttachInfo, error) {
+	return r.attach(id, owner, from, wake, false)
+}
+
+// AttachPassive is Attach for a read-only viewer: it never holds the reader back (when it falls
+// behind it loses bytes, reported as a gap, rather than pausing the owner's program).
+func (r *Registry) AttachPassive(id, owner string, from int64, wake func()) (*Viewer, AttachInfo, error) {
+	return r.attach(id, owner, from, wake, true)
+}
+
+func (r *Registry) attach(id, owner string, from int64, wake func(), passive bool) (*Viewer, AttachInfo, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, err := r.lookupLocked(id, owner)
@@ -155,7 +165,11 @@ func (r *Registry) Attach(id, owner string, from int64, wake func()) (*Viewer, A
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.subscribeLocked(from, wake)
+	v, info, err := s.subscribeLocked(from, wake)
+	if err == nil {
+		v.passive = passive
+	}
+	return v, info, err
 }
 
 // List returns owner's sessions, oldest first.

@@ -648,7 +648,7 @@ func (s *Session) ingest(p []byte) {
 	s.ring.append(p)
 	s.opts.Instruments.BytesOut.Add(context.Background(), int64(len(p)))
 	s.wakeViewersLocked()
-	if !s.paused && len(s.viewers) > 0 && s.minLagLocked() > int64(s.opts.HighWaterBytes) {
+	if !s.paused && s.minLagLocked() > int64(s.opts.HighWaterBytes) {
 		s.paused = true
 		s.pausedAt = s.now()
 	}
@@ -675,9 +675,14 @@ func (s *Session) waitWhilePaused() {
 }
 
 // minLagLocked is how far the closest attached viewer is behind the end. s.mu must be held.
+// Passive (read-only) viewers do not count: they fall behind and get a gap instead of holding
+// the program back. It returns -1 when no viewer counts.
 func (s *Session) minLagLocked() int64 {
 	lag := int64(-1)
 	for v := range s.viewers {
+		if v.passive {
+			continue
+		}
 		if l := s.ring.end - v.next; lag < 0 || l < lag {
 			lag = l
 		}
@@ -691,10 +696,16 @@ func (s *Session) maybeResumeLocked() {
 	if !s.paused {
 		return
 	}
-	if len(s.viewers) == 0 || s.dropOutput || s.minLagLocked() < int64(s.opts.LowWaterBytes) {
+	if s.dropOutput || s.minLagLocked() < int64(s.opts.LowWaterBytes) {
 		s.paused = false
 		s.opts.Instruments.PauseDuration.Add(context.Background(), s.now().Sub(s.pausedAt).Seconds())
 		notify(s.resume)
+		if isClosed(s.exited) {
+			// The tail the program printed before exiting may still be in the PTY: give the
+			// resumed reader exitSettle to take it in before viewers report the exit.
+			s.exitSettled = false
+			time.AfterFunc(exitSettle, s.settleExit)
+		}
 	}
 }
 
@@ -813,4 +824,13 @@ func (s *Session) settleExit() {
 	defer s.mu.Unlock()
 	s.exitSettled = true
 	s.wakeViewersLocked()
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -14,6 +14,9 @@ type Viewer struct {
 	s    *Session
 	wake func() // called with s.mu held; must not block
 
+	// passive viewers (read-only principals) do not hold the reader back: see minLagLocked.
+	passive bool
+
 	// guarded by s.mu:
 	next   int64 // offset of the next byte to deliver
 	closed bool
@@ -71,7 +74,7 @@ func (v *Viewer) State() ViewerState {
 	}
 	select {
 	case <-s.exited:
-		if st.Pending == 0 && (s.outputFinal || s.exitSettled) {
+		if st.Pending == 0 && (s.outputFinal || (s.exitSettled && !s.paused)) {
 			e := s.exit
 			st.Exit = &e
 		}

@@ -1,0 +1,74 @@
+package session
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+// TestPassiveViewerNeverHoldsTheProgramBack: a read-only (passive) viewer that never reads does
+// not pause the reader; the program runs to its end and the viewer is told what it lost.
+func TestPassiveViewerNeverHoldsTheProgramBack(t *testing.T) {
+	opts := testOptions()
+	opts.ScrollbackBytes = 64 << 10
+	r := NewRegistry(opts, nil)
+	s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "stty raw -echo; head -c 300000 /dev/zero | tr '\\0' x; sleep 30")
+	v, _, err := r.AttachPassive(s.ID(), "alice", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	// The program printed everything: the reader was never paused by the stalled viewer.
+	waitFor(t, 20*time.Second, "all output read", func() bool { return s.Info().End >= 300000 })
+	if isPausedNow(s) {
+		t.Fatal("the reader is paused by a passive viewer")
+	}
+	_, lost, err := v.Read(make([]byte, 1))
+	if err != nil || lost <= 0 {
+		t.Fatalf("passive viewer read: got lost %d err %v, want a gap", lost, err)
+	}
+}
+
+func isPausedNow(s *Session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
+}
+
+// TestExitFollowsTheTailAfterBackpressure: the program exits while backpressure holds its tail
+// in the PTY; a viewer that then reads sees the exit only after the whole tail.
+func TestExitFollowsTheTailAfterBackpressure(t *testing.T) {
+	opts := testOptions()
+	opts.ScrollbackBytes = 64 << 10
+	r := NewRegistry(opts, nil)
+	wake, wakeFn := wakeChan()
+	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "stty raw -echo; head -c 45000 /dev/zero | tr '\\0' x; printf TAIL; exit 0")
+	waitFor(t, 10*time.Second, "reader paused", func() bool { return isPausedNow(s) })
+	waitClosed(t, s.Exited(), 10*time.Second, "exit")
+	var got []byte
+	buf := make([]byte, 4096)
+	deadline := time.After(20 * time.Second)
+	for {
+		n, _, err := v.Read(buf)
+		got = append(got, buf[:n]...)
+		if st := v.State(); st.Exit != nil {
+			if !bytes.HasSuffix(got, []byte("TAIL")) {
+				t.Fatalf("exit reported after %d bytes, before the tail", len(got))
+			}
+			if len(got) != 45004 {
+				t.Fatalf("got %d bytes, want 45004", len(got))
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("read: %v after %d bytes", err, len(got))
+		}
+		if n == 0 {
+			select {
+			case <-wake:
+			case <-deadline:
+				t.Fatalf("no exit after %d bytes", len(got))
+			}
+		}
+	}
+}
