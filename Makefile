@@ -8,7 +8,7 @@ GOFLAGS_T := -race -count=1
 FUZZTIME  ?= 20s
 PORT      ?= 8222
 
-.PHONY: all run build frontend test test-unit test-race test-fuzz test-e2e test-browser bench lint deps deps-browser clean
+.PHONY: all run build frontend test test-unit test-race test-fuzz test-e2e test-browser bench bench-full lint deps deps-browser clean
 
 all: build
 
@@ -64,8 +64,13 @@ test-browser: build deps-browser
 	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_BROWSER=1 $(GO) test -count=1 -tags e2e -run 'Browser' ./e2e/
 
 bench: build
-	@echo "==> benchmarks (short)"
+	@echo "==> session benchmarks and muxbench -short (about 3 minutes)"
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./session/
+	$(GO) run ./cmd/muxbench -short -gateway $(BIN) -json bench-results/muxbench-short.json -md bench-results/muxbench-short.md
+
+bench-full: build
+	@echo "==> muxbench, full run (about 8 minutes)"
+	$(GO) run ./cmd/muxbench -gateway $(BIN) -json bench-results/muxbench-full.json -md bench-results/muxbench-full.md
 
 lint: frontend
 	@echo "==> gofmt, go vet, staticcheck"

@@ -149,6 +149,10 @@ type channel struct {
 	sess *session.Session
 	v    *session.Viewer
 
+	// ready: sess and v are set, so requests and input on the channel may use them. It is
+	// stored before the open/attach reply is queued, so input a client sends once it has the
+	// reply always finds the channel ready.
+	ready    atomic.Bool
 	active   atomic.Bool // bound and its attach/open reply is queued: the writer may serve it
 	detached atomic.Bool // unbound; the writer skips it
 	queued   atomic.Bool // in conn.ready
@@ -690,7 +694,7 @@ func (c *conn) bound(id json.RawMessage, num uint32) *channel {
 	c.mu.Lock()
 	ch := c.channels[num]
 	c.mu.Unlock()
-	if ch == nil || !ch.active.Load() || ch.detached.Load() {
+	if ch == nil || !ch.ready.Load() || ch.detached.Load() {
 		c.replyErr(id, ErrUnknownChannel(num))
 		return nil
 	}
@@ -773,6 +777,7 @@ func (c *conn) handleOpen(req *Request) {
 		}
 		span.SetAttributes(attribute.String(otel.AttrSessionID, s.ID()), semconv.ProcessPID(s.Pid()))
 		ch.sess, ch.v = s, v
+		ch.ready.Store(true)
 		queued := c.reply(req.ID, map[string]any{
 			"session": s.ID(), "channel": ch.id, "pid": s.Pid(), "offset": 0})
 		c.activate(ch, queued)
@@ -811,6 +816,7 @@ func (c *conn) handleAttach(req *Request) {
 		return
 	}
 	ch.sess, ch.v = v.Session(), v
+	ch.ready.Store(true)
 	if h := c.opts.testHookAfterSubscribe; h != nil {
 		h()
 	}
@@ -979,7 +985,7 @@ func (c *conn) handleBinary(b []byte) {
 	c.mu.Lock()
 	ch := c.channels[f.Channel]
 	c.mu.Unlock()
-	if ch == nil || !ch.active.Load() || ch.detached.Load() {
+	if ch == nil || !ch.ready.Load() || ch.detached.Load() {
 		c.replyErr(nullID, ErrUnknownChannel(f.Channel))
 		return
 	}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// catScript turns the terminal raw, says R, and echoes every byte it reads.
+const catScript = "stty raw -echo; printf R; exec cat"
+
+const echoWarmup = 20
+
+// echoRun times n keystrokes: write one byte, wait until it has come back. With pause > 0 the
+// terminal is left idle that long before each keystroke.
+func echoRun(ctx context.Context, n int, pause time.Duration, write func(byte) error, read func() (int, error)) (latencies, error) {
+	lat := make(latencies, 0, n)
+	for i := range n + echoWarmup {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if pause > 0 {
+			time.Sleep(pause) // the deliberate idle pause, not synchronisation
+		}
+		t := time.Now()
+		if err := write(byte('a' + i%26)); err != nil {
+			return nil, fmt.Errorf("keystroke %d: %w", i, err)
+		}
+		for got := 0; got < 1; {
+			m, err := read()
+			if err != nil {
+				return nil, fmt.Errorf("echo of keystroke %d: %w", i, err)
+			}
+			got += m
+		}
+		if i >= echoWarmup {
+			lat = append(lat, time.Since(t))
+		}
+	}
+	return lat, nil
+}
+
+type echoMode struct {
+	name  string
+	pause time.Duration
+	load  bool
+	n     int
+}
+
+func (b *bench) rawEcho(ctx context.Context, m echoMode) (latencies, error) {
+	if m.load {
+		r, err := b.startRaw(floodScript)
+		if err != nil {
+			return nil, err
+		}
+		f := startRawFlood(r)
+		defer f.stop()
+		<-f.first
+	}
+	r, err := b.startRaw(catScript)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	if _, err := r.readUntil("R"); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 64)
+	return echoRun(ctx, m.n, m.pause,
+		func(c byte) error { _, err := r.f.Write([]byte{c}); return err },
+		func() (int, error) { return r.f.Read(buf) })
+}
+
+func (b *bench) passEcho(ctx context.Context, pt *passthrough, m echoMode) (latencies, error) {
+	if m.load {
+		ws, err := pt.dial(ctx, floodScript)
+		if err != nil {
+			return nil, err
+		}
+		f := startPtFlood(ws)
+		defer f.stop()
+		<-f.first
+	}
+	ws, err := pt.dial(ctx, catScript)
+	if err != nil {
+		return nil, err
+	}
+	defer ws.Close()
+	for seen := false; !seen; {
+		_, p, err := ws.ReadMessage()
+		if err != nil {
+			return nil, fmt.Errorf("pass-through: wait for R: %w", err)
+		}
+		for _, c := range p {
+			seen = seen || c == 'R'
+		}
+	}
+	return echoRun(ctx, m.n, m.pause,
+		func(c byte) error { return ws.WriteMessage(websocket.BinaryMessage, []byte{c}) },
+		func() (int, error) {
+			_, p, err := ws.ReadMessage()
+			return len(p), err
+		})
+}
+
+func (b *bench) muxEcho(ctx context.Context, gw *gatewayProc, m echoMode) (latencies, error) {
+	c, err := gw.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if m.load {
+		ch, err := b.openSh(ctx, c, floodScript)
+		if err != nil {
+			return nil, err
+		}
+		f := startFlood(ch)
+		defer func() {
+			killQuiet(c, ch.Session())
+			<-f.done
+		}()
+		<-f.first
+	}
+	ch, err := b.openSh(ctx, c, catScript)
+	if err != nil {
+		return nil, err
+	}
+	defer killQuiet(c, ch.Session())
+	if _, err := readUntil(ctx, c, ch, "R"); err != nil {
+		return nil, err
+	}
+	stop := guard(ctx, c, ch)
+	defer stop()
+	buf := make([]byte, 64)
+	return echoRun(ctx, m.n, m.pause,
+		func(c byte) error { _, err := ch.Write([]byte{c}); return err },
+		func() (int, error) { return ch.Read(buf) })
+}
+
+// runEcho: keystroke round trips to a raw `cat`, back to back, from idle, and while another
+// session (on the same socket, for muxterm) streams.
+func (b *bench) runEcho(ctx context.Context) error {
+	gw, err := b.mainGateway(ctx)
+	if err != nil {
+		return err
+	}
+	pt, err := b.passthrough()
+	if err != nil {
+		return err
+	}
+	modes := []echoMode{
+		{name: "back to back", n: b.cfg.EchoN},
+		{name: "from idle", pause: b.cfg.IdlePause, n: b.cfg.EchoIdleN},
+		{name: "while another session streams", load: true, n: b.cfg.EchoN},
+	}
+	type series struct{ raw, pass, mux []pct }
+	res := make([]series, len(modes))
+	for rep := range b.cfg.Reps {
+		for mi, m := range modes {
+			for _, v := range order([]string{"raw", "pass", "mux"}, rep) {
+				var lat latencies
+				var err error
+				switch v {
+				case "raw":
+					lat, err = b.rawEcho(ctx, m)
+				case "pass":
+					lat, err = b.passEcho(ctx, pt, m)
+				case "mux":
+					lat, err = b.muxEcho(ctx, gw, m)
+				}
+				if err != nil {
+					return fmt.Errorf("echo %s, %s: %w", m.name, v, err)
+				}
+				p := lat.pct()
+				switch v {
+				case "raw":
+					res[mi].raw = append(res[mi].raw, p)
+				case "pass":
+					res[mi].pass = append(res[mi].pass, p)
+				case "mux":
+					res[mi].mux = append(res[mi].mux, p)
+				}
+			}
+			s := res[mi]
+			b.logf("   rep %d, %s: p50 raw %.0f, pass %.0f, muxterm %.0f µs; p99 raw %.0f, pass %.0f, muxterm %.0f µs",
+				rep+1, m.name, s.raw[rep].P50, s.pass[rep].P50, s.mux[rep].P50, s.raw[rep].P99, s.pass[rep].P99, s.mux[rep].P99)
+		}
+	}
+	col := func(ps []pct, q string) []float64 {
+		out := make([]float64, len(ps))
+		for i, p := range ps {
+			out[i] = map[string]float64{"p50": p.P50, "p99": p.P99, "p999": p.P999}[q]
+		}
+		return out
+	}
+	targets := map[string]*Target{
+		"back to back/p50":                  {Desc: "≤ 1.6× raw", Of: "ratio_raw", Op: "<=", Value: 1.6},
+		"back to back/p99":                  {Desc: "≤ 1.3× raw", Of: "ratio_raw", Op: "<=", Value: 1.3},
+		"from idle/p50":                     {Desc: "≤ 1.4× raw", Of: "ratio_raw", Op: "<=", Value: 1.4},
+		"while another session streams/p99": {Desc: "≤ 1.25× raw", Of: "ratio_raw", Op: "<=", Value: 1.25},
+	}
+	for mi, m := range modes {
+		for _, q := range []string{"p50", "p99", "p999"} {
+			note := ""
+			if q == "p50" {
+				note = fmt.Sprintf("%d keystrokes per repetition", m.n)
+				if m.pause > 0 {
+					note += fmt.Sprintf(", each after %v idle", m.pause)
+				}
+				if m.load {
+					note += fmt.Sprintf("; meanwhile `%s` streams (muxterm: on the same socket, acked; raw: a PTY read in-process; pass-through: its own socket)", floodScript)
+				}
+				if m.n < 1000 {
+					note += "; with fewer than 1000 samples p999 is the maximum"
+				}
+			}
+			b.addRow(newRow("echo", fmt.Sprintf("%s, %s", m.name, q), "µs",
+				col(res[mi].mux, q), col(res[mi].raw, q), col(res[mi].pass, q), targets[m.name+"/"+q], note))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"muxterm/mux"
+)
+
+const listenPrefix = "muxterm: listening on http://"
+
+// gatewayProc is a gateway binary this run started on 127.0.0.1:0.
+type gatewayProc struct {
+	cmd    *exec.Cmd
+	Pid    int
+	Addr   string // 127.0.0.1:PORT
+	token  string
+	stderr *tailBuffer
+	exited chan struct{} // closed once cmd.Wait returned
+	err    error         // cmd.Wait's result; read after exited
+	perf   *exec.Cmd     // perf record attached to the gateway, if profiling
+}
+
+// startGateway runs the gateway binary at path and waits for its listening line.
+func startGateway(ctx context.Context, path string, maxSessions int, extra ...string) (*gatewayProc, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("generate token: %w", err)
+	}
+	g := &gatewayProc{token: hex.EncodeToString(b[:]), stderr: &tailBuffer{max: 64 << 10},
+		exited: make(chan struct{})}
+	limit := strconv.Itoa(maxSessions)
+	args := append([]string{"--listen", "127.0.0.1:0", "--allow-cmd", "*", "--max-sessions", limit,
+		"--max-channels", limit, "--idle-grace", "24h", "--log-level", "warn"}, extra...)
+	g.cmd = exec.Command(path, args...)
+	// The token goes through the flag's environment twin (MUXTERM_TOKEN) so it stays out of ps.
+	g.cmd.Env = append(os.Environ(), "MUXTERM_TOKEN="+g.token)
+	g.cmd.Stderr = g.stderr
+	// If this process dies without cleaning up, the kernel kills the gateway (whose shutdown
+	// path then cannot run; the sessions' PTYs hang up and their shells get SIGHUP).
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := g.cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("gateway stdout: %w", err)
+	}
+	if err := g.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start gateway %s: %w", path, err)
+	}
+	g.Pid = g.cmd.Process.Pid
+	lines := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default: // nobody listens any more; keep draining so the gateway never blocks
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		close(lines)
+	}()
+	go func() {
+		g.err = g.cmd.Wait()
+		close(g.exited)
+	}()
+	timeout := time.NewTimer(15 * time.Second)
+	defer timeout.Stop()
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				<-g.exited
+				return nil, fmt.Errorf("gateway exited before listening: %v: %s", g.err, g.stderr.String())
+			}
+			if rest, ok := strings.CutPrefix(line, listenPrefix); ok {
+				g.Addr = strings.TrimSpace(rest)
+				if host, _, err := net.SplitHostPort(g.Addr); err != nil || host != "127.0.0.1" {
+					g.stop()
+					return nil, fmt.Errorf("gateway listens on %q, want 127.0.0.1", g.Addr)
+				}
+				return g, nil
+			}
+		case <-timeout.C:
+			g.stop()
+			return nil, fmt.Errorf("gateway did not print %q within 15s: %s", listenPrefix, g.stderr.String())
+		case <-ctx.Done():
+			g.stop()
+			return nil, fmt.Errorf("start gateway: %w", ctx.Err())
+		}
+	}
+}
+
+// gatewayFlags lists the flags the binary at path accepts, from its -help output.
+func gatewayFlags(path string) (map[string]bool, error) {
+	out, err := exec.Command(path, "-help").CombinedOutput()
+	if err != nil && len(out) == 0 {
+		return nil, fmt.Errorf("%s -help: %w", path, err)
+	}
+	flags := map[string]bool{}
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(line, "  -"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				flags[f[0]] = true
+			}
+		}
+	}
+	if !flags["listen"] {
+		return nil, fmt.Errorf("%s -help lists no -listen flag: is it the muxterm gateway?", path)
+	}
+	return flags, nil
+}
+
+// liftedLimits are the gateway's abuse limits that a load test must lift, where the binary has
+// them: a benchmark opens sessions faster, types faster and holds more sockets than a person.
+var liftedLimits = [][2]string{{"max-open-rate", "0"}, {"max-input-rate", "0"}, {"max-sockets", "4096"}}
+
+// URL is the gateway's WebSocket endpoint.
+func (g *gatewayProc) URL() string { return "ws://" + g.Addr + "/ws" }
+
+// dial opens a muxterm socket to the gateway.
+func (g *gatewayProc) dial(ctx context.Context) (*mux.Client, error) {
+	c, err := mux.Dial(ctx, g.URL(), mux.DialOptions{Token: g.token, Name: "muxbench", Dialer: benchDialer()})
+	if err != nil {
+		return nil, fmt.Errorf("dial gateway %s: %w", g.Addr, err)
+	}
+	return c, nil
+}
+
+// sample reads the gateway's CPU time, RSS, threads and fds.
+func (g *gatewayProc) sample() (procSample, error) {
+	s, err := sampleProc(g.Pid)
+	if err != nil {
+		return s, fmt.Errorf("sample gateway: %w", err)
+	}
+	return s, nil
+}
+
+// cpu returns the gateway's CPU seconds so far, or 0 if /proc cannot be read.
+func (g *gatewayProc) cpu() float64 {
+	c, _ := procCPU(g.Pid)
+	return c
+}
+
+// stop ends the gateway with SIGTERM (its graceful shutdown kills every session) and, if it
+// is still running 10s later, SIGKILL. It is safe to call more than once.
+func (g *gatewayProc) stop() error {
+	g.stopProfile()
+	select {
+	case <-g.exited:
+		return g.exitErr()
+	default:
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-g.exited:
+	case <-t.C:
+		_ = g.cmd.Process.Kill()
+		<-g.exited
+		return fmt.Errorf("gateway %d ignored SIGTERM for 10s; killed: %s", g.Pid, g.stderr.String())
+	}
+	return g.exitErr()
+}
+
+func (g *gatewayProc) exitErr() error {
+	if g.err != nil {
+		var ee *exec.ExitError
+		if errors.As(g.err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled() {
+			return nil // SIGTERM or SIGKILL from us
+		}
+		return fmt.Errorf("gateway %d: %w: %s", g.Pid, g.err, g.stderr.String())
+	}
+	return nil
+}
+
+// startProfile attaches `perf record` to the gateway (it has no pprof endpoint or flag).
+func (g *gatewayProc) startProfile(path string) error {
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		return fmt.Errorf("-cpuprofile-gateway: the gateway has no pprof flag or endpoint, and perf is not installed: %w", err)
+	}
+	g.perf = exec.Command(perf, "record", "-F", "997", "-g", "-p", strconv.Itoa(g.Pid), "-o", path, "--quiet")
+	g.perf.Stdout, g.perf.Stderr = io.Discard, io.Discard
+	if err := g.perf.Start(); err != nil {
+		g.perf = nil
+		return fmt.Errorf("start perf record: %w", err)
+	}
+	return nil
+}
+
+func (g *gatewayProc) stopProfile() {
+	if g.perf == nil {
+		return
+	}
+	_ = g.perf.Process.Signal(syscall.SIGINT)
+	done := make(chan struct{})
+	go func() { _ = g.perf.Wait(); close(done) }()
+	t := time.NewTimer(30 * time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		_ = g.perf.Process.Kill()
+		<-done
+	}
+	g.perf = nil
+}
+
+// benchDialer is the WebSocket dialer for the gateway and the pass-through: loopback only,
+// with read buffers large enough for whole 32 KiB output frames.
+func benchDialer() *websocket.Dialer {
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	return &websocket.Dialer{
+		HandshakeTimeout: 10 * time.Second,
+		ReadBufferSize:   64 << 10,
+		WriteBufferSize:  16 << 10,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, fmt.Errorf("dial %s: %w", addr, err)
+			}
+			if host != "127.0.0.1" {
+				return nil, fmt.Errorf("dial %s: muxbench only dials 127.0.0.1", addr)
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.b))
+}

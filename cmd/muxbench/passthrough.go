@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"github.com/gorilla/websocket"
+)
+
+// passthrough is the minimal baseline between a raw PTY and muxterm: one WebSocket per PTY, no
+// multiplexing, no protocol, no flow control. Per connection it runs `sh -c <query sh>` on a
+// PTY, copies PTY reads to binary messages and binary messages to the PTY, and kills the
+// process group when either side ends. It serves 127.0.0.1 only, in this process.
+type passthrough struct {
+	tag  string
+	ln   net.Listener
+	srv  *http.Server
+	addr string
+
+	mu    sync.Mutex
+	conns map[*websocket.Conn]struct{}
+	wg    sync.WaitGroup // connection handlers
+}
+
+func startPassthrough(tag string) (*passthrough, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen for pass-through: %w", err)
+	}
+	p := &passthrough{tag: tag, ln: ln, addr: ln.Addr().String(), conns: map[*websocket.Conn]struct{}{}}
+	up := websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 64 << 10}
+	p.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			script := r.URL.Query().Get("sh")
+			if script == "" {
+				http.Error(w, "sh missing", http.StatusBadRequest)
+				return
+			}
+			ws, err := up.Upgrade(w, r, nil)
+			if err != nil {
+				return
+			}
+			p.wg.Add(1)
+			defer p.wg.Done()
+			p.mu.Lock()
+			p.conns[ws] = struct{}{}
+			p.mu.Unlock()
+			p.serve(ws, script)
+			p.mu.Lock()
+			delete(p.conns, ws)
+			p.mu.Unlock()
+		})}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+// serve runs one connection's PTY until the PTY or the socket ends.
+func (p *passthrough) serve(ws *websocket.Conn, script string) {
+	defer ws.Close()
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Env = append(os.Environ(), "TERM=xterm-256color", p.tag)
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 80, Rows: 24})
+	if err != nil {
+		_ = ws.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseInternalServerErr, "spawn failed"), time.Now().Add(time.Second))
+		return
+	}
+	outDone := make(chan struct{})
+	go func() { // PTY → socket
+		defer close(outDone)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				if werr := ws.WriteMessage(websocket.BinaryMessage, buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				_ = ws.WriteMessage(websocket.CloseMessage,
+					websocket.FormatCloseMessage(websocket.CloseNormalClosure, "pty ended"))
+				return
+			}
+		}
+	}()
+	inDone := make(chan struct{})
+	go func() { // socket → PTY
+		defer close(inDone)
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				break
+			}
+			if _, err := f.Write(data); err != nil {
+				break
+			}
+		}
+		// The client left (or the PTY is gone): end the process so the PTY reader ends.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}()
+	<-outDone
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	ws.Close() // ends the socket reader
+	<-inDone   // it signals the group too: reap only after it is done, so the pid is not reused
+	_ = cmd.Wait()
+	f.Close()
+}
+
+// URL is the address of a connection running script.
+func (p *passthrough) URL(script string) string {
+	return "ws://" + p.addr + "/?sh=" + url.QueryEscape(script)
+}
+
+// dial connects to the pass-through, which starts script.
+func (p *passthrough) dial(ctx context.Context, script string) (*websocket.Conn, error) {
+	ws, _, err := benchDialer().DialContext(ctx, p.URL(script), nil)
+	if err != nil {
+		return nil, fmt.Errorf("dial pass-through %s: %w", p.addr, err)
+	}
+	return ws, nil
+}
+
+// close ends every connection (their processes are killed) and the server.
+func (p *passthrough) close() {
+	_ = p.srv.Close()
+	p.mu.Lock()
+	for ws := range p.conns {
+		ws.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// ptReadAtLeast reads messages until n payload bytes arrived.
+func ptReadAtLeast(ws *websocket.Conn, n int64) (int64, error) {
+	var got int64
+	for got < n {
+		_, r, err := ws.NextReader()
+		if err != nil {
+			return got, fmt.Errorf("pass-through read %d of %d bytes: %w", got, n, err)
+		}
+		m, err := readCount(r)
+		got += m
+		if err != nil {
+			return got, fmt.Errorf("pass-through read %d of %d bytes: %w", got, n, err)
+		}
+	}
+	return got, nil
+}
+
+// ptFlood counts what one pass-through connection receives until it ends.
+type ptFlood struct {
+	ws    *websocket.Conn
+	mu    sync.Mutex
+	bytes int64
+	first chan struct{}
+	done  chan struct{}
+}
+
+func startPtFlood(ws *websocket.Conn) *ptFlood {
+	f := &ptFlood{ws: ws, first: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		firstSeen := false
+		for {
+			_, r, err := ws.NextReader()
+			var n int64
+			if err == nil {
+				n, err = readCount(r)
+			}
+			if n > 0 {
+				f.mu.Lock()
+				f.bytes += n
+				f.mu.Unlock()
+				if !firstSeen {
+					firstSeen = true
+					close(f.first)
+				}
+			}
+			if err != nil {
+				if !firstSeen {
+					close(f.first)
+				}
+				return
+			}
+		}
+	}()
+	return f
+}
+
+func (f *ptFlood) count() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bytes
+}
+
+// stop closes the connection (the server kills the process) and waits for the reader.
+func (f *ptFlood) stop() {
+	f.ws.Close()
+	<-f.done
+}
+
+var readBuf = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// readCount reads r to its end and returns the byte count.
+func readCount(r io.Reader) (int64, error) {
+	bp := readBuf.Get().(*[]byte)
+	defer readBuf.Put(bp)
+	var n int64
+	for {
+		m, err := r.Read(*bp)
+		n += int64(m)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return n, nil
+			}
+			return n, err
+		}
+	}
+}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"muxterm/mux"
+)
+
+// probe is a minimal muxterm.v1 client for measuring the gateway alone: one goroutine reads the
+// socket, counts output per channel and acknowledges every frame as soon as it arrives, so
+// credit never waits on a consumer. (mux.Client hands output to a reader goroutine per channel
+// and acks what that goroutine has read; on two cores those goroutines' scheduling then shows
+// up in the per-channel byte counts.)
+type probe struct {
+	ws  *websocket.Conn
+	wmu sync.Mutex // one writer at a time
+
+	mu      sync.Mutex
+	nextID  int
+	pending map[string]chan probeResponse
+	counts  map[uint32]*atomic.Int64
+	first   map[uint32]chan struct{}
+
+	done chan struct{} // closed when the reader ends
+	err  error         // why the reader ended; read after done
+}
+
+type probeResponse struct {
+	Result json.RawMessage
+	Error  *mux.Error
+}
+
+func dialProbe(ctx context.Context, g *gatewayProc) (*probe, error) {
+	d := benchDialer()
+	d.Subprotocols = []string{mux.Subprotocol}
+	ws, _, err := d.DialContext(ctx, g.URL(), http.Header{"Authorization": {"Bearer " + g.token}})
+	if err != nil {
+		return nil, fmt.Errorf("probe dial %s: %w", g.Addr, err)
+	}
+	p := &probe{ws: ws, pending: map[string]chan probeResponse{}, counts: map[uint32]*atomic.Int64{},
+		first: map[uint32]chan struct{}{}, done: make(chan struct{})}
+	go p.readLoop()
+	if _, err := p.call(ctx, "initialize", map[string]any{"client": map[string]any{"name": "muxbench-probe", "version": "1"}}); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *probe) write(typ int, b []byte) error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	return p.ws.WriteMessage(typ, b)
+}
+
+func (p *probe) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	p.mu.Lock()
+	p.nextID++
+	n := p.nextID
+	ch := make(chan probeResponse, 1)
+	p.pending[strconv.Itoa(n)] = ch
+	p.mu.Unlock()
+	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": n, "method": method, "params": params})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", method, err)
+	}
+	if err := p.write(websocket.TextMessage, msg); err != nil {
+		return nil, fmt.Errorf("%s: %w", method, err)
+	}
+	select {
+	case r := <-ch:
+		if r.Error != nil {
+			return nil, fmt.Errorf("%s: %w", method, r.Error)
+		}
+		return r.Result, nil
+	case <-p.done:
+		return nil, fmt.Errorf("%s: probe socket ended: %w", method, p.err)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
+	}
+}
+
+// open starts `sh -c script` on channel ch.
+func (p *probe) open(ctx context.Context, ch uint32, script string, env map[string]string) (string, error) {
+	p.mu.Lock()
+	p.counts[ch], p.first[ch] = new(atomic.Int64), make(chan struct{})
+	p.mu.Unlock()
+	res, err := p.call(ctx, "session.open", map[string]any{"channel": ch, "cmd": []string{"sh", "-c", script},
+		"cols": 80, "rows": 24, "env": env})
+	if err != nil {
+		return "", err
+	}
+	var r mux.OpenResult
+	if err := json.Unmarshal(res, &r); err != nil {
+		return "", fmt.Errorf("session.open result: %w", err)
+	}
+	return r.Session, nil
+}
+
+func (p *probe) kill(ctx context.Context, id string) error {
+	_, err := p.call(ctx, "session.kill", map[string]any{"session": id})
+	return err
+}
+
+func (p *probe) count(ch uint32) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts[ch].Load()
+}
+
+func (p *probe) firstByte(ch uint32) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.first[ch]
+}
+
+func (p *probe) readLoop() {
+	defer close(p.done)
+	seen := map[uint32]bool{}
+	var ack []byte
+	for {
+		typ, b, err := p.ws.ReadMessage()
+		if err != nil {
+			p.err = err
+			return
+		}
+		if typ == websocket.BinaryMessage {
+			f, err := mux.ParseFrame(b)
+			if err != nil || f.Type != mux.FrameOutput {
+				continue
+			}
+			p.mu.Lock()
+			c, first := p.counts[f.Channel], p.first[f.Channel]
+			p.mu.Unlock()
+			if c == nil {
+				continue
+			}
+			c.Add(int64(len(f.Payload)))
+			if !seen[f.Channel] {
+				seen[f.Channel] = true
+				close(first)
+			}
+			ack = mux.AppendAck(ack[:0], f.Channel, uint32(len(f.Payload)))
+			if err := p.write(websocket.BinaryMessage, ack); err != nil {
+				p.err = err
+				return
+			}
+			continue
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Result json.RawMessage `json:"result"`
+			Error  *mux.Error      `json:"error"`
+		}
+		if json.Unmarshal(b, &m) != nil || len(m.ID) == 0 || string(m.ID) == "null" {
+			continue // notifications and id-less errors
+		}
+		p.mu.Lock()
+		ch := p.pending[string(m.ID)]
+		delete(p.pending, string(m.ID))
+		p.mu.Unlock()
+		if ch != nil {
+			ch <- probeResponse{Result: m.Result, Error: m.Error}
+		}
+	}
+}
+
+func (p *probe) close() {
+	_ = p.ws.Close()
+	<-p.done
+}
+
+// probeFlood runs n floods of script on one probe socket and measures the window.
+func (b *bench) probeFlood(ctx context.Context, gw *gatewayProc, script string, n int) (floodResult, error) {
+	p, err := dialProbe(ctx, gw)
+	if err != nil {
+		return floodResult{}, err
+	}
+	defer p.close()
+	ids := make([]string, n)
+	defer func() {
+		kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = parallel(kctx, n, 16, func(i int) error {
+			if ids[i] != "" {
+				_ = p.kill(kctx, ids[i])
+			}
+			return nil
+		})
+	}()
+	err = parallel(ctx, n, 16, func(i int) error {
+		id, err := p.open(ctx, uint32(i+1), script, map[string]string{b.tagKey: b.tagVal})
+		ids[i] = id
+		return err
+	})
+	if err != nil {
+		return floodResult{}, err
+	}
+	firsts, counts := make([]<-chan struct{}, n), make([]func() int64, n)
+	for i := range n {
+		ch := uint32(i + 1)
+		firsts[i], counts[i] = p.firstByte(ch), func() int64 { return p.count(ch) }
+	}
+	return measureWindow(ctx, b.cfg.Window, firsts, counts, gw.cpu)
+}
