@@ -96,6 +96,9 @@ type ServerOptions struct {
 	// testHookAfterSubscribe runs in the read loop after an attach subscribed and before its
 	// reply is queued.
 	testHookAfterSubscribe func()
+	// testHookBeforeActivate runs in an open's goroutine after its reply is queued and before
+	// the channel is published to the writer.
+	testHookBeforeActivate func()
 }
 
 func (o ServerOptions) withDefaults() ServerOptions {
@@ -780,6 +783,9 @@ func (c *conn) handleOpen(req *Request) {
 		ch.ready.Store(true)
 		queued := c.reply(req.ID, map[string]any{
 			"session": s.ID(), "channel": ch.id, "pid": s.Pid(), "offset": 0})
+		if h := c.opts.testHookBeforeActivate; h != nil {
+			h()
+		}
 		c.activate(ch, queued)
 	})
 	if !started {

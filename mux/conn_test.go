@@ -286,3 +286,37 @@ func TestSilentSocketIsClosedAndDetached(t *testing.T) {
 		t.Errorf("session state: got %v, want running", st)
 	}
 }
+
+// TestInputRightAfterOpenReply: a client that types as soon as it has the open's reply is
+// served even when the channel is not yet published to the writer (found by muxbench's churn:
+// 5 in 10,050 cycles answered unknown_channel).
+func TestInputRightAfterOpenReply(t *testing.T) {
+	release := make(chan struct{})
+	opts := ServerOptions{}
+	opts.testHookBeforeActivate = func() { <-release }
+	s := newServer(t, opts, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty raw -echo; exec cat"}})
+	if err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	if _, err := ch.Write([]byte("typed-early")); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	if err := ch.Resize(ctx, 100, 30); err != nil {
+		close(release)
+		t.Fatalf("resize before the channel is published: %v", err)
+	}
+	// The resize's reply is the barrier: the input before it was handled.
+	if errs := c.ServerErrors(); len(errs) != 0 {
+		close(release)
+		t.Fatalf("input right after the open's reply: got %v, want no error", errs[0])
+	}
+	close(release)
+	if _, err := ch.ReadUntil(ctx, "typed-early"); err != nil {
+		t.Fatal(err)
+	}
+}
