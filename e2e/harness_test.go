@@ -85,8 +85,17 @@ func startGateway(t *testing.T, args ...string) *gateway {
 // startGatewayEnv is startGateway with extra environment variables.
 func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, Token: randomToken(), exited: make(chan struct{})}
-	all := append([]string{"--listen", "127.0.0.1:0", "--token", g.Token, "--log-level", "debug"}, args...)
+	tok := randomToken()
+	return launchGateway(t, tok, env, append([]string{"--token", tok}, args...)...)
+}
+
+// launchGateway runs the binary on 127.0.0.1:0 (args may override --listen) with env, knowing
+// tok as its token but passing no token flag itself, waits for its listening line, and stops
+// it (SIGTERM, then SIGKILL) in cleanup, checking that no token of the suite reached its output.
+func launchGateway(t *testing.T, tok string, env []string, args ...string) *gateway {
+	t.Helper()
+	g := &gateway{t: t, Token: tok, exited: make(chan struct{})}
+	all := append([]string{"--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
 	g.cmd = exec.Command(binary(t), all...)
 	g.cmd.Env = append(append(os.Environ(), "SHELL=/bin/sh"), env...)
 	stdout, err := g.cmd.StdoutPipe()
@@ -109,7 +118,10 @@ func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
 		g.err = g.cmd.Wait()
 		close(g.exited)
 	}()
-	t.Cleanup(func() { g.Stop(10 * time.Second) })
+	t.Cleanup(func() {
+		g.Stop(10 * time.Second)
+		checkNoToken(t, "the gateway's output", g.Logs())
+	})
 	select {
 	case base := <-listening:
 		g.Base = base

@@ -94,51 +94,6 @@ func startSecure(t *testing.T, args ...string) *gateway {
 	return g
 }
 
-// launchGateway starts the binary with exactly args (plus --listen 127.0.0.1:0 and --log-level debug
-// first, which args may override) and env, without adding a token: tok names the token the
-// harness's own Stop checks for. Its output is scanned like startSecure's.
-func launchGateway(t *testing.T, tok string, env []string, args ...string) *gateway {
-	t.Helper()
-	g := &gateway{t: t, Token: tok, exited: make(chan struct{})}
-	all := append([]string{"--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
-	g.cmd = exec.Command(binary(t), all...)
-	g.cmd.Env = append(append(os.Environ(), "SHELL=/bin/sh"), env...)
-	stdout, err := g.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := g.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	listening := make(chan string, 1)
-	var wg sync.WaitGroup
-	wg.Go(func() { g.scan(stdout, listening) })
-	wg.Go(func() { g.scan(stderr, nil) })
-	go func() {
-		wg.Wait()
-		g.err = g.cmd.Wait()
-		close(g.exited)
-	}()
-	t.Cleanup(func() {
-		g.Stop(10 * time.Second)
-		checkNoToken(t, "the gateway's output", g.Logs())
-	})
-	select {
-	case base := <-listening:
-		g.Base = base
-		g.WS = "ws" + strings.TrimPrefix(base, "http") + "/ws"
-	case <-g.exited:
-		t.Fatalf("gateway exited before listening: %v\n%s", g.err, g.Logs())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("gateway did not start:\n%s", g.Logs())
-	}
-	return g
-}
-
 // runRefused runs the binary with args and env, expecting it to refuse to start: it returns
 // the combined output, which is scanned for tokens.
 func runRefused(t *testing.T, env []string, args ...string) string {
