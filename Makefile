@@ -51,7 +51,7 @@ test-fuzz: frontend
 	@for p in ./mux/ ./gateway/; do \
 		for f in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
 			echo "--- $$p $$f"; \
-			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p || exit 1; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$p || exit 1; \
 		done; \
 	done
 

@@ -512,6 +512,9 @@ func normOrigin(s string) (string, error) {
 	}
 	scheme := strings.ToLower(u.Scheme)
 	h, p := splitHostPort(strings.ToLower(u.Host))
+	if h == "" || strings.ContainsAny(h, "[]") {
+		return "", fmt.Errorf("not an origin: %q", s)
+	}
 	if (scheme == "http" && p == "80") || (scheme == "https" && p == "443") {
 		p = ""
 	}
