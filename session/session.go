@@ -601,6 +601,15 @@ func (s *Session) readLoop() {
 				buf = nil
 				return false
 			}
+			// A PTY read returns at most about a page: take what else is already there, so
+			// one ingest (and one wake of each viewer's writer) carries up to readChunk.
+			for rerr == nil && n > 0 && n < len(*buf) {
+				m, err := unix.Read(int(fd), (*buf)[n:])
+				if m <= 0 || err != nil {
+					break // EAGAIN: drained for now; a real error comes back on the next read
+				}
+				n += m
+			}
 			return true
 		})
 		if n > 0 {
