@@ -121,51 +121,74 @@ func tail(b []byte) string {
 	return string(b)
 }
 
-// flood reads ch until it ends, counting bytes; first is closed at the first byte.
-type flood struct {
-	ch    *mux.Channel
-	mu    sync.Mutex
-	bytes int64
+// tally counts what a flood received. first is closed at the first byte, or when the flood
+// ends without one. Safe for concurrent use.
+type tally struct {
 	first chan struct{}
-	done  chan struct{}
-	err   error
+
+	mu    sync.Mutex // guards bytes and seen
+	bytes int64
+	seen  bool
+}
+
+func newTally() *tally { return &tally{first: make(chan struct{})} }
+
+// add counts n bytes.
+func (t *tally) add(n int64) {
+	if n <= 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.bytes += n
+	if !t.seen {
+		t.seen = true
+		close(t.first)
+	}
+}
+
+// end marks the flood over; a flood that received nothing releases first's waiters.
+func (t *tally) end() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.seen {
+		t.seen = true
+		close(t.first)
+	}
+}
+
+func (t *tally) count() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.bytes
+}
+
+// flood reads ch until it ends, counting bytes.
+type flood struct {
+	*tally
+	ch   *mux.Channel
+	done chan struct{}
+	err  error
 }
 
 func startFlood(ch *mux.Channel) *flood {
-	f := &flood{ch: ch, first: make(chan struct{}), done: make(chan struct{})}
+	f := &flood{tally: newTally(), ch: ch, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
+		defer f.end()
 		buf := make([]byte, 64<<10)
-		firstSeen := false
 		for {
 			n, err := ch.Read(buf)
-			if n > 0 {
-				f.mu.Lock()
-				f.bytes += int64(n)
-				f.mu.Unlock()
-				if !firstSeen {
-					firstSeen = true
-					close(f.first)
-				}
-			}
+			f.add(int64(n))
 			if err != nil {
 				if !errors.Is(err, io.EOF) {
 					f.err = err
-				}
-				if !firstSeen {
-					close(f.first)
 				}
 				return
 			}
 		}
 	}()
 	return f
-}
-
-func (f *flood) count() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.bytes
 }
 
 // parallel runs fn(0..n-1) on at most limit goroutines and returns the first error.

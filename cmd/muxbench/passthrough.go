@@ -161,48 +161,29 @@ func ptReadAtLeast(ws *websocket.Conn, n int64) (int64, error) {
 
 // ptFlood counts what one pass-through connection receives until it ends.
 type ptFlood struct {
-	ws    *websocket.Conn
-	mu    sync.Mutex
-	bytes int64
-	first chan struct{}
-	done  chan struct{}
+	*tally
+	ws   *websocket.Conn
+	done chan struct{}
 }
 
 func startPtFlood(ws *websocket.Conn) *ptFlood {
-	f := &ptFlood{ws: ws, first: make(chan struct{}), done: make(chan struct{})}
+	f := &ptFlood{tally: newTally(), ws: ws, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
-		firstSeen := false
+		defer f.end()
 		for {
 			_, r, err := ws.NextReader()
 			var n int64
 			if err == nil {
 				n, err = readCount(r)
 			}
-			if n > 0 {
-				f.mu.Lock()
-				f.bytes += n
-				f.mu.Unlock()
-				if !firstSeen {
-					firstSeen = true
-					close(f.first)
-				}
-			}
+			f.add(n)
 			if err != nil {
-				if !firstSeen {
-					close(f.first)
-				}
 				return
 			}
 		}
 	}()
 	return f
-}
-
-func (f *ptFlood) count() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.bytes
 }
 
 // stop closes the connection (the server kills the process) and waits for the reader.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 
 	"github.com/creack/pty"
@@ -93,45 +92,26 @@ func isPTYEnd(err error) bool {
 
 // rawFlood counts what a reader goroutine reads from a raw PTY until it ends.
 type rawFlood struct {
-	r     *rawPTY
-	mu    sync.Mutex
-	bytes int64
-	first chan struct{}
-	done  chan struct{}
+	*tally
+	r    *rawPTY
+	done chan struct{}
 }
 
 func startRawFlood(r *rawPTY) *rawFlood {
-	f := &rawFlood{r: r, first: make(chan struct{}), done: make(chan struct{})}
+	f := &rawFlood{tally: newTally(), r: r, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
+		defer f.end()
 		buf := make([]byte, 32<<10)
-		firstSeen := false
 		for {
 			n, err := r.f.Read(buf)
-			if n > 0 {
-				f.mu.Lock()
-				f.bytes += int64(n)
-				f.mu.Unlock()
-				if !firstSeen {
-					firstSeen = true
-					close(f.first)
-				}
-			}
+			f.add(int64(n))
 			if err != nil {
-				if !firstSeen {
-					close(f.first)
-				}
 				return
 			}
 		}
 	}()
 	return f
-}
-
-func (f *rawFlood) count() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.bytes
 }
 
 // stop kills the flooding process and waits for the reader.
