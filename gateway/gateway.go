@@ -530,9 +530,18 @@ func normOrigin(s string) (string, error) {
 // splitHostPort splits host[:port], tolerating a missing port and IPv6 brackets.
 func splitHostPort(hp string) (host, port string) {
 	if h, p, err := net.SplitHostPort(hp); err == nil {
-		return strings.Trim(h, "[]"), p
+		return unbracket(h), p
 	}
-	return strings.Trim(hp, "[]"), ""
+	return unbracket(hp), ""
+}
+
+// unbracket removes one balanced pair of IPv6 brackets; any other bracket stays, so the name
+// is refused later instead of being repaired into another one.
+func unbracket(h string) string {
+	if len(h) >= 2 && h[0] == '[' && h[len(h)-1] == ']' {
+		return h[1 : len(h)-1]
+	}
+	return h
 }
 
 // mountFrontend serves the embedded UI.

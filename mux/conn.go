@@ -148,7 +148,7 @@ type channel struct {
 	id     uint32
 	credit *credit
 
-	// set once before active is stored true; read after active.Load():
+	// set once before ready is stored true; read only after ready.Load() (or active.Load()):
 	sess *session.Session
 	v    *session.Viewer
 
@@ -692,7 +692,7 @@ func (c *conn) release(ch *channel) {
 	c.mu.Unlock()
 }
 
-// bound returns the active channel num, or replies unknown_channel and returns nil.
+// bound returns the ready channel num, or replies unknown_channel and returns nil.
 func (c *conn) bound(id json.RawMessage, num uint32) *channel {
 	c.mu.Lock()
 	ch := c.channels[num]

@@ -2,6 +2,8 @@ package session
 
 import (
 	"bytes"
+	"io"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -70,5 +72,31 @@ func TestExitFollowsTheTailAfterBackpressure(t *testing.T) {
 				t.Fatalf("no exit after %d bytes", len(got))
 			}
 		}
+	}
+}
+
+// TestBackpressureSmallRings: with rings well under 64 KiB a stalled viewer still loses
+// nothing: one batch of reads never overshoots the ring past the high watermark.
+func TestBackpressureSmallRings(t *testing.T) {
+	want := exitScriptOutput()
+	for _, ring := range []int{8 << 10, 16 << 10, 40 << 10} {
+		t.Run(strconv.Itoa(ring), func(t *testing.T) {
+			opts := testOptions()
+			opts.ScrollbackBytes = ring
+			r := NewRegistry(opts, nil)
+			wake, wakeFn := wakeChan()
+			s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+			gate := make(chan struct{})
+			c := collect(t, v, wake, gate)
+			waitFor(t, 10*time.Second, "reader paused", func() bool { return isPausedNow(s) })
+			close(gate)
+			if err := c.waitEnd(t, 60*time.Second); err != io.EOF {
+				t.Fatalf("viewer end: got %v, want %v", err, io.EOF)
+			}
+			got, gaps, _ := c.result()
+			if len(gaps) != 0 || !bytes.Equal(got, want) {
+				t.Errorf("ring %d: got %d bytes and %d gaps, want %d bytes and none", ring, len(got), len(gaps), len(want))
+			}
+		})
 	}
 }

@@ -588,6 +588,9 @@ func (s *Session) readLoop() {
 		s.finishOutput()
 		return
 	}
+	// batch bounds one ingest so that a batch read just under the high watermark still fits in
+	// the ring: backpressure must pause the program before the ring drops unread bytes.
+	batch := max(min(readChunk, s.opts.ScrollbackBytes-s.opts.HighWaterBytes), min(4096, readChunk))
 	for {
 		s.waitWhilePaused()
 		var buf *[]byte
@@ -595,17 +598,17 @@ func (s *Session) readLoop() {
 		var rerr error
 		err := rc.Read(func(fd uintptr) bool {
 			buf = readBufs.Get().(*[]byte)
-			n, rerr = unix.Read(int(fd), *buf)
+			n, rerr = unix.Read(int(fd), (*buf)[:batch])
 			if rerr == unix.EAGAIN || rerr == unix.EINTR {
 				readBufs.Put(buf)
 				buf = nil
 				return false
 			}
 			// A PTY read returns at most about a page: take what else is already there, so
-			// one ingest (and one wake of each viewer's writer) carries up to readChunk.
-			for rerr == nil && n > 0 && n < len(*buf) {
-				m, err := unix.Read(int(fd), (*buf)[n:])
-				if m <= 0 || err != nil {
+			// one ingest (and one wake of each viewer's writer) carries up to a batch.
+			for rerr == nil && n > 0 && n < batch {
+				m, merr := unix.Read(int(fd), (*buf)[n:batch])
+				if m <= 0 || merr != nil {
 					break // EAGAIN: drained for now; a real error comes back on the next read
 				}
 				n += m
