@@ -260,10 +260,11 @@ func TestBrowserReloadResumesSessions(t *testing.T) {
 // cutProxy forwards loopback TCP to the gateway and can cut every connection at once: from
 // the browser's side that is the server killing its socket.
 type cutProxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
+	ln      net.Listener
+	mu      sync.Mutex // guards conns and holding
+	conns   []net.Conn
+	holding bool
+	wg      sync.WaitGroup
 }
 
 // newCutProxy listens on addr (a port just released by the test) and forwards to target.
@@ -279,6 +280,10 @@ func newCutProxy(t *testing.T, addr, target string) *cutProxy {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if p.holdingNow() {
+				c.Close()
+				continue
 			}
 			u, err := net.Dial("tcp", target)
 			if err != nil {
@@ -298,6 +303,19 @@ func newCutProxy(t *testing.T, addr, target string) *cutProxy {
 		p.wg.Wait()
 	})
 	return p
+}
+
+// hold makes the proxy refuse new connections (closing them at once) until resume.
+func (p *cutProxy) hold(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holding = on
+}
+
+func (p *cutProxy) holdingNow() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.holding
 }
 
 func (p *cutProxy) cut() {
@@ -367,4 +385,45 @@ func TestBrowserTabShowsExitCode(t *testing.T) {
 	if !eval[bool](b, "document.body.innerText.includes('3')") {
 		t.Errorf("the exit code is not shown on the page")
 	}
+}
+
+// TestBrowserShowsLostBytes: output the ring dropped while the page was disconnected is shown
+// as a notice in the terminal, not silently swallowed.
+func TestBrowserShowsLostBytes(t *testing.T) {
+	pre, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr := pre.Addr().String()
+	pre.Close()
+	g := startGateway(t, "--allow-host", proxyAddr, "--scrollback", "4KiB")
+	p := newCutProxy(t, proxyAddr, strings.TrimPrefix(g.Base, "http://"))
+	b := newBrowser(t, "http://"+proxyAddr, g.Token, false)
+	session := eval[[]tabInfo](b, "window.muxterm.tabs()")[0].Session
+
+	p.hold(true)
+	p.cut()
+	b.waitJS("window.muxterm.state() !== 'connected'", 10*time.Second)
+	// While the page is away, make the shell print far more than the 4 KiB ring holds.
+	c := g.dial(t)
+	ctx := ctxT(t, 30*time.Second)
+	ch, _, err := c.Attach(ctx, session, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Write([]byte("seq 1 20000\r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Detach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the shell to print past the ring", func() bool {
+		l, err := c.List(ctx)
+		return err == nil && len(l) == 1 && l[0].End > 100000
+	})
+	p.hold(false)
+	b.waitJS("window.muxterm.state() === 'connected'", 20*time.Second)
+	b.waitText("bytes lost", 10*time.Second)
+	b.waitText("\n20000", 10*time.Second)
+	b.screenshot("lost-bytes")
 }
