@@ -318,6 +318,24 @@ func (p *cutProxy) holdingNow() bool {
 	return p.holding
 }
 
+// startBehindProxy starts a gateway that a browser reaches through a cutProxy. The proxy's
+// port must be an accepted Host and the gateway's port is only known after it starts, so the
+// proxy's port is reserved first.
+func startBehindProxy(t *testing.T, args ...string) (*gateway, *cutProxy) {
+	t.Helper()
+	pre, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := pre.Addr().String()
+	pre.Close()
+	g := startGateway(t, append([]string{"--allow-host", addr}, args...)...)
+	return g, newCutProxy(t, addr, strings.TrimPrefix(g.Base, "http://"))
+}
+
+// base is the proxy's URL.
+func (p *cutProxy) base() string { return "http://" + p.ln.Addr().String() }
+
 func (p *cutProxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -328,17 +346,8 @@ func (p *cutProxy) cut() {
 }
 
 func TestBrowserReconnectsAfterServerDropsSocket(t *testing.T) {
-	// The proxy's port must be an accepted Host; the gateway's port is only known after start,
-	// so reserve the proxy's first.
-	pre, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxyAddr := pre.Addr().String()
-	pre.Close()
-	g := startGateway(t, "--allow-host", proxyAddr)
-	p := newCutProxy(t, proxyAddr, strings.TrimPrefix(g.Base, "http://"))
-	b := newBrowser(t, "http://"+proxyAddr, g.Token, false)
+	g, p := startBehindProxy(t)
+	b := newBrowser(t, p.base(), g.Token, false)
 	b.typeText("echo one-''two\r")
 	b.waitText("\none-two", 10*time.Second)
 	offBefore := eval[map[string]float64](b, "window.muxterm.offsets()")
@@ -390,15 +399,8 @@ func TestBrowserTabShowsExitCode(t *testing.T) {
 // TestBrowserShowsLostBytes: output the ring dropped while the page was disconnected is shown
 // as a notice in the terminal, not silently swallowed.
 func TestBrowserShowsLostBytes(t *testing.T) {
-	pre, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxyAddr := pre.Addr().String()
-	pre.Close()
-	g := startGateway(t, "--allow-host", proxyAddr, "--scrollback", "4KiB")
-	p := newCutProxy(t, proxyAddr, strings.TrimPrefix(g.Base, "http://"))
-	b := newBrowser(t, "http://"+proxyAddr, g.Token, false)
+	g, p := startBehindProxy(t, "--scrollback", "4KiB")
+	b := newBrowser(t, p.base(), g.Token, false)
 	session := eval[[]tabInfo](b, "window.muxterm.tabs()")[0].Session
 
 	p.hold(true)
