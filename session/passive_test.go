@@ -46,7 +46,14 @@ func TestExitFollowsTheTailAfterBackpressure(t *testing.T) {
 	wake, wakeFn := wakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "stty raw -echo; head -c 45000 /dev/zero | tr '\\0' x; printf TAIL; exit 0")
 	waitFor(t, 10*time.Second, "reader paused", func() bool { return isPausedNow(s) })
-	waitClosed(t, s.Exited(), 10*time.Second, "exit")
+	// Whether the program can exit while the reader is paused depends on how much the kernel
+	// buffers; when it can, the tail is still in the PTY at the exit. Give it the chance; the
+	// assertion below holds either way.
+	select {
+	case <-s.Exited():
+	case <-time.After(2 * time.Second):
+		t.Log("the program did not exit while the reader was paused; checking the order anyway")
+	}
 	var got []byte
 	buf := make([]byte, 4096)
 	deadline := time.After(20 * time.Second)
