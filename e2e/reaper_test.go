@@ -5,21 +5,12 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"muxterm/mux"
 )
-
-func gatewayFDs(pid int) int {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		return -1
-	}
-	return len(ents)
-}
 
 // TestDroppedSocketGraceResumeThenReap: sessions outlive a dropped socket for the grace, a
 // reconnect inside it resumes them byte-exact, and once nobody watches them for longer than
@@ -30,7 +21,7 @@ func TestDroppedSocketGraceResumeThenReap(t *testing.T) {
 	gwPid := g.cmd.Process.Pid
 	ctx := ctxT(t, 60*time.Second)
 	c1 := g.dial(t)
-	baseFDs := gatewayFDs(gwPid)
+	baseFDs := fdCount(t, gwPid)
 
 	want := expectedSeq(30000)
 	var ids []string
@@ -97,7 +88,7 @@ func TestDroppedSocketGraceResumeThenReap(t *testing.T) {
 		waitFor(t, 5*time.Second, fmt.Sprintf("shell %d to be gone", pid), func() bool { return !alive(pid) })
 	}
 	// The PTY masters are closed: the gateway's fds are back where they were with one socket.
-	waitFor(t, 5*time.Second, "the gateway's fds back to the baseline", func() bool { return gatewayFDs(gwPid) <= baseFDs })
+	waitFor(t, 5*time.Second, "the gateway's fds back to the baseline", func() bool { return fdCount(t, gwPid) <= baseFDs })
 	for _, id := range ids {
 		_, _, err := c3.Attach(ctx, id, nil)
 		if got := rpcErr(t, err).Kind(); got != "session_closed" && got != "unknown_session" {

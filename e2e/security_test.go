@@ -1030,15 +1030,10 @@ func TestSecurityAttacksHarmNothing(t *testing.T) {
 	if _, err := os.Stat("/tmp/muxterm-pwned"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("an attack created its file: %v", err)
 	}
-	// Every refused or closed connection is gone from the gateway: poll /proc until the
-	// descriptor count is back at its baseline.
-	deadline := time.Now().Add(10 * time.Second)
-	for n := fdCount(t, pid); n > baseline; n = fdCount(t, pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway fds: got %d, want %d (the baseline)", n, baseline)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Every refused or closed connection is gone from the gateway: its descriptor count comes
+	// back to the baseline.
+	waitFor(t, 10*time.Second, fmt.Sprintf("the gateway's fds back to %d", baseline),
+		func() bool { return fdCount(t, pid) <= baseline })
 }
 
 // ---------------------------------------------------------------------------------------------
