@@ -23,73 +23,6 @@ type DialOptions struct {
 	Dialer *websocket.Dialer
 }
 
-// InitializeResult is the server's answer to initialize.
-type InitializeResult struct {
-	Server struct {
-		Name    string `json:"name"`
-		Version string `json:"version"`
-	} `json:"server"`
-	Protocol string `json:"protocol"`
-	Limits   Limits `json:"limits"`
-	Flow     struct {
-		Window   int `json:"window"`
-		AckBytes int `json:"ackBytes"`
-	} `json:"flow"`
-}
-
-// ExitInfo is a process's exit as the protocol reports it.
-type ExitInfo struct {
-	Code   int     `json:"code"`
-	Signal *string `json:"signal"`
-}
-
-// OpenResult is session.open's result.
-type OpenResult struct {
-	Session string `json:"session"`
-	Channel uint32 `json:"channel"`
-	Pid     int    `json:"pid"`
-	Offset  int64  `json:"offset"`
-}
-
-// AttachResult is session.attach's result.
-type AttachResult struct {
-	Session string    `json:"session"`
-	Channel uint32    `json:"channel"`
-	Offset  int64     `json:"offset"`
-	Lost    int64     `json:"lost"`
-	End     int64     `json:"end"`
-	Pid     int       `json:"pid"`
-	Cols    int       `json:"cols"`
-	Rows    int       `json:"rows"`
-	Exit    *ExitInfo `json:"exit"`
-}
-
-// KillResult is session.kill's result.
-type KillResult struct {
-	Session    string    `json:"session"`
-	Status     string    `json:"status"`
-	Exit       *ExitInfo `json:"exit"`
-	DurationMs float64   `json:"duration_ms"`
-	Signals    []string  `json:"signals"`
-	Escapees   int       `json:"escapees"`
-	Survivors  int       `json:"survivors"`
-	Offset     int64     `json:"offset"`
-}
-
-// SessionInfo is one entry of session.list.
-type SessionInfo struct {
-	Session string    `json:"session"`
-	Name    string    `json:"name"`
-	Pid     int       `json:"pid"`
-	Cmd     []string  `json:"cmd"`
-	Created string    `json:"created"`
-	Cols    int       `json:"cols"`
-	Rows    int       `json:"rows"`
-	Viewers int       `json:"viewers"`
-	End     int64     `json:"end"`
-	Exit    *ExitInfo `json:"exit"`
-}
-
 // Client speaks muxterm.v1 over one WebSocket. Its methods are safe for concurrent use; each
 // Channel's Read is meant for one goroutine.
 type Client struct {
@@ -275,31 +208,20 @@ func (c *Client) dropChannel(ch *Channel) {
 
 // OpenOptions are session.open's params other than the channel.
 type OpenOptions struct {
-	Cmd  []string          `json:"cmd,omitempty"`
-	Cwd  string            `json:"cwd,omitempty"`
-	Env  map[string]string `json:"env,omitempty"`
-	Cols int               `json:"cols"`
-	Rows int               `json:"rows"`
-	Name string            `json:"name,omitempty"`
+	Cmd  []string
+	Cwd  string
+	Env  map[string]string
+	Cols int
+	Rows int
+	Name string
 }
 
 // Open starts a session and returns its channel.
 func (c *Client) Open(ctx context.Context, o OpenOptions) (*Channel, error) {
 	ch := c.newChannel()
 	var res OpenResult
-	params := map[string]any{"channel": ch.ID, "cols": o.Cols, "rows": o.Rows}
-	if len(o.Cmd) > 0 {
-		params["cmd"] = o.Cmd
-	}
-	if o.Cwd != "" {
-		params["cwd"] = o.Cwd
-	}
-	if len(o.Env) > 0 {
-		params["env"] = o.Env
-	}
-	if o.Name != "" {
-		params["name"] = o.Name
-	}
+	params := OpenParams{Channel: ch.ID, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env, Cols: o.Cols,
+		Rows: o.Rows, Name: o.Name}
 	if err := c.Call(ctx, "session.open", params, &res); err != nil {
 		c.dropChannel(ch)
 		return nil, err
@@ -333,9 +255,7 @@ func (c *Client) Kill(ctx context.Context, id string) (KillResult, error) {
 
 // List lists the caller's sessions.
 func (c *Client) List(ctx context.Context) ([]SessionInfo, error) {
-	var res struct {
-		Sessions []SessionInfo `json:"sessions"`
-	}
+	var res ListResult
 	err := c.Call(ctx, "session.list", map[string]any{}, &res)
 	return res.Sessions, err
 }

@@ -609,11 +609,11 @@ func (c *conn) handleFirst(typ int, b []byte, over bool) error {
 		return nil
 	}
 	c.initialized = true
-	c.reply(req.ID, map[string]any{
-		"server":   map[string]any{"name": "muxterm", "version": c.opts.Version},
-		"protocol": Subprotocol,
-		"limits":   c.opts.limits(),
-		"flow":     map[string]any{"window": c.opts.Window, "ackBytes": ackBytes(c.opts.Window)},
+	c.reply(req.ID, InitializeResult{
+		Server:   ServerInfo{Name: "muxterm", Version: c.opts.Version},
+		Protocol: Subprotocol,
+		Limits:   c.opts.limits(),
+		Flow:     Flow{Window: c.opts.Window, AckBytes: ackBytes(c.opts.Window)},
 	})
 	return nil
 }
@@ -781,8 +781,7 @@ func (c *conn) handleOpen(req *Request) {
 		span.SetAttributes(attribute.String(otel.AttrSessionID, s.ID()), semconv.ProcessPID(s.Pid()))
 		ch.sess, ch.v = s, v
 		ch.ready.Store(true)
-		queued := c.reply(req.ID, map[string]any{
-			"session": s.ID(), "channel": ch.id, "pid": s.Pid(), "offset": 0})
+		queued := c.reply(req.ID, OpenResult{Session: s.ID(), Channel: ch.id, Pid: s.Pid()})
 		if h := c.opts.testHookBeforeActivate; h != nil {
 			h()
 		}
@@ -827,13 +826,9 @@ func (c *conn) handleAttach(req *Request) {
 		h()
 	}
 	in := ch.sess.Info()
-	var exit any
-	if in.Exit != nil {
-		exit = map[string]any{"code": in.Exit.Code, "signal": signalOrNil(*in.Exit)}
-	}
-	queued := c.reply(req.ID, map[string]any{
-		"session": ch.sess.ID(), "channel": ch.id, "offset": info.Offset, "lost": info.Lost,
-		"end": info.End, "pid": in.Pid, "cols": in.Cols, "rows": in.Rows, "exit": exit})
+	queued := c.reply(req.ID, AttachResult{Session: ch.sess.ID(), Channel: ch.id,
+		Offset: info.Offset, Lost: info.Lost, End: info.End, Pid: in.Pid, Cols: in.Cols,
+		Rows: in.Rows, Exit: exitInfo(in.Exit)})
 	c.activate(ch, queued)
 }
 
@@ -852,7 +847,7 @@ func (c *conn) handleDetach(req *Request) {
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sess.ID()))
 	c.release(ch)
 	c.unbind(ch)
-	c.reply(req.ID, map[string]any{"session": ch.sess.ID(), "channel": ch.id})
+	c.reply(req.ID, DetachResult{Session: ch.sess.ID(), Channel: ch.id})
 }
 
 func (c *conn) handleResize(req *Request) {
@@ -874,7 +869,7 @@ func (c *conn) handleResize(req *Request) {
 		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
 		return
 	}
-	c.reply(req.ID, map[string]any{"cols": cols, "rows": rows})
+	c.reply(req.ID, ResizeResult{Cols: cols, Rows: rows})
 }
 
 func (c *conn) handleSignal(req *Request) {
@@ -917,25 +912,8 @@ func (c *conn) handleKill(req *Request) {
 			c.replyErr(req.ID, sessionError(err, p.Session))
 			return
 		}
-		c.reply(req.ID, KillResultJSON(p.Session, res))
+		c.reply(req.ID, killResult(p.Session, res))
 	})
-}
-
-// KillResultJSON is the wire form of a kill result (protocol.md, session.kill).
-func KillResultJSON(id string, res session.KillResult) map[string]any {
-	var exit any
-	if res.Reaped {
-		exit = map[string]any{"code": res.Exit.Code, "signal": signalOrNil(res.Exit)}
-	}
-	sigs := res.Signals
-	if sigs == nil {
-		sigs = []string{}
-	}
-	return map[string]any{
-		"session": id, "status": res.Status, "exit": exit,
-		"duration_ms": float64(res.Duration.Microseconds()) / 1000, "signals": sigs,
-		"escapees": res.Escapees, "survivors": res.Survivors, "offset": res.Offset,
-	}
 }
 
 func (c *conn) handleList(req *Request) {
@@ -944,19 +922,11 @@ func (c *conn) handleList(req *Request) {
 		return
 	}
 	infos := c.reg.List(c.opts.Principal)
-	out := make([]map[string]any, 0, len(infos))
+	out := ListResult{Sessions: make([]SessionInfo, 0, len(infos))}
 	for _, in := range infos {
-		var exit any
-		if in.Exit != nil {
-			exit = map[string]any{"code": in.Exit.Code, "signal": signalOrNil(*in.Exit)}
-		}
-		out = append(out, map[string]any{
-			"session": in.ID, "name": in.Name, "pid": in.Pid, "cmd": in.Argv,
-			"created": in.Created.UTC().Format(time.RFC3339Nano), "cols": in.Cols, "rows": in.Rows,
-			"viewers": in.Viewers, "end": in.End, "exit": exit,
-		})
+		out.Sessions = append(out.Sessions, sessionInfo(in))
 	}
-	c.reply(req.ID, map[string]any{"sessions": out})
+	c.reply(req.ID, out)
 }
 
 func (c *conn) handleLease(req *Request) {
@@ -974,7 +944,7 @@ func (c *conn) handleLease(req *Request) {
 		c.replyErr(req.ID, sessionError(err, p.Session))
 		return
 	}
-	c.reply(req.ID, map[string]any{"session": p.Session, "until": until.UTC().Format(time.RFC3339Nano)})
+	c.reply(req.ID, LeaseResult{Session: p.Session, Until: until.UTC().Format(time.RFC3339Nano)})
 }
 
 // handleBinary handles input and ack frames.

@@ -1,0 +1,139 @@
+package mux
+
+import (
+	"time"
+
+	"muxterm/session"
+)
+
+// The results of the protocol's methods, as the server sends them and the client decodes them
+// (protocol.md §4): one definition of the wire format for both sides.
+
+// InitializeResult is the server's answer to initialize.
+type InitializeResult struct {
+	Server   ServerInfo `json:"server"`
+	Protocol string     `json:"protocol"`
+	Limits   Limits     `json:"limits"`
+	Flow     Flow       `json:"flow"`
+}
+
+// ServerInfo names the server in InitializeResult.
+type ServerInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// Flow is the credit flow control a server applies (protocol.md §3).
+type Flow struct {
+	Window   int `json:"window"`
+	AckBytes int `json:"ackBytes"`
+}
+
+// ExitInfo is a process's exit as the protocol reports it.
+type ExitInfo struct {
+	Code   int     `json:"code"`
+	Signal *string `json:"signal"`
+}
+
+// OpenResult is session.open's result.
+type OpenResult struct {
+	Session string `json:"session"`
+	Channel uint32 `json:"channel"`
+	Pid     int    `json:"pid"`
+	Offset  int64  `json:"offset"`
+}
+
+// AttachResult is session.attach's result.
+type AttachResult struct {
+	Session string    `json:"session"`
+	Channel uint32    `json:"channel"`
+	Offset  int64     `json:"offset"`
+	Lost    int64     `json:"lost"`
+	End     int64     `json:"end"`
+	Pid     int       `json:"pid"`
+	Cols    int       `json:"cols"`
+	Rows    int       `json:"rows"`
+	Exit    *ExitInfo `json:"exit"`
+}
+
+// KillResult is session.kill's result.
+type KillResult struct {
+	Session    string    `json:"session"`
+	Status     string    `json:"status"`
+	Exit       *ExitInfo `json:"exit"`
+	DurationMs float64   `json:"duration_ms"`
+	Signals    []string  `json:"signals"`
+	Escapees   int       `json:"escapees"`
+	Survivors  int       `json:"survivors"`
+	Offset     int64     `json:"offset"`
+}
+
+// SessionInfo is one entry of session.list.
+type SessionInfo struct {
+	Session string    `json:"session"`
+	Name    string    `json:"name"`
+	Pid     int       `json:"pid"`
+	Cmd     []string  `json:"cmd"`
+	Created string    `json:"created"`
+	Cols    int       `json:"cols"`
+	Rows    int       `json:"rows"`
+	Viewers int       `json:"viewers"`
+	End     int64     `json:"end"`
+	Exit    *ExitInfo `json:"exit"`
+}
+
+// DetachResult is session.detach's result.
+type DetachResult struct {
+	Session string `json:"session"`
+	Channel uint32 `json:"channel"`
+}
+
+// ResizeResult is session.resize's result: the size applied.
+type ResizeResult struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+}
+
+// LeaseResult is session.lease's result.
+type LeaseResult struct {
+	Session string `json:"session"`
+	Until   string `json:"until"` // RFC 3339
+}
+
+// ListResult is session.list's result.
+type ListResult struct {
+	Sessions []SessionInfo `json:"sessions"`
+}
+
+// exitInfo is the wire form of an exit; nil stays nil.
+func exitInfo(e *session.ExitStatus) *ExitInfo {
+	if e == nil {
+		return nil
+	}
+	out := &ExitInfo{Code: e.Code}
+	if n := e.SignalName(); n != "" {
+		out.Signal = &n
+	}
+	return out
+}
+
+// killResult is the wire form of a kill result.
+func killResult(id string, res session.KillResult) KillResult {
+	out := KillResult{Session: id, Status: res.Status,
+		DurationMs: float64(res.Duration.Microseconds()) / 1000, Signals: res.Signals,
+		Escapees: res.Escapees, Survivors: res.Survivors, Offset: res.Offset}
+	if res.Reaped {
+		out.Exit = exitInfo(&res.Exit)
+	}
+	if out.Signals == nil {
+		out.Signals = []string{}
+	}
+	return out
+}
+
+// sessionInfo is the wire form of a listing entry.
+func sessionInfo(in session.Info) SessionInfo {
+	return SessionInfo{Session: in.ID, Name: in.Name, Pid: in.Pid, Cmd: in.Argv,
+		Created: in.Created.UTC().Format(time.RFC3339Nano), Cols: in.Cols, Rows: in.Rows,
+		Viewers: in.Viewers, End: in.End, Exit: exitInfo(in.Exit)}
+}
