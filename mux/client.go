@@ -370,7 +370,6 @@ type Channel struct {
 	// gaps Read passed. Bytes received but not yet read do not count: a client resumes from
 	// what it consumed.
 	offset  int64
-	bound   bool
 	segs    []segment // received, not yet read, in order
 	unacked int
 	lost    int64
@@ -387,7 +386,7 @@ type segment struct {
 
 func (ch *Channel) setBound(id string, offset int64, pid int) {
 	ch.mu.Lock()
-	ch.session, ch.pid, ch.bound = id, pid, true
+	ch.session, ch.pid = id, pid
 	// Output may already have arrived; Read counts it from here.
 	ch.offset = offset
 	ch.mu.Unlock()

@@ -256,7 +256,9 @@ type Session struct {
 	inDraining bool
 
 	// wg counts inputLoop goroutines (readLoop and waitLoop are waited on through their
-	// channels).
+	// channels). Production code deliberately does not wait on it: an inputLoop ends when its
+	// queue is empty or the master is closed (the reader closes it when the PTY hangs up), so
+	// it never outlives the session's PTY; tests wait on it to prove that.
 	wg sync.WaitGroup
 
 	// readerSpan is the session.reader span: started by spawn, ended by readLoop.
