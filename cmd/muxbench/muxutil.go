@@ -163,6 +163,19 @@ func (t *tally) count() int64 {
 	return t.bytes
 }
 
+func (t *tally) self() *tally { return t }
+
+// windowOf gives measureWindow the first-byte channels and counters of floods (any type that
+// embeds a *tally).
+func windowOf[F interface{ self() *tally }](fl []F) ([]<-chan struct{}, []func() int64) {
+	firsts, counts := make([]<-chan struct{}, len(fl)), make([]func() int64, len(fl))
+	for i, f := range fl {
+		t := f.self()
+		firsts[i], counts[i] = t.first, t.count
+	}
+	return firsts, counts
+}
+
 // flood reads ch until it ends, counting bytes.
 type flood struct {
 	*tally

@@ -223,10 +223,7 @@ func (b *bench) rawFlood(ctx context.Context, script string, n int) (floodResult
 		}
 		fl = append(fl, startRawFlood(r))
 	}
-	firsts, counts := make([]<-chan struct{}, n), make([]func() int64, n)
-	for i, f := range fl {
-		firsts[i], counts[i] = f.first, f.count
-	}
+	firsts, counts := windowOf(fl)
 	return measureWindow(ctx, b.cfg.Window, firsts, counts, func() float64 { return 0 })
 }
 
@@ -244,10 +241,7 @@ func (b *bench) passFlood(ctx context.Context, pt *passthrough, script string, n
 		}
 		fl = append(fl, startPtFlood(ws))
 	}
-	firsts, counts := make([]<-chan struct{}, n), make([]func() int64, n)
-	for i, f := range fl {
-		firsts[i], counts[i] = f.first, f.count
-	}
+	firsts, counts := windowOf(fl)
 	return measureWindow(ctx, b.cfg.Window, firsts, counts, func() float64 { return 0 })
 }
 
@@ -278,10 +272,7 @@ func (b *bench) muxFlood(ctx context.Context, gw *gatewayProc, script string, n 
 	if err != nil {
 		return floodResult{}, err
 	}
-	firsts, counts := make([]<-chan struct{}, n), make([]func() int64, n)
-	for i, f := range fl {
-		firsts[i], counts[i] = f.first, f.count
-	}
+	firsts, counts := windowOf(fl)
 	res, err := measureWindow(ctx, b.cfg.Window, firsts, counts, gw.cpu)
 	if err != nil {
 		return res, err
