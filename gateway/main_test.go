@@ -3,7 +3,7 @@ package gateway
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"muxterm/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }

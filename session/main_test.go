@@ -13,44 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"muxterm/internal/leakcheck"
 )
 
 // TestMain fails the package if a goroutine or a file descriptor outlives the tests, or if a
-// process the tests started is still our child.
+// process the tests started is still our child. The warm-up spawns one session, so the
+// runtime's poller and the pidfd path have opened what they keep before the fd baseline.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(leakCheckedM{m})
-}
-
-type leakCheckedM struct{ m *testing.M }
-
-func (l leakCheckedM) Run() int {
-	// Warm up what the runtime opens once and keeps (the poller's epoll and event fds, the
-	// pidfd probe), so the count below compares like with like.
-	if err := warmUp(); err != nil {
-		fmt.Fprintf(os.Stderr, "warm-up: %v\n", err)
-		return 1
-	}
-	before := countFDs()
-	code := l.m.Run()
-	if code != 0 {
-		return code
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	after := countFDs()
-	for after != before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // observing the kernel's fd table, not ordering events
-		after = countFDs()
-	}
-	if after != before {
-		fmt.Fprintf(os.Stderr, "fd leak: got %v open fds after the tests, want %v\n%s", after, before, listFDs())
-		return 1
-	}
-	if kids := childPids(); len(kids) > 0 {
-		fmt.Fprintf(os.Stderr, "processes outlived the tests: got children %v, want none\n", kids)
-		return 1
-	}
-	return 0
+	leakcheck.Main(m, leakcheck.Options{FDs: true, Children: true, WarmUp: warmUp})
 }
 
 func warmUp() error {
@@ -79,24 +49,6 @@ func testOptions() Options {
 }
 
 // ---- observing the process and its kernel resources ----
-
-func countFDs() int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		panic(err)
-	}
-	return len(ents) - 1 // the directory's own fd
-}
-
-func listFDs() string {
-	ents, _ := os.ReadDir("/proc/self/fd")
-	var b strings.Builder
-	for _, e := range ents {
-		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
-		fmt.Fprintf(&b, "  fd %s -> %s\n", e.Name(), target)
-	}
-	return b.String()
-}
 
 // countPTS counts the PTYs whose master this process holds: a session that leaked its PTY
 // leaks its master here. (Counting /dev/pts entries would count other processes' terminals,
@@ -138,52 +90,18 @@ func osThreads(t testing.TB) int {
 }
 
 // procStat returns the state letter and parent pid of pid, ok false when it is gone.
-func procStat(pid int) (state byte, ppid int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return f[0][0], ppid, true
-}
-
 // alive reports whether pid runs (exists and is neither a zombie nor dead).
 func alive(pid int) bool {
 	st, _, ok := procStat(pid)
 	return ok && st != 'Z' && st != 'X'
 }
 
-// childPids lists our children in any state; zombies lists those in state Z.
-func childPids() []int { return children(false) }
-func zombies() []int   { return children(true) }
-
-func children(zombiesOnly bool) []int {
-	ents, _ := os.ReadDir("/proc")
-	self := os.Getpid()
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, ppid, ok := procStat(pid)
-		if !ok || ppid != self {
-			continue
-		}
-		if !zombiesOnly || st == 'Z' {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+// countFDs, listFDs, childPids and zombies observe this process's kernel resources.
+func countFDs() int                      { return leakcheck.OpenFDs() }
+func listFDs() string                    { return leakcheck.FDList() }
+func childPids() []int                   { return leakcheck.Children(false) }
+func zombies() []int                     { return leakcheck.Children(true) }
+func procStat(pid int) (byte, int, bool) { return leakcheck.Stat(pid) }
 
 // waitFor polls cond until it holds or timeout passes. It is for observing state that nothing
 // signals (the kernel's view in /proc, a file another process writes), never for ordering

@@ -1,0 +1,140 @@
+// Package leakcheck fails a test binary whose tests leave goroutines, file descriptors or
+// child processes behind. The session, mux, reaper and gateway packages call Main from their
+// TestMain. It imports no muxterm package.
+package leakcheck
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// Options say what Main checks besides goroutines.
+type Options struct {
+	// FDs compares /proc/self/fd before and after the tests. PTY masters close when their
+	// readers' reads end, just after a kill returns, so the count is given up to 10 s to
+	// come back.
+	FDs bool
+	// Children fails when a process the tests started is still our child.
+	Children bool
+	// WarmUp runs before the fd baseline, to let the runtime open what it keeps for good
+	// (the poller's epoll and event fds). Default: open and close a pipe.
+	WarmUp func() error
+}
+
+// Main runs the tests, checks as o says and goroutines with goleak, and exits.
+func Main(m *testing.M, o Options) {
+	goleak.VerifyTestMain(checked{m, o})
+}
+
+type checked struct {
+	m *testing.M
+	o Options
+}
+
+func (c checked) Run() int {
+	warm := c.o.WarmUp
+	if warm == nil {
+		warm = func() error {
+			r, w, err := os.Pipe()
+			if err == nil {
+				r.Close()
+				w.Close()
+			}
+			return err
+		}
+	}
+	if err := warm(); err != nil {
+		fmt.Fprintf(os.Stderr, "warm-up: %v\n", err)
+		return 1
+	}
+	before := OpenFDs()
+	code := c.m.Run()
+	if code != 0 {
+		return code
+	}
+	if c.o.FDs {
+		deadline := time.Now().Add(10 * time.Second)
+		after := OpenFDs()
+		for after > before && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // observing the kernel's fd table, not ordering events
+			after = OpenFDs()
+		}
+		if after > before {
+			fmt.Fprintf(os.Stderr, "fd leak: got %d open fds after the tests, want %d\n%s", after, before, FDList())
+			return 1
+		}
+	}
+	if c.o.Children {
+		if kids := Children(false); len(kids) > 0 {
+			fmt.Fprintf(os.Stderr, "processes outlived the tests: got children %v, want none\n", kids)
+			return 1
+		}
+	}
+	return 0
+}
+
+// OpenFDs counts this process's open file descriptors.
+func OpenFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		panic(err)
+	}
+	return len(ents) - 1 // the directory's own fd
+}
+
+// FDList lists this process's open file descriptors and what they point at.
+func FDList() string {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	var b strings.Builder
+	for _, e := range ents {
+		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		fmt.Fprintf(&b, "  fd %s -> %s\n", e.Name(), target)
+	}
+	return b.String()
+}
+
+// Stat reads pid's state letter and parent from /proc/pid/stat.
+func Stat(pid int) (state byte, ppid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0, 0, false
+	}
+	f := strings.Fields(s[i+1:]) // state ppid ...
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return f[0][0], ppid, err == nil
+}
+
+// Children lists this process's children: all of them, or only zombies.
+func Children(zombiesOnly bool) []int {
+	ents, _ := os.ReadDir("/proc")
+	self := os.Getpid()
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, ppid, ok := Stat(pid)
+		if !ok || ppid != self {
+			continue
+		}
+		if !zombiesOnly || st == 'Z' {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
