@@ -89,19 +89,16 @@ func osThreads(t testing.TB) int {
 	return 0
 }
 
-// procStat returns the state letter and parent pid of pid, ok false when it is gone.
 // alive reports whether pid runs (exists and is neither a zombie nor dead).
 func alive(pid int) bool {
-	st, _, ok := procStat(pid)
+	st, _, ok := leakcheck.Stat(pid)
 	return ok && st != 'Z' && st != 'X'
 }
 
-// countFDs, listFDs, childPids and zombies observe this process's kernel resources.
-func countFDs() int                      { return leakcheck.OpenFDs() }
-func listFDs() string                    { return leakcheck.FDList() }
-func childPids() []int                   { return leakcheck.Children(false) }
-func zombies() []int                     { return leakcheck.Children(true) }
-func procStat(pid int) (byte, int, bool) { return leakcheck.Stat(pid) }
+// countFDs, listFDs and zombies observe this process's kernel resources.
+func countFDs() int   { return leakcheck.OpenFDs() }
+func listFDs() string { return leakcheck.FDList() }
+func zombies() []int  { return leakcheck.Children(true) }
 
 // waitFor polls cond until it holds or timeout passes. It is for observing state that nothing
 // signals (the kernel's view in /proc, a file another process writes), never for ordering
