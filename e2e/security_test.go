@@ -1432,3 +1432,41 @@ func TestSecurityTokensNeverPrinted(t *testing.T) {
 	g.Stop(10 * time.Second)
 	checkNoToken(t, "the gateway's output", g.Logs())
 }
+
+// --pprof-listen serves the runtime's profiles, unauthenticated, and so only on loopback.
+
+func TestSecurityPprofOnlyOnLoopback(t *testing.T) {
+	tok := newToken()
+	t.Run("refused off loopback", func(t *testing.T) {
+		out := runRefused(t, nil, "--token", tok, "--pprof-listen", "0.0.0.0:0")
+		if !strings.Contains(out, "--pprof-listen 0.0.0.0:0: not a loopback address") {
+			t.Errorf("got %q, want a refusal naming --pprof-listen", out)
+		}
+		if strings.Contains(out, "muxterm: listening") {
+			t.Errorf("it listened: %q", out)
+		}
+	})
+	t.Run("served on loopback", func(t *testing.T) {
+		g := launchGateway(t, tok, nil, "--token", tok, "--pprof-listen", "127.0.0.1:0")
+		var base string
+		for line := range strings.Lines(g.Logs()) {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "muxterm: pprof on "); ok {
+				base = rest
+			}
+		}
+		if !strings.HasPrefix(base, "http://127.0.0.1:") {
+			t.Fatalf("no pprof line in the output:\n%s", g.Logs())
+		}
+		ctx := ctxT(t, 10*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"goroutine?debug=1", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile: total") {
+			t.Errorf("goroutine profile: %d %.200q", resp.StatusCode, body)
+		}
+	})
+}

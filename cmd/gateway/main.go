@@ -63,6 +63,7 @@ type config struct {
 	logLevel     string
 	metrics      bool
 	metricsAddr  string
+	pprofAddr    string
 	sec          securityConfig // security.go
 }
 
@@ -87,6 +88,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.metrics, "metrics", false, "serve Prometheus metrics at /metrics (behind the token)")
 	fs.StringVar(&c.metricsAddr, "metrics-listen", "", "serve /metrics on this address instead, without auth (implies --metrics)")
+	fs.StringVar(&c.pprofAddr, "pprof-listen", "", "serve net/http/pprof at /debug/pprof/ on this loopback address, without auth")
 	c.sec.register(fs)
 	// Environment first, so flags given on the command line win.
 	var envErr error
@@ -199,6 +201,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
 	} else if c.metrics {
 		metricsOnMain = tel.Metrics
+	}
+	if c.pprofAddr != "" {
+		stop, err := servePprof(c.pprofAddr, stdout)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stop()
 	}
 	dist, err := fs.Sub(frontend.Dist, "dist")
 	if err != nil {

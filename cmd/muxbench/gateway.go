@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -34,7 +35,12 @@ type gatewayProc struct {
 	exited chan struct{} // closed once cmd.Wait returned
 	err    error         // cmd.Wait's result; read after exited
 	perf   *exec.Cmd     // perf record attached to the gateway, if profiling
+	pprof  string        // the gateway's pprof base URL, if it was started with --pprof-listen
+	prof   chan struct{} // closed to stop the pprof profile loop
+	profWG sync.WaitGroup
 }
+
+const pprofPrefix = "muxterm: pprof on "
 
 // startGateway runs the gateway binary at path and waits for its listening line.
 func startGateway(ctx context.Context, path string, maxSessions int, extra ...string) (*gatewayProc, error) {
@@ -86,6 +92,9 @@ func startGateway(ctx context.Context, path string, maxSessions int, extra ...st
 			if !ok {
 				<-g.exited
 				return nil, fmt.Errorf("gateway exited before listening: %v: %s", g.err, g.stderr.String())
+			}
+			if rest, ok := strings.CutPrefix(line, pprofPrefix); ok {
+				g.pprof = strings.TrimSpace(rest)
 			}
 			if rest, ok := strings.CutPrefix(line, listenPrefix); ok {
 				g.Addr = strings.TrimSpace(rest)
@@ -189,11 +198,18 @@ func (g *gatewayProc) exitErr() error {
 	return nil
 }
 
-// startProfile attaches `perf record` to the gateway (it has no pprof endpoint or flag).
+// startProfile records the gateway's CPU profile: through its pprof endpoint in 5 s pieces,
+// written to path.1, path.2, … (`go tool pprof` merges them; the piece running at stop is
+// lost), or, for a binary without --pprof-listen, with `perf record` into path.
 func (g *gatewayProc) startProfile(path string) error {
+	if g.pprof != "" {
+		g.prof = make(chan struct{})
+		g.profWG.Go(func() { g.pprofLoop(path) })
+		return nil
+	}
 	perf, err := exec.LookPath("perf")
 	if err != nil {
-		return fmt.Errorf("-cpuprofile-gateway: the gateway has no pprof flag or endpoint, and perf is not installed: %w", err)
+		return fmt.Errorf("-cpuprofile-gateway: the gateway has no --pprof-listen, and perf is not installed: %w", err)
 	}
 	g.perf = exec.Command(perf, "record", "-F", "997", "-g", "-p", strconv.Itoa(g.Pid), "-o", path, "--quiet")
 	g.perf.Stdout, g.perf.Stderr = io.Discard, io.Discard
@@ -204,7 +220,35 @@ func (g *gatewayProc) startProfile(path string) error {
 	return nil
 }
 
+func (g *gatewayProc) pprofLoop(path string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-g.prof; cancel() }()
+	for i := 1; ctx.Err() == nil; i++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.pprof+"profile?seconds=5", nil)
+		if err != nil {
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return
+		}
+		if err := os.WriteFile(fmt.Sprintf("%s.%d", path, i), b, 0o644); err != nil {
+			return
+		}
+	}
+}
+
 func (g *gatewayProc) stopProfile() {
+	if g.prof != nil {
+		close(g.prof)
+		g.profWG.Wait()
+		g.prof = nil
+	}
 	if g.perf == nil {
 		return
 	}

@@ -91,7 +91,7 @@ func parseFlags(args []string) (config, error) {
 		c.GatewayArgs = append(c.GatewayArgs, v)
 		return nil
 	})
-	fs.StringVar(&c.CPUProfile, "cpuprofile-gateway", "", "record the main gateway with perf record into this file (it has no pprof)")
+	fs.StringVar(&c.CPUProfile, "cpuprofile-gateway", "", "profile the main gateway's CPU into PATH.1, PATH.2, … (5 s each, through its --pprof-listen; perf record into PATH for a binary without it)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -183,6 +183,7 @@ type bench struct {
 	rng    *mrand.Rand
 
 	gwArgs   []string       // extra gateway flags: lifted rate limits, -gateway-arg
+	pprof    bool           // profile the main gateway through its --pprof-listen
 	gw       *gatewayProc   // the main gateway (throughput, echo, connect, kill, resume)
 	gateways []*gatewayProc // every gateway started, to stop at the end
 	pt       *passthrough
@@ -222,9 +223,14 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) 
 		return err
 	}
 	b.gwArgs = append(b.gwArgs, cfg.GatewayArgs...)
+	b.pprof = cfg.CPUProfile != "" && flags["pprof-listen"]
 	b.report.GatewayArgs = strings.Join(b.gwArgs, " ")
 	if cfg.CPUProfile != "" {
-		b.report.Notes = append(b.report.Notes, fmt.Sprintf("the gateway has no pprof flag or endpoint: %s is a `perf record -g` of the main gateway (read it with `perf report -i %s`)", cfg.CPUProfile, cfg.CPUProfile))
+		note := fmt.Sprintf("%s.1, %s.2, … are 5 s CPU profiles of the main gateway from its --pprof-listen (read them with `go tool pprof %s %s.*`)", cfg.CPUProfile, cfg.CPUProfile, cfg.Gateway, cfg.CPUProfile)
+		if !b.pprof {
+			note = fmt.Sprintf("the gateway has no --pprof-listen: %s is a `perf record -g` of the main gateway (read it with `perf report -i %s`)", cfg.CPUProfile, cfg.CPUProfile)
+		}
+		b.report.Notes = append(b.report.Notes, note)
 	}
 	defer func() {
 		if cerr := b.cleanup(); cerr != nil {
@@ -310,7 +316,11 @@ func (b *bench) mainGateway(ctx context.Context) (*gatewayProc, error) {
 	if b.gw != nil {
 		return b.gw, nil
 	}
-	g, err := b.startGateway(ctx, 4096)
+	var extra []string
+	if b.pprof {
+		extra = []string{"--pprof-listen", "127.0.0.1:0"}
+	}
+	g, err := b.startGateway(ctx, 4096, extra...)
 	if err != nil {
 		return nil, err
 	}
