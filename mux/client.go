@@ -177,6 +177,33 @@ func (c *Client) Call(ctx context.Context, method string, params any, out any) e
 	}
 }
 
+// readMessage reads the next message. A binary message is read into scratch (and only grows
+// past it if the server sent a frame longer than any output frame), so its bytes are valid until
+// the next call; a text message gets a buffer of its own.
+func (c *Client) readMessage(scratch []byte) (int, []byte, error) {
+	typ, r, err := c.ws.NextReader()
+	if err != nil {
+		return typ, nil, err
+	}
+	if typ != websocket.BinaryMessage {
+		b, err := io.ReadAll(r)
+		return typ, b, err
+	}
+	n := 0
+	for n < len(scratch) {
+		m, err := r.Read(scratch[n:])
+		n += m
+		if err == io.EOF {
+			return typ, scratch[:n], nil
+		}
+		if err != nil {
+			return typ, nil, err
+		}
+	}
+	rest, err := io.ReadAll(r)
+	return typ, append(scratch[:n:n], rest...), err
+}
+
 // newChannel picks a free channel number and registers it before the request that binds it,
 // so no output frame can arrive for an unknown channel.
 func (c *Client) newChannel() *Channel {
@@ -264,8 +291,10 @@ func (c *Client) List(ctx context.Context) ([]SessionInfo, error) {
 // notifications to channels, in order.
 func (c *Client) readLoop() {
 	defer close(c.done)
+	// Output frames are read into one reused buffer and copied once, into their channel.
+	scratch := make([]byte, HeaderLen+MaxOutputPayload)
 	for {
-		typ, b, err := c.ws.ReadMessage()
+		typ, b, err := c.readMessage(scratch)
 		if err != nil {
 			c.mu.Lock()
 			c.closeErr = err
@@ -369,8 +398,11 @@ type Channel struct {
 	// offset is the resume offset: the attach offset plus the bytes Read returned plus the
 	// gaps Read passed. Bytes received but not yet read do not count: a client resumes from
 	// what it consumed.
-	offset  int64
-	segs    []segment // received, not yet read, in order
+	offset int64
+	segs   []segment // received, not yet read, in order
+	// unacked counts bytes Read returned and not yet acknowledged. They are acknowledged once
+	// they reach ackEvery, or when Read next finds nothing buffered and is about to wait: never
+	// while Read hands bytes over, so an ack is not on the path of the output it follows.
 	unacked int
 	lost    int64
 	exit    *ExitInfo
@@ -507,6 +539,14 @@ func (ch *Channel) Read(p []byte) (int, error) {
 		if len(ch.segs) > 0 || ch.endErr != nil {
 			break
 		}
+		if ack := ch.unacked; ack > 0 {
+			// Idle: acknowledge everything read so far before waiting for more.
+			ch.unacked = 0
+			ch.mu.Unlock()
+			_ = ch.c.WriteRaw(websocket.BinaryMessage, AppendAck(nil, ch.ID, uint32(ack)))
+			ch.mu.Lock()
+			continue
+		}
 		ch.cond.Wait()
 	}
 	if len(ch.segs) == 0 {
@@ -522,7 +562,7 @@ func (ch *Channel) Read(p []byte) (int, error) {
 	ch.offset += int64(n)
 	ch.unacked += n
 	var ack int
-	if ch.unacked >= ch.ackEvery || ch.bufferedLocked() == 0 {
+	if ch.unacked >= ch.ackEvery {
 		ack, ch.unacked = ch.unacked, 0
 	}
 	ch.mu.Unlock()

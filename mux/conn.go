@@ -159,6 +159,9 @@ type channel struct {
 	active   atomic.Bool // bound and its attach/open reply is queued: the writer may serve it
 	detached atomic.Bool // unbound; the writer skips it
 	queued   atomic.Bool // in conn.ready
+	// starved: the writer found output waiting and no credit, so the next ack re-queues the
+	// channel. An ack for a channel that is not starved wakes nobody.
+	starved atomic.Bool
 
 	// owned by writeLoop:
 	exitSent   bool
@@ -487,7 +490,14 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	}
 	st := ch.v.State()
 	if st.Pending > 0 {
-		return lost > 0, nil // output waits for credit; the next ack re-queues the channel
+		// Output waits for credit and the next ack re-queues the channel. starved is published
+		// before the credit is looked at again, so an ack given in between is never missed:
+		// either it sees starved, or this check sees its credit.
+		ch.starved.Store(true)
+		if ch.credit.available() > 0 && ch.starved.CompareAndSwap(true, false) {
+			c.markReady(ch)
+		}
+		return lost > 0, nil
 	}
 	// Everything retained was delivered: the notifications that follow the output.
 	if st.Exit != nil && !ch.exitSent {
@@ -971,7 +981,9 @@ func (c *conn) handleBinary(b []byte) {
 			c.replyErr(nullID, withChannel(ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)), f.Channel))
 			return
 		}
-		c.markReady(ch)
+		if ch.starved.Swap(false) {
+			c.markReady(ch)
+		}
 	case FrameInput:
 		if c.opts.ReadOnly {
 			c.replyErr(nullID, withChannel(ErrForbidden("read-only principal: input dropped"), f.Channel))

@@ -3,6 +3,7 @@ package mux
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -168,6 +169,47 @@ func TestWindowBoundsUnacknowledgedOutput(t *testing.T) {
 		t.Fatalf("read: %d %v", n, err)
 	}
 	waitUntil(t, "more output after the ack", func() bool { return flood.Offset()+int64(buffered()) > window })
+}
+
+// TestTinyWindowNeverStalls streams 4 MiB through a 1 KiB window: thousands of times the
+// writer finds output and no credit and leaves the channel to the next ack. An ack that came
+// between the writer's look at the credit and its marking the channel starved would be a lost
+// wakeup, and the stream would stop short.
+func TestTinyWindowNeverStalls(t *testing.T) {
+	const total = 4 << 20
+	s := newServer(t, ServerOptions{Window: 1024}, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24,
+		Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo; echo READY; head -c %d /dev/zero", total)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(len("READY\n") + total) // raw mode: no CR added
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for ch.Offset() < want {
+			if _, err := ch.Read(buf); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("after %d of %d bytes: %v", ch.Offset(), want, err)
+		}
+	case <-ctx.Done():
+		c.Close() // ends the reader
+		<-done
+		t.Fatalf("stalled after %d of %d bytes", ch.Offset(), want)
+	}
+	if got := ch.Offset(); got != want || ch.Lost() != 0 {
+		t.Fatalf("got %d bytes and %d lost, want %d and none", got, ch.Lost(), want)
+	}
 }
 
 // TestAttachReplyFailureUnsubscribes is seed 002's last scenario: a subscription whose reply
