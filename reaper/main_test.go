@@ -8,7 +8,7 @@ import (
 
 // TestMain fails the package if a goroutine outlives the tests (a session's reader or waiter, a
 // reaper loop, a probe), or if a process the tests started is still our child. Every
-// session's child was reaped by its waitLoop before its test's cleanup returned.
+// session's child was reaped by the session package's waiter before its test's cleanup returned.
 func TestMain(m *testing.M) {
 	leakcheck.Main(m, leakcheck.Options{Children: true})
 }

@@ -371,11 +371,12 @@ func TestOpenKillCyclesLeakNothing(t *testing.T) {
 	}
 }
 
-// TestIdleSessionsUseFewThreads: 200 idle shells cost goroutines parked in the runtime poller
-// (their reads and their waits), not OS threads.
+// TestIdleSessionsUseFewThreads: 200 idle shells cost one goroutine each (its reader, parked in
+// the runtime poller) and one shared waiter for their children, not OS threads.
 func TestIdleSessionsUseFewThreads(t *testing.T) {
 	const n, maxThreads = 200, 30
 	r := NewRegistry(testOptions(), nil)
+	goroutines := runtime.NumGoroutine()
 	var sessions []*Session
 	for range n {
 		s, _ := openT(t, r, "alice", nil) // the shell, interactive on its PTY
@@ -394,6 +395,9 @@ func TestIdleSessionsUseFewThreads(t *testing.T) {
 		t.Errorf("OS threads with %d idle sessions: got %v, want < %v", n, got, maxThreads)
 	} else {
 		t.Logf("OS threads with %d idle sessions: %v", n, got)
+	}
+	if got := runtime.NumGoroutine() - goroutines; got > n+1 {
+		t.Errorf("goroutines added by %d idle sessions: got %d, want at most %d (a reader each, one waiter)", n, got, n+1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

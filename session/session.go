@@ -213,7 +213,7 @@ type Session struct {
 	ptsName string   // the slave's path, to find processes that still hold it
 	now     func() time.Time
 
-	// exited is closed by waitLoop once the child is reaped. exit is written before that;
+	// exited is closed by reaped once the child is reaped. exit is written before that;
 	// read exit only after <-exited.
 	exited chan struct{}
 	exit   ExitStatus
@@ -255,7 +255,7 @@ type Session struct {
 	inQueue    []byte
 	inDraining bool
 
-	// wg counts inputLoop goroutines (readLoop and waitLoop are waited on through their
+	// wg counts inputLoop goroutines (the reader and the exit are waited on through their
 	// channels). Production code deliberately does not wait on it: an inputLoop ends when its
 	// queue is empty or the master is closed (the reader closes it when the PTY hangs up), so
 	// it never outlives the session's PTY; tests wait on it to prove that.
@@ -400,7 +400,18 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 		otel.SpanSessionReader, trace.WithAttributes(attribute.String(otel.AttrSessionID, s.id),
 			semconv.ProcessPID(s.pid)))
 	opts.Instruments.Sessions.Add(context.Background(), 1)
-	go s.waitLoop(cmd.Process, os.NewFile(uintptr(pidfd), "pidfd"))
+	// We wait through our own pidfd; os.Process's is one more fd per session for nothing.
+	_ = cmd.Process.Release()
+	if err := children.add(s.pid, pidfd, s.reaped); err != nil {
+		// Correct, if costlier: a goroutine holding a thread in a blocking wait.
+		opts.Logger.Warn("child waiter", "session", s.id, "pid", s.pid, "err", err)
+		unix.Close(pidfd)
+		go func() {
+			var ws unix.WaitStatus
+			_, err := unix.Wait4(s.pid, &ws, 0, nil)
+			s.reaped(ws, err)
+		}()
+	}
 	go s.readLoop()
 	return s, nil
 }
@@ -527,37 +538,12 @@ func (s *Session) Signal(sig syscall.Signal) error {
 	return nil
 }
 
-// waitLoop is the one goroutine that waits for the child. It waits on a pidfd through the
-// runtime poller, so no OS thread is held per session, reaps the child with wait4, publishes
-// the exit status once by closing exited, and ends.
-func (s *Session) waitLoop(proc *os.Process, pidfd *os.File) {
-	var ws unix.WaitStatus
-	var werr error
-	if rc, err := pidfd.SyscallConn(); err == nil {
-		err = rc.Read(func(uintptr) bool {
-			wpid, err := unix.Wait4(s.pid, &ws, unix.WNOHANG, nil)
-			if err == unix.EINTR {
-				return false
-			}
-			werr = err
-			return wpid == s.pid || err != nil
-		})
-		if err != nil && werr == nil {
-			werr = err
-		}
-	} else {
-		werr = err
+// reaped publishes the child's exit once the waiter (waiter.go) has reaped it: it records the
+// status, closes exited and wakes the viewers.
+func (s *Session) reaped(ws unix.WaitStatus, err error) {
+	if err != nil {
+		s.opts.Logger.Warn("wait for child", "session", s.id, "pid", s.pid, "err", err)
 	}
-	pidfd.Close()
-	if werr != nil {
-		// Fall back to a blocking wait: correct, if costlier.
-		_, werr = unix.Wait4(s.pid, &ws, 0, nil)
-		if werr != nil {
-			s.opts.Logger.Warn("wait for child", "session", s.id, "pid", s.pid, "err", werr)
-		}
-	}
-	// Go's os.Process holds a pidfd of its own; we reaped the child, so release it.
-	_ = proc.Release()
 	switch {
 	case ws.Signaled():
 		s.exit = ExitStatus{Code: -1, Signal: ws.Signal()}
