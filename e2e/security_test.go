@@ -1468,5 +1468,26 @@ func TestSecurityPprofOnlyOnLoopback(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile: total") {
 			t.Errorf("goroutine profile: %d %.200q", resp.StatusCode, body)
 		}
+		// No token guards it, so a page reaching it through DNS rebinding is refused, and the
+		// command line (which can hold --token) is not served at all.
+		for _, tc := range []struct{ path, host string }{
+			{"goroutine?debug=1", "evil.example:" + strings.TrimSuffix(strings.Split(base, ":")[2], "/debug/pprof/")},
+			{"goroutine?debug=1", "127.0.0.1:1"},
+			{"cmdline", ""},
+		} {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+tc.path, nil)
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK || strings.Contains(string(body), tok) {
+				t.Errorf("%s with Host %q: got %d %.200q, want a refusal", tc.path, tc.host, resp.StatusCode, body)
+			}
+		}
 	})
 }

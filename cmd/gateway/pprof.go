@@ -6,29 +6,56 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 )
 
-// servePprof serves the runtime's profiles on addr, which must be a loopback address: profiles
-// carry no terminal content, but they are unauthenticated and a CPU profile or trace costs the
-// gateway time. It returns a function that closes the listener.
+// servePprof serves the runtime's profiles on addr, which must be a loopback address. The
+// endpoint has no token, so it also refuses any Host that is not a loopback name with its own
+// port (a DNS-rebinding page cannot read it), and it leaves out /cmdline, which would show the
+// gateway's arguments (a --token among them). It returns a function that closes the listener.
 func servePprof(addr string, stdout io.Writer) (func(), error) {
-	ln, err := net.Listen("tcp", addr)
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-listen %s: %w", addr, err)
+	}
+	if ta.IP == nil || !ta.IP.IsLoopback() {
+		return nil, fmt.Errorf("--pprof-listen %s: not a loopback address", addr)
+	}
+	ln, err := net.ListenTCP("tcp", ta)
 	if err != nil {
 		return nil, fmt.Errorf("pprof listen %s: %w", addr, err)
 	}
-	if !loopbackListener(ln) {
-		ln.Close()
-		return nil, fmt.Errorf("--pprof-listen %s: not a loopback address", addr)
-	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	m := http.NewServeMux()
 	m.HandleFunc("GET /debug/pprof/", pprof.Index)
-	m.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	m.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	m.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	m.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol) // go tool pprof symbolizes with a POST
 	m.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r.Host, port) {
+			http.Error(w, "forbidden host", http.StatusForbidden)
+			return
+		}
+		m.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "muxterm: pprof on http://%s/debug/pprof/\n", ln.Addr())
 	return func() { srv.Close() }, nil
+}
+
+// loopbackHost reports whether a request's Host names this loopback listener: localhost or a
+// loopback IP, with the listener's port.
+func loopbackHost(host, port string) bool {
+	h, p, err := net.SplitHostPort(host)
+	if err != nil || p != port {
+		return false
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
