@@ -406,11 +406,7 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 		// Correct, if costlier: a goroutine holding a thread in a blocking wait.
 		opts.Logger.Warn("child waiter", "session", s.id, "pid", s.pid, "err", err)
 		unix.Close(pidfd)
-		go func() {
-			var ws unix.WaitStatus
-			_, err := unix.Wait4(s.pid, &ws, 0, nil)
-			s.reaped(ws, err)
-		}()
+		blockingWait(&waitEntry{pid: s.pid, reaped: s.reaped})
 	}
 	go s.readLoop()
 	return s, nil
@@ -541,10 +537,11 @@ func (s *Session) Signal(sig syscall.Signal) error {
 // reaped publishes the child's exit once the waiter (waiter.go) has reaped it: it records the
 // status, closes exited and wakes the viewers.
 func (s *Session) reaped(ws unix.WaitStatus, err error) {
-	if err != nil {
-		s.opts.Logger.Warn("wait for child", "session", s.id, "pid", s.pid, "err", err)
-	}
 	switch {
+	case err != nil:
+		// Nothing to report: the status is unknown.
+		s.opts.Logger.Warn("wait for child", "session", s.id, "pid", s.pid, "err", err)
+		s.exit = ExitStatus{Code: -1}
 	case ws.Signaled():
 		s.exit = ExitStatus{Code: -1, Signal: ws.Signal()}
 	default:

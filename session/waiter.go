@@ -47,31 +47,50 @@ func (w *waiter) add(pid, pidfd int, reaped func(unix.WaitStatus, error)) error 
 		w.waiting = make(map[int32]*waitEntry)
 		go w.loop(w.ep)
 	}
-	rc, err := w.ep.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("epoll fd: %w", err)
-	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(pidfd)}
-	var cerr error
-	if err := rc.Control(func(epfd uintptr) {
-		cerr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_ADD, pidfd, &ev)
-	}); err != nil {
-		return fmt.Errorf("epoll fd: %w", err)
-	}
-	if cerr != nil {
+	if err := w.ctl(unix.EPOLL_CTL_ADD, pidfd, &ev); err != nil {
 		if len(w.waiting) == 0 {
-			w.closeLocked()
+			w.closeLocked() // its loop sees the close and ends
 		}
-		return fmt.Errorf("epoll_ctl add pidfd of %d: %w", pid, cerr)
+		return fmt.Errorf("epoll_ctl add pidfd of %d: %w", pid, err)
 	}
 	w.waiting[int32(pidfd)] = &waitEntry{pid: pid, pidfd: int32(pidfd), reaped: reaped}
 	return nil
+}
+
+// ctl runs epoll_ctl on the current instance. w.mu is held.
+func (w *waiter) ctl(op, fd int, ev *unix.EpollEvent) error {
+	rc, err := w.ep.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cerr error
+	if err := rc.Control(func(epfd uintptr) { cerr = unix.EpollCtl(int(epfd), op, fd, ev) }); err != nil {
+		return err
+	}
+	return cerr
 }
 
 // closeLocked closes the epoll instance; its loop sees the close and returns. w.mu is held.
 func (w *waiter) closeLocked() {
 	w.ep.Close()
 	w.ep, w.waiting = nil, nil
+}
+
+// blockingWait hands e over to a goroutine of its own that blocks in wait4, holding a thread:
+// the fallback for a child the shared waiter cannot wait for. e's pidfd must be closed already.
+func blockingWait(e *waitEntry) {
+	go func() {
+		var ws unix.WaitStatus
+		var err error
+		for {
+			_, err = unix.Wait4(e.pid, &ws, 0, nil)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		e.reaped(ws, err)
+	}()
 }
 
 // loop waits for the pidfds in ep to become readable (their child exited), reaps those
@@ -95,12 +114,19 @@ func (w *waiter) loop(ep *os.File) {
 			}
 			return true
 		})
-		if err != nil {
-			return // closed: nothing is waited for any more
-		}
 		w.mu.Lock()
 		if w.ep != ep {
-			w.mu.Unlock() // closed under us by a failed add; a newer loop owns the table
+			w.mu.Unlock() // closed under us with an empty table; a newer loop owns w now
+			return
+		}
+		if err != nil {
+			// The poller failed us: nobody may be left waiting on a dead instance.
+			for fd, e := range w.waiting {
+				unix.Close(int(fd))
+				blockingWait(e)
+			}
+			w.closeLocked()
+			w.mu.Unlock()
 			return
 		}
 		for _, fd := range ready {
@@ -110,14 +136,19 @@ func (w *waiter) loop(ep *os.File) {
 			}
 			var ws unix.WaitStatus
 			wpid, werr := unix.Wait4(e.pid, &ws, unix.WNOHANG, nil)
-			if werr == unix.EINTR || (werr == nil && wpid != e.pid) {
-				continue // not reaped yet: the pidfd stays registered and readable
+			if werr == unix.EINTR {
+				continue // still readable: the next round tries again
 			}
 			delete(w.waiting, fd)
-			_ = rc.Control(func(epfd uintptr) {
-				_ = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_DEL, int(fd), nil)
-			})
+			_ = w.ctl(unix.EPOLL_CTL_DEL, int(fd), nil)
 			unix.Close(int(fd))
+			if werr == nil && wpid != e.pid {
+				// Exited but not waitable yet (a tracer such as strace or gdb collects it
+				// first): its pidfd would stay readable and spin this loop, so it gets a
+				// blocking wait of its own.
+				blockingWait(e)
+				continue
+			}
 			// The hand-off takes session locks; the waiter never waits for them.
 			go e.reaped(ws, werr)
 		}

@@ -3,8 +3,11 @@ package session
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // waiterIdle reports whether the shared child waiter has stopped: no epoll fd, no goroutine.
@@ -44,4 +47,32 @@ func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the waiter to stop", waiterIdle)
 	waitFor(t, 5*time.Second, "fds back to the start", func() bool { return countFDs() == fds })
+}
+
+// TestBlockingWaitFallback: a child the shared waiter cannot take (no epoll, or a tracer holding
+// its zombie) is reaped by a blocking wait of its own, with its real status.
+func TestBlockingWaitFallback(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", "kill -TERM $$")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	_ = cmd.Process.Release() // as spawn does: our wait4 reaps it, not os/exec
+	type result struct {
+		ws  unix.WaitStatus
+		err error
+	}
+	got := make(chan result, 1)
+	blockingWait(&waitEntry{pid: pid, reaped: func(ws unix.WaitStatus, err error) { got <- result{ws, err} }})
+	select {
+	case r := <-got:
+		if r.err != nil || !r.ws.Signaled() || r.ws.Signal() != unix.SIGTERM {
+			t.Errorf("got status %v, err %v; want killed by SIGTERM", r.ws, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("child not reaped within 10s")
+	}
+	if alive(pid) {
+		t.Errorf("pid %d still exists after the reap", pid)
+	}
 }
