@@ -42,6 +42,13 @@ type Client struct {
 	closeErr error
 
 	done chan struct{} // closed when readLoop ends
+
+	// ackMu guards ackDue, the channels whose reader drained its buffer with bytes left
+	// unacknowledged; ackLoop sends those acks, so they are never on the path of the output.
+	ackMu   sync.Mutex
+	ackDue  []*Channel
+	ackWake chan struct{} // capacity 1
+	ackDone chan struct{} // closed when ackLoop ends
 }
 
 type response struct {
@@ -75,8 +82,9 @@ func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
 		return nil, fmt.Errorf("dial %s: %w", url, err)
 	}
 	c := &Client{ws: ws, calls: make(map[string]chan response), channels: make(map[uint32]*Channel),
-		done: make(chan struct{})}
+		done: make(chan struct{}), ackWake: make(chan struct{}, 1), ackDone: make(chan struct{})}
 	go c.readLoop()
+	go c.ackLoop()
 	name := opts.Name
 	if name == "" {
 		name = "muxterm-go"
@@ -105,7 +113,38 @@ func (e *DialError) Unwrap() error { return e.Err }
 func (c *Client) Close() error {
 	err := c.ws.Close()
 	<-c.done
+	<-c.ackDone
 	return err
+}
+
+// queueAck has ackLoop acknowledge what ch's reader has consumed.
+func (c *Client) queueAck(ch *Channel) {
+	c.ackMu.Lock()
+	c.ackDue = append(c.ackDue, ch)
+	c.ackMu.Unlock()
+	select {
+	case c.ackWake <- struct{}{}:
+	default:
+	}
+}
+
+// ackLoop sends the acks queueAck asked for, until the connection ends.
+func (c *Client) ackLoop() {
+	defer close(c.ackDone)
+	for {
+		select {
+		case <-c.ackWake:
+		case <-c.done:
+			return
+		}
+		c.ackMu.Lock()
+		due := c.ackDue
+		c.ackDue = nil
+		c.ackMu.Unlock()
+		for _, ch := range due {
+			ch.flushAck()
+		}
+	}
 }
 
 // Done is closed when the connection has ended; Err then says why.
@@ -381,7 +420,8 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 }
 
 // Channel is one bound channel. Read returns its output in order and acknowledges what it
-// returns; a Channel that is not read stops receiving once the server's window is full.
+// returns (see Read for when); a Channel that is not read stops receiving once the server's
+// window is full.
 type Channel struct {
 	c        *Client
 	ID       uint32
@@ -400,14 +440,17 @@ type Channel struct {
 	// what it consumed.
 	offset int64
 	segs   []segment // received, not yet read, in order
-	// unacked counts bytes Read returned and not yet acknowledged. They are acknowledged once
-	// they reach ackEvery, or when Read next finds nothing buffered and is about to wait: never
-	// while Read hands bytes over, so an ack is not on the path of the output it follows.
-	unacked int
-	lost    int64
-	exit    *ExitInfo
-	reason  string
-	endErr  error
+	// unacked counts bytes Read returned and not yet acknowledged. Read acknowledges them
+	// itself once they reach ackEvery; when it drains the buffer with fewer, the client's
+	// ackLoop acknowledges them right after Read returns, so the ack is not on the path of the
+	// output it follows (an echo). Read also acknowledges anything left before it waits.
+	unacked   int
+	ackQueued bool // in Client.ackDue
+	detaching bool // Detach sent: no more acks
+	lost      int64
+	exit      *ExitInfo
+	reason    string
+	endErr    error
 }
 
 // segment is received output, or a gap of lost bytes, in stream order.
@@ -527,7 +570,9 @@ func (ch *Channel) end(err error) {
 }
 
 // Read returns buffered output, waiting for some; it returns io.EOF after session.closed and
-// io.ErrUnexpectedEOF when the connection ended. Bytes returned are acknowledged.
+// io.ErrUnexpectedEOF when the connection ended. Bytes returned are acknowledged: in the same
+// call once flow.ackBytes have accumulated, else as soon as Read has drained the buffer (by the
+// client's ack goroutine, right after Read returns).
 func (ch *Channel) Read(p []byte) (int, error) {
 	ch.mu.Lock()
 	for {
@@ -539,11 +584,10 @@ func (ch *Channel) Read(p []byte) (int, error) {
 		if len(ch.segs) > 0 || ch.endErr != nil {
 			break
 		}
-		if ack := ch.unacked; ack > 0 {
-			// Idle: acknowledge everything read so far before waiting for more.
-			ch.unacked = 0
+		if ch.unacked > 0 && !ch.detaching {
+			// Idle before the ack goroutine got to it: acknowledge before waiting.
 			ch.mu.Unlock()
-			_ = ch.c.WriteRaw(websocket.BinaryMessage, AppendAck(nil, ch.ID, uint32(ack)))
+			ch.flushAck()
 			ch.mu.Lock()
 			continue
 		}
@@ -562,14 +606,37 @@ func (ch *Channel) Read(p []byte) (int, error) {
 	ch.offset += int64(n)
 	ch.unacked += n
 	var ack int
-	if ch.unacked >= ch.ackEvery {
+	queue := false
+	switch {
+	case ch.detaching:
+	case ch.unacked >= ch.ackEvery:
 		ack, ch.unacked = ch.unacked, 0
+	case ch.bufferedLocked() == 0 && !ch.ackQueued:
+		ch.ackQueued, queue = true, true
 	}
 	ch.mu.Unlock()
 	if ack > 0 {
 		_ = ch.c.WriteRaw(websocket.BinaryMessage, AppendAck(nil, ch.ID, uint32(ack)))
 	}
+	if queue {
+		ch.c.queueAck(ch)
+	}
 	return n, nil
+}
+
+// flushAck acknowledges every byte Read has returned and not yet acknowledged, unless the
+// channel is being detached (the server would not know the channel any more).
+func (ch *Channel) flushAck() {
+	ch.mu.Lock()
+	ack := ch.unacked
+	if ch.detaching {
+		ack = 0
+	}
+	ch.unacked, ch.ackQueued = 0, false
+	ch.mu.Unlock()
+	if ack > 0 {
+		_ = ch.c.WriteRaw(websocket.BinaryMessage, AppendAck(nil, ch.ID, uint32(ack)))
+	}
 }
 
 // Write sends input.
@@ -592,6 +659,9 @@ func (ch *Channel) Signal(ctx context.Context, sig string) error {
 
 // Detach unbinds the channel; the session keeps running.
 func (ch *Channel) Detach(ctx context.Context) error {
+	ch.mu.Lock()
+	ch.detaching = true
+	ch.mu.Unlock()
 	err := ch.c.Call(ctx, "session.detach", map[string]any{"channel": ch.ID}, nil)
 	ch.c.dropChannel(ch)
 	ch.end(io.EOF)

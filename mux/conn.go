@@ -99,6 +99,9 @@ type ServerOptions struct {
 	// testHookBeforeActivate runs in an open's goroutine after its reply is queued and before
 	// the channel is published to the writer.
 	testHookBeforeActivate func()
+	// testHookBeforeStarve runs in the writer after it found a channel's output waiting with no
+	// credit and before it marks the channel starved: where an ack can slip in.
+	testHookBeforeStarve func(*channel)
 }
 
 func (o ServerOptions) withDefaults() ServerOptions {
@@ -493,6 +496,9 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 		// Output waits for credit and the next ack re-queues the channel. starved is published
 		// before the credit is looked at again, so an ack given in between is never missed:
 		// either it sees starved, or this check sees its credit.
+		if h := c.opts.testHookBeforeStarve; h != nil {
+			h(ch)
+		}
 		ch.starved.Store(true)
 		if ch.credit.available() > 0 && ch.starved.CompareAndSwap(true, false) {
 			c.markReady(ch)

@@ -171,21 +171,10 @@ func TestWindowBoundsUnacknowledgedOutput(t *testing.T) {
 	waitUntil(t, "more output after the ack", func() bool { return flood.Offset()+int64(buffered()) > window })
 }
 
-// TestTinyWindowNeverStalls streams 4 MiB through a 1 KiB window: thousands of times the
-// writer finds output and no credit and leaves the channel to the next ack. An ack that came
-// between the writer's look at the credit and its marking the channel starved would be a lost
-// wakeup, and the stream would stop short.
-func TestTinyWindowNeverStalls(t *testing.T) {
-	const total = 4 << 20
-	s := newServer(t, ServerOptions{Window: 1024}, nil)
-	c := s.dial(t)
-	ctx := testCtx(t)
-	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24,
-		Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo; echo READY; head -c %d /dev/zero", total)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := int64(len("READY\n") + total) // raw mode: no CR added
+// readToOffset reads ch until its offset reaches want, failing the test if the stream errs or
+// stalls until ctx ends (then it closes c, which ends the reader).
+func readToOffset(t *testing.T, ctx context.Context, c *Client, ch *Channel, want int64) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 4096)
@@ -203,12 +192,107 @@ func TestTinyWindowNeverStalls(t *testing.T) {
 			t.Fatalf("after %d of %d bytes: %v", ch.Offset(), want, err)
 		}
 	case <-ctx.Done():
-		c.Close() // ends the reader
+		c.Close()
 		<-done
 		t.Fatalf("stalled after %d of %d bytes", ch.Offset(), want)
 	}
+}
+
+// TestTinyWindowNeverStalls streams 4 MiB through a 1 KiB window: thousands of times the
+// writer finds output and no credit and leaves the channel to the next ack. An ack that came
+// between the writer's look at the credit and its marking the channel starved would be a lost
+// wakeup, and the stream would stop short.
+func TestTinyWindowNeverStalls(t *testing.T) {
+	const total = 4 << 20
+	s := newServer(t, ServerOptions{Window: 1024}, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24,
+		Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo; echo READY; head -c %d /dev/zero", total)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(len("READY\n") + total) // raw mode: no CR added
+	readToOffset(t, ctx, c, ch, want)
 	if got := ch.Offset(); got != want || ch.Lost() != 0 {
 		t.Fatalf("got %d bytes and %d lost, want %d and none", got, ch.Lost(), want)
+	}
+}
+
+// TestAckBetweenCreditCheckAndStarve drives the one interleaving TestTinyWindowNeverStalls can
+// only hope for: the writer finds no credit, then, before it marks the channel starved, the
+// program has printed everything and every byte in flight is acknowledged. No ack and no new
+// output follow, so only the writer's second look at the credit can re-queue the channel;
+// without it the stream stops at the first window.
+func TestAckBetweenCreditCheckAndStarve(t *testing.T) {
+	const window, total = 1024, 16 << 10
+	opts := ServerOptions{Window: window}
+	starving := make(chan struct{}) // the writer is in the hook: the client may read now
+	var once sync.Once
+	var s *server
+	opts.testHookBeforeStarve = func(ch *channel) {
+		// Act on the last starve only: everything printed (and the program still running, so
+		// no exit wakes the channel) and the channel not queued again by a late wake-up.
+		if infos := s.reg.List(principal); len(infos) != 1 || infos[0].End != total || ch.queued.Load() {
+			return
+		}
+		once.Do(func() {
+			close(starving)
+			waitUntil(t, "the whole window acknowledged", func() bool { return ch.credit.available() == window })
+		})
+	}
+	s = newServer(t, opts, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24,
+		Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo; head -c %d /dev/zero; exec sleep 60", total)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-starving:
+	case <-ctx.Done():
+		t.Fatal("the writer never ran out of credit")
+	}
+	readToOffset(t, ctx, c, ch, total)
+}
+
+// TestClientAcksADrainedReadAtOnce: a reader that drained its buffer with fewer than ackBytes
+// unacknowledged and then stops reading (it waits for the exit instead) must still free that
+// credit: here the program's remaining output fits the window only if those bytes are acked,
+// and the exit notification follows the last byte.
+func TestClientAcksADrainedReadAtOnce(t *testing.T) {
+	const window = 4096 // ackBytes 1024
+	s := newServer(t, ServerOptions{Window: window}, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24,
+		Cmd: []string{"sh", "-c", "stty raw -echo; head -c 500 /dev/zero; read x; head -c 4000 /dev/zero"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, window)
+	for got := 0; got < 500; {
+		n, err := ch.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if _, err := ch.Write([]byte("\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch.Exited():
+	case <-ctx.Done():
+		ch.mu.Lock()
+		defer ch.mu.Unlock()
+		t.Fatalf("no exit: %d bytes buffered, %d read and unacknowledged", ch.bufferedLocked(), ch.unacked)
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if got := ch.bufferedLocked(); got != 4000 {
+		t.Errorf("buffered at the exit: got %d, want 4000", got)
 	}
 }
 
