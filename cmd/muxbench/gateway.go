@@ -224,23 +224,37 @@ func (g *gatewayProc) pprofLoop(path string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-g.prof; cancel() }()
 	for i := 1; ctx.Err() == nil; i++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.pprof+"profile?seconds=5", nil)
-		if err != nil {
-			return
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return
-		}
-		if err := os.WriteFile(fmt.Sprintf("%s.%d", path, i), b, 0o644); err != nil {
+		if err := fetchProfile(ctx, g.pprof+"profile?seconds=5", fmt.Sprintf("%s.%d", path, i)); err != nil {
+			if ctx.Err() == nil { // stopping cuts the piece in progress; anything else is news
+				fmt.Fprintf(os.Stderr, "muxbench: gateway CPU profile stopped after %d piece(s): %v\n", i-1, err)
+			}
 			return
 		}
 	}
+}
+
+// fetchProfile saves the profile at url into path.
+func fetchProfile(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d: %.200s", url, resp.StatusCode, b)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("save profile: %w", err)
+	}
+	return nil
 }
 
 func (g *gatewayProc) stopProfile() {
