@@ -1470,14 +1470,18 @@ func TestSecurityPprofOnlyOnLoopback(t *testing.T) {
 		}
 		// No token guards it, so a page reaching it through DNS rebinding is refused, and the
 		// command line (which can hold --token) is not served at all.
-		for _, tc := range []struct{ path, host string }{
-			{"goroutine?debug=1", "evil.example:" + strings.TrimSuffix(strings.Split(base, ":")[2], "/debug/pprof/")},
-			{"goroutine?debug=1", "127.0.0.1:1"},
-			{"cmdline", ""},
+		for _, tc := range []struct{ path, host, site string }{
+			{"goroutine?debug=1", "evil.example:" + strings.TrimSuffix(strings.Split(base, ":")[2], "/debug/pprof/"), ""},
+			{"goroutine?debug=1", "127.0.0.1:1", ""},
+			{"goroutine?debug=1", "", "cross-site"}, // an <img> on some web page
+			{"cmdline", "", ""},
 		} {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+tc.path, nil)
 			if tc.host != "" {
 				req.Host = tc.host
+			}
+			if tc.site != "" {
+				req.Header.Set("Sec-Fetch-Site", tc.site)
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -1486,7 +1490,7 @@ func TestSecurityPprofOnlyOnLoopback(t *testing.T) {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK || strings.Contains(string(body), tok) {
-				t.Errorf("%s with Host %q: got %d %.200q, want a refusal", tc.path, tc.host, resp.StatusCode, body)
+				t.Errorf("%s with Host %q, Sec-Fetch-Site %q: got %d %.200q, want a refusal", tc.path, tc.host, tc.site, resp.StatusCode, body)
 			}
 		}
 	})

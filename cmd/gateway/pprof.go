@@ -34,8 +34,8 @@ func servePprof(addr string, stdout io.Writer) (func(), error) {
 	m.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol) // go tool pprof symbolizes with a POST
 	m.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !loopbackHost(r.Host, port) {
-			http.Error(w, "forbidden host", http.StatusForbidden)
+		if !loopbackHost(r.Host, port) || fromWebPage(r) {
+			http.Error(w, "forbidden", http.StatusForbidden)
 			return
 		}
 		m.ServeHTTP(w, r)
@@ -44,6 +44,18 @@ func servePprof(addr string, stdout io.Writer) (func(), error) {
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "muxterm: pprof on http://%s/debug/pprof/\n", ln.Addr())
 	return func() { srv.Close() }, nil
+}
+
+// fromWebPage reports whether a browser sent r on behalf of a web page: such a request carries an
+// Origin, or a Sec-Fetch-Site other than "none" (typed into the address bar). A page cannot read
+// the answer, but an <img src=…/trace?seconds=60> would still make the gateway spend CPU.
+// go tool pprof and curl send neither header.
+func fromWebPage(r *http.Request) bool {
+	if r.Header.Get("Origin") != "" {
+		return true
+	}
+	site := r.Header.Get("Sec-Fetch-Site")
+	return site != "" && site != "none"
 }
 
 // loopbackHost reports whether a request's Host names this loopback listener: localhost or a
