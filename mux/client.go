@@ -430,6 +430,10 @@ type Channel struct {
 	exited chan struct{} // closed on session.exit
 	closed chan struct{} // closed on session.closed or connection end
 
+	// ackWrite is held from taking unacked to writing its ack, and by Detach while it sets
+	// detaching, so no ack is ever written after the detach request. Taken before mu.
+	ackWrite sync.Mutex
+
 	// mu guards the fields below; cond signals new data or the end.
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -444,9 +448,11 @@ type Channel struct {
 	// itself once they reach ackEvery; when it drains the buffer with fewer, the client's
 	// ackLoop acknowledges them right after Read returns, so the ack is not on the path of the
 	// output it follows (an echo). Read also acknowledges anything left before it waits.
-	unacked   int
-	ackQueued bool // in Client.ackDue
-	detaching bool // Detach sent: no more acks
+	unacked int
+	// ackQueued: queued in Client.ackDue and not flushed since. A flush by Read's idle path
+	// clears it with the channel still queued; that stale entry later sends nothing.
+	ackQueued bool
+	detaching bool // Detach is sending its request: no more acks
 	lost      int64
 	exit      *ExitInfo
 	reason    string
@@ -605,18 +611,17 @@ func (ch *Channel) Read(p []byte) (int, error) {
 	}
 	ch.offset += int64(n)
 	ch.unacked += n
-	var ack int
-	queue := false
+	flush, queue := false, false
 	switch {
 	case ch.detaching:
 	case ch.unacked >= ch.ackEvery:
-		ack, ch.unacked = ch.unacked, 0
+		flush = true
 	case ch.bufferedLocked() == 0 && !ch.ackQueued:
 		ch.ackQueued, queue = true, true
 	}
 	ch.mu.Unlock()
-	if ack > 0 {
-		_ = ch.c.WriteRaw(websocket.BinaryMessage, AppendAck(nil, ch.ID, uint32(ack)))
+	if flush {
+		ch.flushAck()
 	}
 	if queue {
 		ch.c.queueAck(ch)
@@ -625,11 +630,13 @@ func (ch *Channel) Read(p []byte) (int, error) {
 }
 
 // flushAck acknowledges every byte Read has returned and not yet acknowledged, unless the
-// channel is being detached (the server would not know the channel any more).
+// binding is ending: detached, or closed by the server (which no longer knows the channel).
 func (ch *Channel) flushAck() {
+	ch.ackWrite.Lock()
+	defer ch.ackWrite.Unlock()
 	ch.mu.Lock()
 	ack := ch.unacked
-	if ch.detaching {
+	if ch.detaching || ch.endErr != nil {
 		ack = 0
 	}
 	ch.unacked, ch.ackQueued = 0, false
@@ -659,9 +666,11 @@ func (ch *Channel) Signal(ctx context.Context, sig string) error {
 
 // Detach unbinds the channel; the session keeps running.
 func (ch *Channel) Detach(ctx context.Context) error {
+	ch.ackWrite.Lock() // an ack being written goes out before the request
 	ch.mu.Lock()
 	ch.detaching = true
 	ch.mu.Unlock()
+	ch.ackWrite.Unlock()
 	err := ch.c.Call(ctx, "session.detach", map[string]any{"channel": ch.ID}, nil)
 	ch.c.dropChannel(ch)
 	ch.end(io.EOF)

@@ -238,7 +238,15 @@ func TestAckBetweenCreditCheckAndStarve(t *testing.T) {
 		}
 		once.Do(func() {
 			close(starving)
-			waitUntil(t, "the whole window acknowledged", func() bool { return ch.credit.available() == window })
+			// This runs on the writer: no t.Fatal here. If the ack never came, the stream
+			// stalls and the test fails below.
+			for deadline := time.Now().Add(10 * time.Second); ch.credit.available() != window; {
+				if time.Now().After(deadline) {
+					t.Errorf("the window was not acknowledged within 10s")
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
 		})
 	}
 	s = newServer(t, opts, nil)
