@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,6 +14,10 @@ import (
 // fd itself is registered with the runtime poller, so the goroutine parks without holding an
 // OS thread. The goroutine and the epoll fd exist only while some child is unreaped.
 var children waiter
+
+// testHookNotWaitable, when set, makes the waiter treat a child it reports true for as exited
+// but not yet waitable (as a traced child is), without calling wait4.
+var testHookNotWaitable atomic.Pointer[func(pid int) bool]
 
 // waiter is the process-wide child waiter; see children.
 type waiter struct {
@@ -135,7 +140,13 @@ func (w *waiter) loop(ep *os.File) {
 				continue // reaped in this round already
 			}
 			var ws unix.WaitStatus
-			wpid, werr := unix.Wait4(e.pid, &ws, unix.WNOHANG, nil)
+			var wpid int
+			var werr error
+			if h := testHookNotWaitable.Load(); h != nil && (*h)(e.pid) {
+				wpid = 0
+			} else {
+				wpid, werr = unix.Wait4(e.pid, &ws, unix.WNOHANG, nil)
+			}
 			if werr == unix.EINTR {
 				continue // still readable: the next round tries again
 			}

@@ -76,3 +76,32 @@ func TestBlockingWaitFallback(t *testing.T) {
 		t.Errorf("pid %d still exists after the reap", pid)
 	}
 }
+
+// TestWaiterHandsOverAChildItCannotReap: a child whose pidfd says it exited but which wait4
+// cannot reap yet (a tracer holds its zombie) would keep the level-triggered epoll readable and
+// spin the waiter; it is handed to a blocking wait instead and its exit still arrives.
+func TestWaiterHandsOverAChildItCannotReap(t *testing.T) {
+	gate := t.TempDir() + "/go"
+	s := spawnT(t, testOptions(), "/bin/sh", "-c", fmt.Sprintf("while [ ! -e %s ]; do sleep 0.01; done; exit 5", gate))
+	calls := 0 // only the waiter goroutine calls the hook
+	notWaitable := func(pid int) bool {
+		if pid == s.pid {
+			calls++
+			return true
+		}
+		return false
+	}
+	testHookNotWaitable.Store(&notWaitable)
+	defer testHookNotWaitable.Store(nil)
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, s.Exited(), 10*time.Second, "exit of the child handed over")
+	if e, _ := s.Exit(); e.Code != 5 {
+		t.Errorf("exit: got %+v, want code 5", e)
+	}
+	// The waiter wrote calls before it handed the child over, which happened before the exit.
+	if calls != 1 {
+		t.Errorf("the waiter looked at the unreapable child %d times, want 1 (then it let go)", calls)
+	}
+}
