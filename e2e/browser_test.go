@@ -399,7 +399,7 @@ func TestBrowserTabShowsExitCode(t *testing.T) {
 // TestBrowserShowsLostBytes: output the ring dropped while the page was disconnected is shown
 // as a notice in the terminal, not silently swallowed.
 func TestBrowserShowsLostBytes(t *testing.T) {
-	g, p := startBehindProxy(t, "--scrollback", "4KiB")
+	g, p := startBehindProxy(t, "--scrollback", "4KiB", "--resume-hold", "0")
 	b := newBrowser(t, p.base(), g.Token, false)
 	session := eval[[]tabInfo](b, "window.muxterm.tabs()")[0].Session
 

@@ -163,6 +163,85 @@ func TestResumeAfterDropIsByteExact(t *testing.T) {
 	}
 }
 
+// TestResumeHoldAfterDrop: a stream many times the ring keeps running after its socket drops;
+// the session holds its output at the dropped channel's offset for --resume-hold, so a reattach
+// from what the client consumed misses nothing. With the hold off, the ring overwrites and the
+// reattach reports the loss.
+func TestResumeHoldAfterDrop(t *testing.T) {
+	// 2,088,895 bytes, 8 times the 256 KiB ring. The window (64 KiB) fits in the ring beside the
+	// high-water mark (128 KiB) and a read batch (32 KiB), so what is in flight at the drop is
+	// still in the ring.
+	const lines = 300000
+	want := expectedSeq(lines)
+	t.Run("an explicit detach holds nothing", func(t *testing.T) {
+		g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "256KiB", "--window", "64KiB", "--resume-hold", "1h")
+		ctx := ctxT(t, 60*time.Second)
+		c := g.dial(t)
+		ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+			Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo && seq 1 %d && exec sleep 30", lines)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		readN(ctx, t, ch, 10000)
+		if err := ch.Detach(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// With an hour's hold the program would stop about 160 KiB on; detached, it finishes.
+		waitFor(t, 20*time.Second, "the program to print everything", func() bool {
+			l, err := c.List(ctx)
+			return err == nil && len(l) == 1 && l[0].End == int64(len(want))
+		})
+	})
+	for _, tc := range []struct {
+		name string
+		hold string
+	}{{"held", "10s"}, {"hold off", "0"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "256KiB", "--window", "64KiB", "--resume-hold", tc.hold)
+			ctx := ctxT(t, 60*time.Second)
+			c1 := g.dial(t)
+			ch, err := c1.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+				Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo && seq 1 %d && exec sleep 30", lines)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := ch.Session()
+			first := readN(ctx, t, ch, 10000)
+			off := ch.Offset()
+			c1.Close() // drop mid-stream
+			// Let the program run on: into the hold, which pauses it just past the high-water
+			// mark (128 KiB) beyond what the client acknowledged (somewhere in [0, off]), or,
+			// with no hold, past a ring's worth beyond off.
+			past := int64(128 << 10)
+			if tc.hold == "0" {
+				past = off + 256<<10 + 16<<10
+			}
+			c2 := g.dial(t)
+			waitFor(t, 10*time.Second, "the stream to run on after the drop", func() bool {
+				l, err := c2.List(ctx)
+				return err == nil && len(l) == 1 && l[0].End > past
+			})
+			ch2, res, err := c2.Attach(ctx, id, &off)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.hold == "0" {
+				if res.Lost == 0 {
+					t.Fatalf("attach with the hold off: lost 0, want the ring to have overwritten offset %d", off)
+				}
+				return
+			}
+			if res.Offset != off || res.Lost != 0 {
+				t.Fatalf("attach: got offset %d lost %d, want %d and 0", res.Offset, res.Lost, off)
+			}
+			rest := readN(ctx, t, ch2, len(want)-len(first))
+			if got := append(first, rest...); !bytes.Equal(got, want) {
+				t.Fatalf("resumed stream differs (%d bytes, want %d)", len(got), len(want))
+			}
+		})
+	}
+}
+
 // echoLatency sends one byte to a raw `cat` and times its echo.
 func echoLatency(ctx context.Context, t *testing.T, ch *mux.Channel, n int) []time.Duration {
 	t.Helper()

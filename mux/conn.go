@@ -265,7 +265,12 @@ func (c *conn) detachAll() {
 	clear(c.channels)
 	c.mu.Unlock()
 	for _, ch := range chs {
-		c.unbind(ch)
+		// The socket ended under its bindings: their clients may come back, from what they
+		// consumed, which is the viewer's offset less the bytes still in flight.
+		ch.detached.Store(true)
+		if ch.active.Load() && ch.v != nil {
+			ch.v.CloseHolding(ch.credit.inflight.Load())
+		}
 	}
 }
 
@@ -629,7 +634,8 @@ func (c *conn) handleFirst(typ int, b []byte, over bool) error {
 		Server:   ServerInfo{Name: "muxterm", Version: c.opts.Version},
 		Protocol: Subprotocol,
 		Limits:   c.opts.limits(),
-		Flow:     Flow{Window: c.opts.Window, AckBytes: ackBytes(c.opts.Window)},
+		Flow: Flow{Window: c.opts.Window, AckBytes: ackBytes(c.opts.Window),
+			ResumeHoldMs: c.reg.Options().ResumeHold.Milliseconds()},
 	})
 	return nil
 }

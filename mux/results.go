@@ -27,6 +27,9 @@ type ServerInfo struct {
 type Flow struct {
 	Window   int `json:"window"`
 	AckBytes int `json:"ackBytes"`
+	// ResumeHoldMs is how long after a channel's detach (or its socket's end) the session
+	// still holds its output for that channel's offset (protocol.md §3).
+	ResumeHoldMs int64 `json:"resumeHoldMs"`
 }
 
 // ExitInfo is a process's exit as the protocol reports it.

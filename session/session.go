@@ -129,6 +129,13 @@ type Options struct {
 	// reading the PTY. Default: ScrollbackBytes/2. LowWaterBytes: it resumes below this.
 	// Default: HighWaterBytes/2.
 	HighWaterBytes, LowWaterBytes int
+	// ResumeHold: for this long after a read-write viewer detaches, backpressure also follows
+	// the offset it had reached, as if it were still attached and reading nothing. A client
+	// that lost its socket and reattaches within ResumeHold from what it consumed misses no
+	// byte, however fast the program prints; after it the ring overwrites as usual. A viewer
+	// that is attached and reading still decides alone (backpressure follows the closest
+	// viewer). 0 turns it off.
+	ResumeHold time.Duration
 	// Logger receives diagnostics. Default: slog.Default().
 	Logger *slog.Logger
 	// Tracer receives the session.kill and session.reader spans. Default: a no-op tracer.
@@ -236,10 +243,15 @@ type Session struct {
 	cols, rows     int
 	paused         bool // the reader waits on resume
 	pausedAt       time.Time
-	dropped        int64         // bytes read after the kill point and dropped
-	killDone       chan struct{} // closed when teardown finished; non-nil once closing began
-	tearing        bool          // a Teardown call is running or ran
-	killRes        *KillResult   // allocated with killDone; *killRes is valid after <-killDone
+	// holdFrom and holdUntil: a detached read-write viewer's offset that backpressure follows
+	// until holdUntil (ResumeHold); holdGen tells a stale expiry timer from the current one.
+	holdFrom  int64
+	holdUntil time.Time
+	holdGen   uint64
+	dropped   int64         // bytes read after the kill point and dropped
+	killDone  chan struct{} // closed when teardown finished; non-nil once closing began
+	tearing   bool          // a Teardown call is running or ran
+	killRes   *KillResult   // allocated with killDone; *killRes is valid after <-killDone
 
 	// ptyMu guards ptmxClosed. readLoop holds it to close ptmx; Kill holds it while it looks for
 	// processes holding the slave, so a slave name reused by a newer session is never scanned.
@@ -673,9 +685,13 @@ func (s *Session) waitWhilePaused() {
 
 // minLagLocked is how far the closest attached viewer is behind the end. s.mu must be held.
 // Passive (read-only) viewers do not count: they fall behind and get a gap instead of holding
-// the program back. It returns -1 when no viewer counts.
+// the program back. A resume hold counts as one more viewer at holdFrom. It returns -1 when no
+// viewer counts.
 func (s *Session) minLagLocked() int64 {
 	lag := int64(-1)
+	if !s.holdUntil.IsZero() && s.now().Before(s.holdUntil) {
+		lag = max(s.ring.end-s.holdFrom, 0)
+	}
 	for v := range s.viewers {
 		if v.passive {
 			continue
@@ -685,6 +701,30 @@ func (s *Session) minLagLocked() int64 {
 		}
 	}
 	return lag
+}
+
+// holdLocked keeps backpressure on the offset a detaching read-write viewer reached, for
+// ResumeHold (the oldest such offset while holds overlap). s.mu must be held.
+func (s *Session) holdLocked(from int64) {
+	d := s.opts.ResumeHold
+	if d <= 0 || s.state != StateRunning {
+		return
+	}
+	now := s.now()
+	if !s.holdUntil.IsZero() && now.Before(s.holdUntil) {
+		from = min(from, s.holdFrom)
+	}
+	s.holdFrom, s.holdUntil = from, now.Add(d)
+	s.holdGen++
+	gen := s.holdGen
+	time.AfterFunc(d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.holdGen == gen {
+			s.holdUntil = time.Time{}
+			s.maybeResumeLocked()
+		}
+	})
 }
 
 // maybeResumeLocked lifts backpressure when no viewer is attached or one caught up below the

@@ -90,12 +90,24 @@ func (v *Viewer) Offset() int64 {
 	return v.next
 }
 
-// Close unsubscribes the viewer. It can be called more than once.
+// Close unsubscribes the viewer, which is leaving on purpose: no resume hold. It can be called
+// more than once; only the first call counts.
 func (v *Viewer) Close() {
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.unsubscribeLocked(v)
+	s.unsubscribeLocked(v, false, 0)
+}
+
+// CloseHolding unsubscribes a viewer whose client was lost (its socket dropped) and may come
+// back: for Options.ResumeHold backpressure still follows the offset the client consumed, the
+// viewer's offset less unconfirmed, the bytes it handed on that were not confirmed consumed (a
+// channel's bytes in flight). Only the first Close or CloseHolding counts.
+func (v *Viewer) CloseHolding(unconfirmed int64) {
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unsubscribeLocked(v, true, max(unconfirmed, 0))
 }
 
 // Subscribe attaches a viewer that starts at offset from (clamped to the oldest retained byte
@@ -143,12 +155,15 @@ func (s *Session) subscribeLocked(from int64, wake func()) (*Viewer, AttachInfo,
 }
 
 // unsubscribeLocked removes v. s.mu must be held.
-func (s *Session) unsubscribeLocked(v *Viewer) {
+func (s *Session) unsubscribeLocked(v *Viewer, hold bool, unconfirmed int64) {
 	if v.closed {
 		return
 	}
 	v.closed = true
 	delete(s.viewers, v)
+	if hold && !v.passive {
+		s.holdLocked(max(v.next-unconfirmed, 0))
+	}
 	s.opts.Instruments.Viewers.Add(context.Background(), -1)
 	if len(s.viewers) == 0 {
 		s.unwatchedSince = s.now()

@@ -451,6 +451,100 @@ func TestBackpressure(t *testing.T) {
 		}
 	})
 
+	t.Run("a lost viewer's consumed offset holds the output for ResumeHold", func(t *testing.T) {
+		t.Parallel()
+		opts, _ := newOpts(t)
+		opts.ResumeHold = time.Hour // never expires within the test
+		r := NewRegistry(opts, nil)
+		wake, wakeFn := wakeChan()
+		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		// Read a little, then lose the viewer as a dropped socket would.
+		var off int64
+		p := make([]byte, 10000)
+		for off < 10000 {
+			n, _, err := v.Read(p[off:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			off += int64(n)
+			if n == 0 {
+				waitClosed(t, wake, 5*time.Second, "output")
+			}
+		}
+		// Lose the viewer as a dropped socket would, with its last 4000 bytes still in flight:
+		// its client consumed up to off.
+		v.CloseHolding(4000)
+		off -= 4000
+		// The program runs on into the hold and stops there, with offset off still retained.
+		waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+		waitFor(t, 10*time.Second, "program blocked in write", func() bool { return blockedInWrite(s.Pid()) })
+		if in := s.Info(); in.Start > off {
+			t.Fatalf("ring starts at %d, past the detached viewer's offset %d", in.Start, off)
+		}
+		// A reattach from there misses nothing, and the program finishes.
+		wake2, wakeFn2 := wakeChan()
+		v2, info, err := r.Attach(s.ID(), "alice", off, wakeFn2)
+		if err != nil || info.Offset != off || info.Lost != 0 {
+			t.Fatalf("reattach from %d: got %+v, %v, want that offset and nothing lost", off, info, err)
+		}
+		c := collect(t, v2, wake2, nil)
+		if err := c.waitEnd(t, 30*time.Second); err != io.EOF {
+			t.Fatalf("viewer end: got %v, want %v", err, io.EOF)
+		}
+		got, gaps, _ := c.result()
+		if len(gaps) != 0 || !bytes.Equal(got, want[off:]) {
+			t.Errorf("after the reattach: got %d bytes, gaps %v, want the %d bytes from %d and no gap", len(got), gaps, len(want)-int(off), off)
+		}
+	})
+
+	t.Run("the hold ends after ResumeHold", func(t *testing.T) {
+		t.Parallel()
+		opts, tel := newOpts(t)
+		opts.ResumeHold = 300 * time.Millisecond
+		r := NewRegistry(opts, nil)
+		_, wakeFn := wakeChan()
+		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		v.CloseHolding(0) // at offset 0
+		waitClosed(t, s.Exited(), 30*time.Second, "exit once the hold ended")
+		waitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
+		got, start := ringBytes(s)
+		if start != int64(len(want)-ringSize) || !bytes.Equal(got, want[start:]) {
+			t.Errorf("ring: got %d bytes from %v, want the last %d bytes from %v", len(got), start, ringSize, len(want)-ringSize)
+		}
+		if p := tel.sum(t, otel.MetricPauseDuration); p <= 0 {
+			t.Errorf("pause time: got %v, want > 0 (the hold paused the reader)", p)
+		}
+	})
+
+	t.Run("a read-only viewer's detach holds nothing", func(t *testing.T) {
+		t.Parallel()
+		opts, tel := newOpts(t)
+		opts.ResumeHold = time.Hour
+		r := NewRegistry(opts, nil)
+		s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", bigScript)
+		_, wakeFn := wakeChan()
+		v, _, err := r.AttachPassive(s.ID(), "alice", 0, wakeFn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.CloseHolding(0)
+		waitClosed(t, s.Exited(), 30*time.Second, "exit")
+		if p := tel.sum(t, otel.MetricPauseDuration); p != 0 {
+			t.Errorf("pause time: got %v, want 0", p)
+		}
+	})
+
+	t.Run("a viewer closed on purpose holds nothing", func(t *testing.T) {
+		t.Parallel()
+		opts, _ := newOpts(t)
+		opts.ResumeHold = time.Hour // a hold would keep the program from finishing
+		r := NewRegistry(opts, nil)
+		_, wakeFn := wakeChan()
+		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		v.Close()
+		waitClosed(t, s.Exited(), 30*time.Second, "exit")
+	})
+
 	t.Run("a viewer attaching at the end resumes a paused reader", func(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)

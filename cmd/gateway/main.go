@@ -54,6 +54,7 @@ type config struct {
 	idleGrace    time.Duration
 	reapInterval time.Duration
 	killGrace    time.Duration
+	resumeHold   time.Duration
 	allowOrigin  listFlag
 	allowHost    listFlag
 	allowCmd     listFlag
@@ -79,6 +80,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	fs.DurationVar(&c.idleGrace, "idle-grace", 15*time.Minute, "reap sessions unwatched for longer than this")
 	fs.DurationVar(&c.reapInterval, "reap-interval", 30*time.Second, "time between reaper sweeps")
 	fs.DurationVar(&c.killGrace, "kill-grace", 250*time.Millisecond, "kill escalation step: HUP, wait, TERM, wait, KILL")
+	fs.DurationVar(&c.resumeHold, "resume-hold", 10*time.Second, "after a detach or a dropped socket, hold the session's output this long for a byte-exact reattach (0: off)")
 	fs.Var(&c.allowOrigin, "allow-origin", "extra origin allowed to open sockets (repeatable)")
 	fs.Var(&c.allowHost, "allow-host", "extra Host header value accepted (repeatable)")
 	fs.Var(&c.allowCmd, "allow-cmd", "command session.open may run besides the shell, or * for any (repeatable)")
@@ -121,6 +123,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	}
 	if c.idleGrace <= 0 || c.reapInterval <= 0 || c.killGrace <= 0 {
 		return nil, errors.New("--idle-grace, --reap-interval and --kill-grace must be positive")
+	}
+	if c.resumeHold < 0 {
+		return nil, errors.New("--resume-hold must not be negative")
 	}
 	if c.window < 1024 || c.window > 64<<20 {
 		return nil, errors.New("--window must be between 1KiB and 64MiB")
@@ -181,7 +186,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}()
 	reg := session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
-		KillGrace: c.killGrace, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments}, nil)
+		KillGrace: c.killGrace, ResumeHold: c.resumeHold, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments}, nil)
 	var metricsOnMain http.Handler
 	if c.metricsAddr != "" {
 		mln, err := net.Listen("tcp", c.metricsAddr)
