@@ -209,6 +209,9 @@ func TestResumeHoldAfterDrop(t *testing.T) {
 			first := readN(ctx, t, ch, 10000)
 			off := ch.Offset()
 			c1.Close() // drop mid-stream
+			if off != int64(len(first)) {
+				t.Fatalf("offset after %d bytes: got %d", len(first), off)
+			}
 			// Let the program run on: into the hold, which pauses it just past the high-water
 			// mark (128 KiB) beyond what the client acknowledged (somewhere in [0, off]), or,
 			// with no hold, past a ring's worth beyond off.

@@ -479,6 +479,9 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	if errors.Is(err, session.ErrViewerClosed) {
 		return false, nil
 	}
+	// The viewer has moved past these bytes: count them in flight before any write can fail, so
+	// a socket that ends here leaves its resume hold where the client will resume.
+	ch.credit.take(int64(nr))
 	if lost > 0 {
 		c.tel.Instruments.GapBytes.Add(c.ctx, lost)
 		if err := c.write(websocket.TextMessage, MarshalNotification("session.gap",
@@ -489,7 +492,6 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	if nr > 0 {
 		frame := AppendFrame(buf[:0], FrameOutput, ch.id, nil)
 		frame = frame[:HeaderLen+nr]
-		ch.credit.take(int64(nr))
 		if err := c.write(websocket.BinaryMessage, frame); err != nil {
 			return false, fmt.Errorf("write output: %w", err)
 		}

@@ -27,8 +27,8 @@ type ServerInfo struct {
 type Flow struct {
 	Window   int `json:"window"`
 	AckBytes int `json:"ackBytes"`
-	// ResumeHoldMs is how long after a channel's detach (or its socket's end) the session
-	// still holds its output for that channel's offset (protocol.md §3).
+	// ResumeHoldMs is how long after a socket ends its read-write sessions still hold their
+	// output at the offset each channel's client acknowledged (protocol.md §3, resume hold).
 	ResumeHoldMs int64 `json:"resumeHoldMs"`
 }
 

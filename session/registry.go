@@ -103,7 +103,7 @@ func (r *Registry) Open(spec Spec, maxPerOwner int, wake func()) (*Session, *Vie
 	var v *Viewer
 	if wake != nil {
 		s.mu.Lock()
-		v, _, err = s.subscribeLocked(0, wake)
+		v, _, err = s.subscribeLocked(0, wake, false)
 		s.mu.Unlock()
 	}
 	r.mu.Unlock()
@@ -165,11 +165,7 @@ func (r *Registry) attach(id, owner string, from int64, wake func(), passive boo
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, info, err := s.subscribeLocked(from, wake)
-	if err == nil {
-		v.passive = passive
-	}
-	return v, info, err
+	return s.subscribeLocked(from, wake, passive)
 }
 
 // List returns owner's sessions, oldest first.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -125,8 +126,8 @@ type Options struct {
 	// SpareEscapees turns off the escapee policy: when false (the default), Kill also signals
 	// processes outside the session's process group that still hold its PTY.
 	SpareEscapees bool
-	// HighWaterBytes: when every attached viewer is further behind than this, the reader stops
-	// reading the PTY. Default: ScrollbackBytes/2. LowWaterBytes: it resumes below this.
+	// HighWaterBytes: when every attached read-write viewer (and every resume hold) is further
+	// behind than this, the reader stops reading the PTY. Default: ScrollbackBytes/2. LowWaterBytes: it resumes below this.
 	// Default: HighWaterBytes/2.
 	HighWaterBytes, LowWaterBytes int
 	// ResumeHold: for this long after a read-write viewer detaches, backpressure also follows
@@ -146,6 +147,22 @@ type Options struct {
 	// testHookBeforeIngest is copied into each session before its reader starts (tests only;
 	// nil in production).
 	testHookBeforeIngest func([]byte)
+}
+
+// readBatch bounds one ingest so that a batch read just under the high watermark still fits in
+// the ring: backpressure must pause the program before the ring drops unread bytes. o has its
+// defaults.
+func (o Options) readBatch() int {
+	return max(min(readChunk, o.ScrollbackBytes-o.HighWaterBytes), min(4096, readChunk))
+}
+
+// KeptBehind is how far behind a paused reader's end the ring is sure to still hold bytes,
+// beyond the closest viewer's (or resume hold's) offset: scrollback − high watermark − one read
+// batch. A channel whose flow-control window is larger can lose bytes in flight when its socket
+// drops, which the resume hold then cannot bring back.
+func (o Options) KeptBehind() int {
+	o = o.withDefaults()
+	return max(o.ScrollbackBytes-o.HighWaterBytes-o.readBatch(), 0)
 }
 
 func (o Options) withDefaults() Options {
@@ -243,15 +260,13 @@ type Session struct {
 	cols, rows     int
 	paused         bool // the reader waits on resume
 	pausedAt       time.Time
-	// holdFrom and holdUntil: a detached read-write viewer's offset that backpressure follows
-	// until holdUntil (ResumeHold); holdGen tells a stale expiry timer from the current one.
-	holdFrom  int64
-	holdUntil time.Time
-	holdGen   uint64
-	dropped   int64         // bytes read after the kill point and dropped
-	killDone  chan struct{} // closed when teardown finished; non-nil once closing began
-	tearing   bool          // a Teardown call is running or ran
-	killRes   *KillResult   // allocated with killDone; *killRes is valid after <-killDone
+	// holds: the offsets of read-write viewers lost with their socket, which backpressure
+	// follows as if they were attached, each until its own timer (ResumeHold) removes it.
+	holds    []*hold
+	dropped  int64         // bytes read after the kill point and dropped
+	killDone chan struct{} // closed when teardown finished; non-nil once closing began
+	tearing  bool          // a Teardown call is running or ran
+	killRes  *KillResult   // allocated with killDone; *killRes is valid after <-killDone
 
 	// ptyMu guards ptmxClosed. readLoop holds it to close ptmx; Kill holds it while it looks for
 	// processes holding the slave, so a slave name reused by a newer session is never scanned.
@@ -585,9 +600,7 @@ func (s *Session) readLoop() {
 		s.finishOutput()
 		return
 	}
-	// batch bounds one ingest so that a batch read just under the high watermark still fits in
-	// the ring: backpressure must pause the program before the ring drops unread bytes.
-	batch := max(min(readChunk, s.opts.ScrollbackBytes-s.opts.HighWaterBytes), min(4096, readChunk))
+	batch := s.opts.readBatch()
 	for {
 		s.waitWhilePaused()
 		var buf *[]byte
@@ -683,14 +696,17 @@ func (s *Session) waitWhilePaused() {
 	}
 }
 
-// minLagLocked is how far the closest attached viewer is behind the end. s.mu must be held.
-// Passive (read-only) viewers do not count: they fall behind and get a gap instead of holding
-// the program back. A resume hold counts as one more viewer at holdFrom. It returns -1 when no
-// viewer counts.
+// minLagLocked is how far the closest viewer that counts for backpressure is behind the end.
+// s.mu must be held. Passive (read-only) viewers do not count: they fall behind and get a gap
+// instead of holding the program back. Each resume hold counts as a viewer at its offset while
+// the ring still has that offset (one that another viewer let the ring overwrite holds nothing
+// any more). It returns -1 when nothing counts.
 func (s *Session) minLagLocked() int64 {
 	lag := int64(-1)
-	if !s.holdUntil.IsZero() && s.now().Before(s.holdUntil) {
-		lag = max(s.ring.end-s.holdFrom, 0)
+	for _, h := range s.holds {
+		if l := s.ring.end - h.from; h.from >= s.ring.start && (lag < 0 || l < lag) {
+			lag = l
+		}
 	}
 	for v := range s.viewers {
 		if v.passive {
@@ -703,32 +719,40 @@ func (s *Session) minLagLocked() int64 {
 	return lag
 }
 
-// holdLocked keeps backpressure on the offset a detaching read-write viewer reached, for
-// ResumeHold (the oldest such offset while holds overlap). s.mu must be held.
+// hold is one resume hold: backpressure follows offset from until timer removes it.
+type hold struct {
+	from  int64
+	timer *time.Timer
+}
+
+// holdLocked keeps backpressure on offset from (where a lost read-write viewer's client will
+// resume) for ResumeHold. s.mu must be held.
 func (s *Session) holdLocked(from int64) {
 	d := s.opts.ResumeHold
 	if d <= 0 || s.state != StateRunning {
 		return
 	}
-	now := s.now()
-	if !s.holdUntil.IsZero() && now.Before(s.holdUntil) {
-		from = min(from, s.holdFrom)
-	}
-	s.holdFrom, s.holdUntil = from, now.Add(d)
-	s.holdGen++
-	gen := s.holdGen
-	time.AfterFunc(d, func() {
+	h := &hold{from: from}
+	s.holds = append(s.holds, h)
+	h.timer = time.AfterFunc(d, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if s.holdGen == gen {
-			s.holdUntil = time.Time{}
-			s.maybeResumeLocked()
-		}
+		s.holds = slices.DeleteFunc(s.holds, func(x *hold) bool { return x == h })
+		s.maybeResumeLocked()
 	})
 }
 
-// maybeResumeLocked lifts backpressure when no viewer is attached or one caught up below the
-// low watermark. s.mu must be held.
+// dropHoldsLocked ends every resume hold (the session is closing). s.mu must be held.
+func (s *Session) dropHoldsLocked() {
+	for _, h := range s.holds {
+		h.timer.Stop()
+	}
+	s.holds = nil
+}
+
+// maybeResumeLocked lifts backpressure when nothing counts for it any more (no read-write
+// viewer, no resume hold) or the closest one caught up below the low watermark. s.mu must be
+// held.
 func (s *Session) maybeResumeLocked() {
 	if !s.paused {
 		return

@@ -116,7 +116,7 @@ func (v *Viewer) CloseHolding(unconfirmed int64) {
 func (s *Session) Subscribe(from int64, wake func()) (*Viewer, AttachInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.subscribeLocked(from, wake)
+	return s.subscribeLocked(from, wake, false)
 }
 
 // AttachInfo describes where a new viewer starts.
@@ -127,7 +127,7 @@ type AttachInfo struct {
 }
 
 // subscribeLocked adds a viewer. s.mu must be held.
-func (s *Session) subscribeLocked(from int64, wake func()) (*Viewer, AttachInfo, error) {
+func (s *Session) subscribeLocked(from int64, wake func(), passive bool) (*Viewer, AttachInfo, error) {
 	if s.state != StateRunning {
 		return nil, AttachInfo{}, fmt.Errorf("attach: %w", &ClosedError{ID: s.id, Reason: s.reason})
 	}
@@ -144,7 +144,7 @@ func (s *Session) subscribeLocked(from int64, wake func()) (*Viewer, AttachInfo,
 	if wake == nil {
 		wake = func() {}
 	}
-	v := &Viewer{s: s, wake: wake, next: info.Offset}
+	v := &Viewer{s: s, wake: wake, next: info.Offset, passive: passive}
 	s.viewers[v] = struct{}{}
 	s.opts.Instruments.Viewers.Add(context.Background(), 1)
 	s.unwatchedSince = timeZero

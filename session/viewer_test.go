@@ -499,21 +499,52 @@ func TestBackpressure(t *testing.T) {
 
 	t.Run("the hold ends after ResumeHold", func(t *testing.T) {
 		t.Parallel()
-		opts, tel := newOpts(t)
+		opts, _ := newOpts(t)
 		opts.ResumeHold = 300 * time.Millisecond
 		r := NewRegistry(opts, nil)
 		_, wakeFn := wakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
-		v.CloseHolding(0) // at offset 0
+		waitFor(t, 10*time.Second, "reader paused by the unread viewer", func() bool { return isPaused(s) })
+		v.CloseHolding(0) // at offset 0: without the hold this would resume the reader at once
+		if !isPaused(s) {
+			t.Fatal("the reader resumed when the viewer was lost: no hold")
+		}
 		waitClosed(t, s.Exited(), 30*time.Second, "exit once the hold ended")
 		waitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
 		got, start := ringBytes(s)
 		if start != int64(len(want)-ringSize) || !bytes.Equal(got, want[start:]) {
 			t.Errorf("ring: got %d bytes from %v, want the last %d bytes from %v", len(got), start, ringSize, len(want)-ringSize)
 		}
-		if p := tel.sum(t, otel.MetricPauseDuration); p <= 0 {
-			t.Errorf("pause time: got %v, want > 0 (the hold paused the reader)", p)
+	})
+
+	t.Run("a hold the ring overwrote holds nothing", func(t *testing.T) {
+		t.Parallel()
+		opts, _ := newOpts(t)
+		opts.ResumeHold = time.Hour
+		r := NewRegistry(opts, nil)
+		_, wakeFn := wakeChan()
+		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		// A second client reads on while the first one's hold sits at offset 0, so backpressure
+		// follows the reader and the ring overwrites offset 0.
+		wake2, wakeFn2 := wakeChan()
+		v2, _, err := r.Attach(s.ID(), "alice", 0, wakeFn2)
+		if err != nil {
+			t.Fatal(err)
 		}
+		v.CloseHolding(0)
+		p := make([]byte, 32<<10)
+		for s.Info().Start == 0 {
+			n, _, err := v2.Read(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				waitClosed(t, wake2, 5*time.Second, "output")
+			}
+		}
+		// The reader leaves on purpose: the dead hold must not keep the program waiting an hour.
+		v2.Close()
+		waitClosed(t, s.Exited(), 30*time.Second, "exit")
 	})
 
 	t.Run("a read-only viewer's detach holds nothing", func(t *testing.T) {
@@ -562,4 +593,17 @@ func TestBackpressure(t *testing.T) {
 		defer v.Close()
 		waitClosed(t, wake, 5*time.Second, "new output for the viewer at the end")
 	})
+}
+
+func TestKeptBehind(t *testing.T) {
+	for _, tc := range []struct{ scrollback, want int }{
+		{0, 480 << 10},        // the default 1 MiB ring: 1 MiB − 512 KiB − 32 KiB
+		{256 << 10, 96 << 10}, // 256 KiB − 128 KiB − 32 KiB
+		{64 << 10, 0},         // the read batch is as large as the room above the watermark
+		{8 << 10, 0},
+	} {
+		if got := (Options{ScrollbackBytes: tc.scrollback}).KeptBehind(); got != tc.want {
+			t.Errorf("KeptBehind with %d bytes of scrollback: got %d, want %d", tc.scrollback, got, tc.want)
+		}
+	}
 }

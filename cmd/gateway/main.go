@@ -80,7 +80,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	fs.DurationVar(&c.idleGrace, "idle-grace", 15*time.Minute, "reap sessions unwatched for longer than this")
 	fs.DurationVar(&c.reapInterval, "reap-interval", 30*time.Second, "time between reaper sweeps")
 	fs.DurationVar(&c.killGrace, "kill-grace", 250*time.Millisecond, "kill escalation step: HUP, wait, TERM, wait, KILL")
-	fs.DurationVar(&c.resumeHold, "resume-hold", 10*time.Second, "after a detach or a dropped socket, hold the session's output this long for a byte-exact reattach (0: off)")
+	fs.DurationVar(&c.resumeHold, "resume-hold", 10*time.Second, "after a socket drops, hold each read-write session's output this long at the offset its client acknowledged, for a byte-exact reattach (0: off)")
 	fs.Var(&c.allowOrigin, "allow-origin", "extra origin allowed to open sockets (repeatable)")
 	fs.Var(&c.allowHost, "allow-host", "extra Host header value accepted (repeatable)")
 	fs.Var(&c.allowCmd, "allow-cmd", "command session.open may run besides the shell, or * for any (repeatable)")
@@ -187,6 +187,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}()
 	reg := session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
 		KillGrace: c.killGrace, ResumeHold: c.resumeHold, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments}, nil)
+	if kept := reg.Options().KeptBehind(); c.resumeHold > 0 && int(c.window) > kept {
+		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold",
+			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
+	}
 	var metricsOnMain http.Handler
 	if c.metricsAddr != "" {
 		mln, err := net.Listen("tcp", c.metricsAddr)

@@ -83,7 +83,7 @@ func seqActual(p []byte) (off int64, ok bool) {
 type resumeResult struct {
 	Script        string  `json:"script"`
 	DropEvery     bool    `json:"drop_every_cycle,omitempty"` // every cycle drops the socket
-	StreamBytes   int64   `json:"stream_bytes,omitempty"` // 0: endless
+	StreamBytes   int64   `json:"stream_bytes,omitempty"`     // 0: endless
 	Cycles        int     `json:"cycles"`
 	NewSockets    int     `json:"reattached_on_new_socket"`
 	Verified      int64   `json:"bytes_verified"`

@@ -232,6 +232,8 @@ export interface Limits {
 export interface FlowParams {
   window: number;
   ackBytes: number;
+  /** How long a dropped socket's sessions keep their output for a byte-exact reattach (0: off). */
+  resumeHoldMs?: number;
 }
 
 export interface InitializeResult {
