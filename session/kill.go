@@ -53,7 +53,7 @@ func (s *Session) beginCloseLocked(reason Reason) bool {
 		s.dropOutput = true
 		s.outputFinal = true
 	}
-	s.dropHoldsLocked() // nobody can reattach to a closing session
+	s.dropHoldsLocked(nil) // nobody can reattach to a closing session
 	s.paused = false
 	notify(s.resume)
 	s.wakeViewersLocked()

@@ -732,6 +732,7 @@ func (s *Session) holdLocked(from int64) {
 	if d <= 0 || s.state != StateRunning {
 		return
 	}
+	s.dropHoldsLocked(func(h *hold) bool { return h.from < s.ring.start }) // dead: overwritten
 	h := &hold{from: from}
 	s.holds = append(s.holds, h)
 	h.timer = time.AfterFunc(d, func() {
@@ -742,12 +743,15 @@ func (s *Session) holdLocked(from int64) {
 	})
 }
 
-// dropHoldsLocked ends every resume hold (the session is closing). s.mu must be held.
-func (s *Session) dropHoldsLocked() {
-	for _, h := range s.holds {
+// dropHoldsLocked ends the resume holds that match (all of them with nil). s.mu must be held.
+func (s *Session) dropHoldsLocked(match func(*hold) bool) {
+	s.holds = slices.DeleteFunc(s.holds, func(h *hold) bool {
+		if match != nil && !match(h) {
+			return false
+		}
 		h.timer.Stop()
-	}
-	s.holds = nil
+		return true
+	})
 }
 
 // maybeResumeLocked lifts backpressure when nothing counts for it any more (no read-write

@@ -148,6 +148,11 @@ func (s *Session) subscribeLocked(from int64, wake func(), passive bool) (*Viewe
 	s.viewers[v] = struct{}{}
 	s.opts.Instruments.Viewers.Add(context.Background(), 1)
 	s.unwatchedSince = timeZero
+	if !passive {
+		// A read-write viewer that starts at or before a hold's offset will read what the hold
+		// kept: it takes the hold over.
+		s.dropHoldsLocked(func(h *hold) bool { return h.from >= info.Offset })
+	}
 	// A viewer that starts near the end means not every viewer is far behind any more: lift
 	// backpressure now, since a paused reader produces no output to wake this viewer with.
 	s.maybeResumeLocked()

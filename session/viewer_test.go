@@ -517,6 +517,24 @@ func TestBackpressure(t *testing.T) {
 		}
 	})
 
+	t.Run("a reattach takes the hold over", func(t *testing.T) {
+		t.Parallel()
+		opts, _ := newOpts(t)
+		opts.ResumeHold = time.Hour
+		r := NewRegistry(opts, nil)
+		_, wakeFn := wakeChan()
+		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		v.CloseHolding(0)
+		_, wakeFn2 := wakeChan()
+		v2, info, err := r.Attach(s.ID(), "alice", 0, wakeFn2)
+		if err != nil || info.Lost != 0 {
+			t.Fatalf("reattach: %+v, %v", info, err)
+		}
+		// The client came back; leaving on purpose now must not leave its old hold behind.
+		v2.Close()
+		waitClosed(t, s.Exited(), 30*time.Second, "exit")
+	})
+
 	t.Run("a hold the ring overwrote holds nothing", func(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
