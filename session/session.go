@@ -719,21 +719,22 @@ func (s *Session) minLagLocked() int64 {
 	return lag
 }
 
-// hold is one resume hold: backpressure follows offset from until timer removes it.
+// hold is one resume hold: backpressure follows offset from until timer removes it. The lost
+// viewer had been handed bytes up to upTo; its client resumes somewhere in [from, upTo].
 type hold struct {
-	from  int64
-	timer *time.Timer
+	from, upTo int64
+	timer      *time.Timer
 }
 
-// holdLocked keeps backpressure on offset from (where a lost read-write viewer's client will
-// resume) for ResumeHold. s.mu must be held.
-func (s *Session) holdLocked(from int64) {
+// holdLocked keeps backpressure on offset from (the oldest offset a lost read-write viewer's
+// client may resume from; it was handed bytes up to upTo) for ResumeHold. s.mu must be held.
+func (s *Session) holdLocked(from, upTo int64) {
 	d := s.opts.ResumeHold
 	if d <= 0 || s.state != StateRunning {
 		return
 	}
 	s.dropHoldsLocked(func(h *hold) bool { return h.from < s.ring.start }) // dead: overwritten
-	h := &hold{from: from}
+	h := &hold{from: from, upTo: upTo}
 	s.holds = append(s.holds, h)
 	h.timer = time.AfterFunc(d, func() {
 		s.mu.Lock()

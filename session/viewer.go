@@ -149,9 +149,9 @@ func (s *Session) subscribeLocked(from int64, wake func(), passive bool) (*Viewe
 	s.opts.Instruments.Viewers.Add(context.Background(), 1)
 	s.unwatchedSince = timeZero
 	if !passive {
-		// A read-write viewer that starts at or before a hold's offset will read what the hold
-		// kept: it takes the hold over.
-		s.dropHoldsLocked(func(h *hold) bool { return h.from >= info.Offset })
+		// A read-write viewer that starts no later than where a lost viewer had got to is its
+		// client coming back (or one that reads even more): it takes the hold over.
+		s.dropHoldsLocked(func(h *hold) bool { return info.Offset <= h.upTo })
 	}
 	// A viewer that starts near the end means not every viewer is far behind any more: lift
 	// backpressure now, since a paused reader produces no output to wake this viewer with.
@@ -167,7 +167,7 @@ func (s *Session) unsubscribeLocked(v *Viewer, hold bool, unconfirmed int64) {
 	v.closed = true
 	delete(s.viewers, v)
 	if hold && !v.passive {
-		s.holdLocked(max(v.next-unconfirmed, 0))
+		s.holdLocked(max(v.next-unconfirmed, 0), v.next)
 	}
 	s.opts.Instruments.Viewers.Add(context.Background(), -1)
 	if len(s.viewers) == 0 {

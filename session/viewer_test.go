@@ -524,9 +524,20 @@ func TestBackpressure(t *testing.T) {
 		r := NewRegistry(opts, nil)
 		_, wakeFn := wakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
-		v.CloseHolding(0)
+		waitFor(t, 10*time.Second, "reader paused by the unread viewer", func() bool { return isPaused(s) })
+		p := make([]byte, 10000)
+		for off := 0; off < len(p); {
+			n, _, err := v.Read(p[off:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			off += n
+		}
+		// Handed 10000 bytes, 4000 of them unconfirmed: the hold keeps [6000, …). The client
+		// had in fact consumed 8000 and comes back from there.
+		v.CloseHolding(4000)
 		_, wakeFn2 := wakeChan()
-		v2, info, err := r.Attach(s.ID(), "alice", 0, wakeFn2)
+		v2, info, err := r.Attach(s.ID(), "alice", 8000, wakeFn2)
 		if err != nil || info.Lost != 0 {
 			t.Fatalf("reattach: %+v, %v", info, err)
 		}
