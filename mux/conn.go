@@ -729,17 +729,26 @@ func (c *conn) bound(id json.RawMessage, num uint32) *channel {
 }
 
 // activate publishes a bound channel to the writer once its reply is queued, so no output
-// frame can precede the reply. If the reply could not be queued the binding is undone: the
-// viewer unsubscribes.
-func (c *conn) activate(ch *channel, queued bool) {
+// frame can precede the reply. If the reply could not be queued, or the socket ended before the
+// channel was published, the binding is undone: the viewer unsubscribes. For an attach
+// (reattach true) it leaves a resume hold at the offset the client asked for, as a socket that
+// ends under a bound channel does: the client may be reattaching over a flaky link.
+func (c *conn) activate(ch *channel, queued, reattach bool) {
+	undo := func() {
+		if reattach {
+			ch.v.CloseHolding(0) // nothing was sent on it
+		} else {
+			ch.v.Close()
+		}
+	}
 	if !queued {
 		c.release(ch)
-		ch.v.Close()
+		undo()
 		return
 	}
 	ch.active.Store(true)
 	if ch.detached.Load() {
-		ch.v.Close()
+		undo()
 		return
 	}
 	c.markReady(ch)
@@ -809,7 +818,7 @@ func (c *conn) handleOpen(req *Request) {
 		if h := c.opts.testHookBeforeActivate; h != nil {
 			h()
 		}
-		c.activate(ch, queued)
+		c.activate(ch, queued, false)
 	})
 	if !started {
 		c.release(ch) // refused: the channel number is free again
@@ -853,7 +862,7 @@ func (c *conn) handleAttach(req *Request) {
 	queued := c.reply(req.ID, AttachResult{Session: ch.sess.ID(), Channel: ch.id,
 		Offset: info.Offset, Lost: info.Lost, End: info.End, Pid: in.Pid, Cols: in.Cols,
 		Rows: in.Rows, Exit: exitInfo(in.Exit)})
-	c.activate(ch, queued)
+	c.activate(ch, queued, true)
 }
 
 func (c *conn) handleDetach(req *Request) {

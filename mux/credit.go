@@ -14,8 +14,9 @@ var errAckOverflow = errors.New("mux: ack exceeds the bytes in flight")
 // credit counts bytes a channel may still send: window minus bytes in flight
 // (sent and not yet acknowledged), as in protocol.md §3.
 //
-// It is shared by exactly two goroutines: the write loop calls take after it
-// sends output, and the read loop calls give when an ack arrives. Both use
+// It is shared by exactly two goroutines: the write loop calls take once it has
+// taken output from the viewer and before it writes it, and the read loop calls
+// give when an ack arrives. Both use
 // compare-and-swap on inflight, so neither ever blocks the other, and
 // available may be called from anywhere. The invariant 0 <= inflight <= window
 // holds at every step: take panics rather than exceed it (a writer bug, like
@@ -43,8 +44,8 @@ func (c *credit) available() int64 {
 	return max(c.window-c.inflight.Load(), 0)
 }
 
-// take records that the writer sent n payload bytes. The writer must never
-// send more than available() allows, so n < 0 or n > available() is a broken
+// take records that the writer is about to send n payload bytes. The writer
+// must never send more than available() allows, so n < 0 or n > available() is a broken
 // invariant and panics.
 func (c *credit) take(n int64) {
 	for {

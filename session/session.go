@@ -127,11 +127,12 @@ type Options struct {
 	// processes outside the session's process group that still hold its PTY.
 	SpareEscapees bool
 	// HighWaterBytes: when every attached read-write viewer (and every resume hold) is further
-	// behind than this, the reader stops reading the PTY. Default: ScrollbackBytes/2. LowWaterBytes: it resumes below this.
-	// Default: HighWaterBytes/2.
+	// behind than this, the reader stops reading the PTY. Default: ScrollbackBytes/2.
+	// LowWaterBytes: it resumes below this. Default: HighWaterBytes/2.
 	HighWaterBytes, LowWaterBytes int
-	// ResumeHold: for this long after a read-write viewer detaches, backpressure also follows
-	// the offset it had reached, as if it were still attached and reading nothing. A client
+	// ResumeHold: for this long after a read-write viewer is lost (Viewer.CloseHolding: its
+	// socket ended), backpressure also follows the offset its client acknowledged, as if it
+	// were still attached and reading nothing. A client
 	// that lost its socket and reattaches within ResumeHold from what it consumed misses no
 	// byte, however fast the program prints; after it the ring overwrites as usual. A viewer
 	// that is attached and reading still decides alone (backpressure follows the closest
@@ -742,6 +743,22 @@ func (s *Session) holdLocked(from, upTo int64) {
 		s.holds = slices.DeleteFunc(s.holds, func(x *hold) bool { return x == h })
 		s.maybeResumeLocked()
 	})
+}
+
+// takeOverHoldLocked lets a read-write viewer starting at offset take over the resume hold it
+// most likely comes back for: the narrowest one whose range [from, upTo] (what the lost client
+// acknowledged, what it had been sent) contains offset. Other holds stay: they may be another
+// lost client's. s.mu must be held.
+func (s *Session) takeOverHoldLocked(offset int64) {
+	var best *hold
+	for _, h := range s.holds {
+		if h.from <= offset && offset <= h.upTo && (best == nil || h.upTo-h.from < best.upTo-best.from) {
+			best = h
+		}
+	}
+	if best != nil {
+		s.dropHoldsLocked(func(h *hold) bool { return h == best })
+	}
 }
 
 // dropHoldsLocked ends the resume holds that match (all of them with nil). s.mu must be held.

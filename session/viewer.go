@@ -149,9 +149,7 @@ func (s *Session) subscribeLocked(from int64, wake func(), passive bool) (*Viewe
 	s.opts.Instruments.Viewers.Add(context.Background(), 1)
 	s.unwatchedSince = timeZero
 	if !passive {
-		// A read-write viewer that starts no later than where a lost viewer had got to is its
-		// client coming back (or one that reads even more): it takes the hold over.
-		s.dropHoldsLocked(func(h *hold) bool { return info.Offset <= h.upTo })
+		s.takeOverHoldLocked(info.Offset)
 	}
 	// A viewer that starts near the end means not every viewer is far behind any more: lift
 	// backpressure now, since a paused reader produces no output to wake this viewer with.

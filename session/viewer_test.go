@@ -500,7 +500,7 @@ func TestBackpressure(t *testing.T) {
 	t.Run("the hold ends after ResumeHold", func(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
-		opts.ResumeHold = 300 * time.Millisecond
+		opts.ResumeHold = 2 * time.Second
 		r := NewRegistry(opts, nil)
 		_, wakeFn := wakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
@@ -544,6 +544,47 @@ func TestBackpressure(t *testing.T) {
 		// The client came back; leaving on purpose now must not leave its old hold behind.
 		v2.Close()
 		waitClosed(t, s.Exited(), 30*time.Second, "exit")
+	})
+
+	t.Run("an attach from elsewhere leaves the holds alone", func(t *testing.T) {
+		t.Parallel()
+		opts, _ := newOpts(t)
+		opts.ResumeHold = time.Hour
+		r := NewRegistry(opts, nil)
+		_, wakeFn := wakeChan()
+		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		p := make([]byte, 10000)
+		for off := 0; off < len(p); {
+			n, _, err := v.Read(p[off:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			off += n
+		}
+		v.CloseHolding(0) // the hold's range is [10000, 10000]
+		// Another client replays from the start, then leaves on purpose: that is not the lost
+		// client coming back, so the hold must still be there for it.
+		_, wakeFn2 := wakeChan()
+		v2, _, err := r.Attach(s.ID(), "alice", 0, wakeFn2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v2.Close()
+		waitFor(t, 10*time.Second, "reader paused by the hold", func() bool { return isPaused(s) })
+		// A read-only viewer at the end does not count for backpressure: it resumes nothing.
+		v3, _, err := r.AttachPassive(s.ID(), "alice", s.Info().End, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v3.Close()
+		if !isPaused(s) {
+			t.Fatal("a read-only attach at the end resumed the held reader")
+		}
+		v4, info, err := r.Attach(s.ID(), "alice", 10000, nil)
+		if err != nil || info.Offset != 10000 || info.Lost != 0 {
+			t.Fatalf("the lost client's reattach: got %+v, %v, want offset 10000 and nothing lost", info, err)
+		}
+		v4.Close()
 	})
 
 	t.Run("a hold the ring overwrote holds nothing", func(t *testing.T) {
