@@ -629,13 +629,28 @@ export class MuxClient {
     this.openSocket();
   }
 
-  /** Closes the socket for good: no reconnect; pending requests reject with `client_closed`. */
+  /**
+   * Closes the socket for good: no reconnect; pending requests reject with `client_closed`.
+   * Bound channels are detached first, so their sessions do not wait out the gateway's resume
+   * hold for a client that is not coming back.
+   */
   close(): void {
     if (this._state === 'closed') return;
+    const ws = this.ws;
+    if (ws && ws.readyState === WS_OPEN && this._state === 'connected') {
+      for (const ch of this.channels.values()) {
+        if (ch._state !== 'bound') continue;
+        const msg: JsonRpcRequest = { jsonrpc: '2.0', id: this.nextId++, method: 'session.detach', params: { channel: ch.id } };
+        try {
+          ws.send(JSON.stringify(msg)); // the gateway reads it before the close frame
+        } catch {
+          break;
+        }
+      }
+    }
     this.setState('closed');
     if (this.reconnectTimer !== null) clearTimeout(this.reconnectTimer);
     this.reconnectTimer = null;
-    const ws = this.ws;
     this.dropSocket(clientClosed());
     if (ws) {
       try {
@@ -856,7 +871,10 @@ export class MuxClient {
 
   private scheduleReconnect(): void {
     if (this._state === 'closed' || this.reconnectTimer !== null) return;
-    const delay = backoffDelay(this.attempt++, this.backoff, this.opts.random);
+    let delay = backoffDelay(this.attempt++, this.backoff, this.opts.random);
+    // Retry often enough to come back while the gateway still holds our sessions' output.
+    const hold = this.flow.resumeHoldMs ?? 0;
+    if (hold > 0) delay = Math.min(delay, hold / 4);
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;
       this.openSocket();
