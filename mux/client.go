@@ -109,7 +109,9 @@ func (e *DialError) Error() string {
 }
 func (e *DialError) Unwrap() error { return e.Err }
 
-// Close closes the socket; sessions keep running on the server.
+// Close closes the socket; sessions keep running on the server. It does not detach: to the
+// gateway this is a dropped socket, and it holds each read-write session's output for its
+// resume hold (InitializeResult.Flow.ResumeHoldMs). Detach first when leaving for good.
 func (c *Client) Close() error {
 	err := c.ws.Close()
 	<-c.done
