@@ -168,7 +168,7 @@ func TestResumeAfterDropIsByteExact(t *testing.T) {
 // from what the client consumed misses nothing. With the hold off, the ring overwrites and the
 // reattach reports the loss.
 func TestResumeHoldAfterDrop(t *testing.T) {
-	// 2,088,895 bytes, 8 times the 256 KiB ring. The window (64 KiB) fits in the ring beside the
+	// 1,988,895 bytes, 7.6 times the 256 KiB ring. The window (64 KiB) fits in the ring beside the
 	// high-water mark (128 KiB) and a read batch (32 KiB), so what is in flight at the drop is
 	// still in the ring.
 	const lines = 300000

@@ -339,7 +339,8 @@ func (c *conn) closeWith(code int, text string) {
 // writeLoop is the only goroutine that writes messages to the socket. Each turn it writes
 // every queued control message first, then serves the ready channels round-robin, one frame
 // per channel per round, writing queued control messages ahead of every frame. A channel
-// without credit is skipped and re-queued by its next ack, so it never delays another. It
+// with output and no credit is marked starved and skipped, so it never delays another; an
+// ack for it, or the writer's second look at its credit, re-queues it. It
 // owns the ping ticker and sets a write deadline on every write. It ends when a write fails or
 // the connection's context ends.
 func (c *conn) writeLoop() {
@@ -637,7 +638,7 @@ func (c *conn) handleFirst(typ int, b []byte, over bool) error {
 		Protocol: Subprotocol,
 		Limits:   c.opts.limits(),
 		Flow: Flow{Window: c.opts.Window, AckBytes: ackBytes(c.opts.Window),
-			ResumeHoldMs: c.reg.Options().ResumeHold.Milliseconds()},
+			ResumeHoldMs: c.resumeHoldMs()},
 	})
 	return nil
 }
@@ -726,6 +727,15 @@ func (c *conn) bound(id json.RawMessage, num uint32) *channel {
 		return nil
 	}
 	return ch
+}
+
+// resumeHoldMs is what initialize reports as flow.resumeHoldMs: a read-only principal's channels
+// are passive and never leave a hold.
+func (c *conn) resumeHoldMs() int64 {
+	if c.opts.ReadOnly {
+		return 0
+	}
+	return c.reg.Options().ResumeHold.Milliseconds()
 }
 
 // activate publishes a bound channel to the writer once its reply is queued, so no output

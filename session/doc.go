@@ -1,7 +1,8 @@
 // Package session owns muxterm's PTY sessions: a child process on a pseudo-terminal, the one
 // goroutine that reads its output into a bounded scrollback ring addressed by 64-bit byte
-// offsets, the one goroutine that waits for the child, the viewers that pull from the ring, and a
-// kill that never waits for the reader. Registry holds the sessions by id and provides the
+// offsets, one waiter shared by every session that reaps the children, the viewers that pull from
+// the ring, the resume holds a lost viewer leaves behind, and a kill that never waits for the
+// reader. Registry holds the sessions by id and provides the
 // atomic attach and the reaper's claim.
 //
 // Package session knows nothing of sockets or protocols; it imports creack/pty and os/exec and

@@ -720,6 +720,9 @@ func (s *Session) minLagLocked() int64 {
 	return lag
 }
 
+// maxHolds bounds a session's resume holds (one per read-write channel lost with its socket).
+const maxHolds = 64
+
 // hold is one resume hold: backpressure follows offset from until timer removes it. The lost
 // viewer had been handed bytes up to upTo; its client resumes somewhere in [from, upTo].
 type hold struct {
@@ -735,6 +738,12 @@ func (s *Session) holdLocked(from, upTo int64) {
 		return
 	}
 	s.dropHoldsLocked(func(h *hold) bool { return h.from < s.ring.start }) // dead: overwritten
+	if len(s.holds) >= maxHolds {
+		// A client dropping sockets in a loop: keep the newest holds, each minLagLocked's
+		// walk short.
+		oldest := s.holds[0]
+		s.dropHoldsLocked(func(h *hold) bool { return h == oldest })
+	}
 	h := &hold{from: from, upTo: upTo}
 	s.holds = append(s.holds, h)
 	h.timer = time.AfterFunc(d, func() {

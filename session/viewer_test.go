@@ -459,18 +459,7 @@ func TestBackpressure(t *testing.T) {
 		wake, wakeFn := wakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
 		// Read a little, then lose the viewer as a dropped socket would.
-		var off int64
-		p := make([]byte, 10000)
-		for off < 10000 {
-			n, _, err := v.Read(p[off:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			off += int64(n)
-			if n == 0 {
-				waitClosed(t, wake, 5*time.Second, "output")
-			}
-		}
+		off := int64(readExactly(t, v, wake, 10000))
 		// Lose the viewer as a dropped socket would, with its last 4000 bytes still in flight:
 		// its client consumed up to off.
 		v.CloseHolding(4000)
@@ -522,17 +511,10 @@ func TestBackpressure(t *testing.T) {
 		opts, _ := newOpts(t)
 		opts.ResumeHold = time.Hour
 		r := NewRegistry(opts, nil)
-		_, wakeFn := wakeChan()
+		wake, wakeFn := wakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
 		waitFor(t, 10*time.Second, "reader paused by the unread viewer", func() bool { return isPaused(s) })
-		p := make([]byte, 10000)
-		for off := 0; off < len(p); {
-			n, _, err := v.Read(p[off:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			off += n
-		}
+		readExactly(t, v, wake, 10000)
 		// Handed 10000 bytes, 4000 of them unconfirmed: the hold keeps [6000, …). The client
 		// had in fact consumed 8000 and comes back from there.
 		v.CloseHolding(4000)
@@ -551,16 +533,9 @@ func TestBackpressure(t *testing.T) {
 		opts, _ := newOpts(t)
 		opts.ResumeHold = time.Hour
 		r := NewRegistry(opts, nil)
-		_, wakeFn := wakeChan()
+		wake, wakeFn := wakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
-		p := make([]byte, 10000)
-		for off := 0; off < len(p); {
-			n, _, err := v.Read(p[off:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			off += n
-		}
+		readExactly(t, v, wake, 10000)
 		v.CloseHolding(0) // the hold's range is [10000, 10000]
 		// Another client replays from the start, then leaves on purpose: that is not the lost
 		// client coming back, so the hold must still be there for it.
@@ -675,5 +650,39 @@ func TestKeptBehind(t *testing.T) {
 		if got := (Options{ScrollbackBytes: tc.scrollback}).KeptBehind(); got != tc.want {
 			t.Errorf("KeptBehind with %d bytes of scrollback: got %d, want %d", tc.scrollback, got, tc.want)
 		}
+	}
+}
+
+// readExactly reads n bytes from v, waiting on wake whenever nothing is there yet, and returns n.
+func readExactly(t *testing.T, v *Viewer, wake <-chan struct{}, n int) int {
+	t.Helper()
+	p := make([]byte, n)
+	for off := 0; off < n; {
+		m, _, err := v.Read(p[off:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		off += m
+		if m == 0 {
+			waitClosed(t, wake, 5*time.Second, "output")
+		}
+	}
+	return n
+}
+
+// TestHoldsAreBounded: a client that drops sockets in a loop leaves at most maxHolds holds, the
+// newest ones.
+func TestHoldsAreBounded(t *testing.T) {
+	opts := testOptions()
+	opts.ResumeHold = time.Hour
+	s := spawnT(t, opts, "/bin/sh", "-c", "exec sleep 60")
+	s.mu.Lock()
+	for i := range maxHolds + 6 {
+		s.holdLocked(0, int64(i))
+	}
+	n, newest := len(s.holds), s.holds[len(s.holds)-1].upTo
+	s.mu.Unlock()
+	if n != maxHolds || newest != maxHolds+5 {
+		t.Errorf("holds: got %d, newest up to %d; want %d, newest up to %d", n, newest, maxHolds, maxHolds+5)
 	}
 }

@@ -127,6 +127,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	if c.resumeHold < 0 {
 		return nil, errors.New("--resume-hold must not be negative")
 	}
+	if c.pprofAddr != "" {
+		if err := checkPprofAddr(c.pprofAddr); err != nil {
+			return nil, err
+		}
+	}
 	if c.window < 1024 || c.window > 64<<20 {
 		return nil, errors.New("--window must be between 1KiB and 64MiB")
 	}

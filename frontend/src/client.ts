@@ -467,6 +467,24 @@ export function backoffDelay(attempt: number, opts: BackoffOptions = DEFAULT_BAC
   return Math.round(capped * (1 - j * rand()));
 }
 
+/**
+ * Delay before reconnect attempt `attempt`: the backoff, but while the gateway may still hold our
+ * sessions' output (`sinceDropMs` < `holdMs`, its `flow.resumeHoldMs`) capped at a quarter of
+ * the hold, so a client comes back in time to resume byte-exact. Jitter applies after the cap.
+ */
+export function reconnectDelay(
+  attempt: number,
+  opts: BackoffOptions,
+  rand: () => number,
+  holdMs: number,
+  sinceDropMs: number,
+): number {
+  if (holdMs > 0 && sinceDropMs < holdMs) {
+    opts = { ...opts, maxDelayMs: Math.min(opts.maxDelayMs, holdMs / 4) };
+  }
+  return backoffDelay(attempt, opts, rand);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Client
 
@@ -544,6 +562,8 @@ export class MuxClient {
   private attempt = 0;
   private everConnected = false;
   private reconnectTimer: ReturnType<typeof setTimeout> | null = null;
+  /** When the last connected socket was lost (ms since the epoch). */
+  private droppedAt = 0;
   private initTimer: ReturnType<typeof setTimeout> | null = null;
   private nextId = 1;
   private readonly pending = new Map<JsonRpcId, Pending>();
@@ -631,8 +651,10 @@ export class MuxClient {
 
   /**
    * Closes the socket for good: no reconnect; pending requests reject with `client_closed`.
-   * Bound channels are detached first, so their sessions do not wait out the gateway's resume
-   * hold for a client that is not coming back.
+   * When connected, bound channels are detached first, so their sessions do not wait out the
+   * gateway's resume hold for a client that is not coming back. A channel still binding, or
+   * one lost with an earlier socket while reconnecting, cannot be detached: the gateway holds
+   * its session's output for `flow.resumeHoldMs` at most.
    */
   close(): void {
     if (this._state === 'closed') return;
@@ -849,6 +871,7 @@ export class MuxClient {
       this.close();
       return;
     }
+    if (this._state === 'connected') this.droppedAt = Date.now();
     this.setState(this.everConnected ? 'reconnecting' : 'connecting');
     this.scheduleReconnect();
   }
@@ -871,10 +894,8 @@ export class MuxClient {
 
   private scheduleReconnect(): void {
     if (this._state === 'closed' || this.reconnectTimer !== null) return;
-    let delay = backoffDelay(this.attempt++, this.backoff, this.opts.random);
-    // Retry often enough to come back while the gateway still holds our sessions' output.
-    const hold = this.flow.resumeHoldMs ?? 0;
-    if (hold > 0) delay = Math.min(delay, hold / 4);
+    const delay = reconnectDelay(this.attempt++, this.backoff, this.opts.random,
+      this.flow.resumeHoldMs ?? 0, Date.now() - this.droppedAt);
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;
       this.openSocket();

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   backoffDelay,
+  reconnectDelay,
   Channel,
   decodeFrame,
   encodeAck,
@@ -437,6 +438,41 @@ describe('flow control', () => {
     assert.deepEqual(bigFrames.map((f) => f.payload.length), [65531, 65531, 18938]);
     assert.deepEqual(bigFrames.flatMap((f) => f.payload), [...big]);
     client.close();
+  });
+});
+
+describe('leaving', () => {
+  it('close() detaches bound channels before it closes the socket', async () => {
+    const h = await opened();
+    const s = h.sock();
+    h.client.close();
+    assert.deepEqual(
+      s.requests().filter((r) => r.method === 'session.detach').map((r) => r.params),
+      [{ channel: 1 }],
+    );
+    assert.equal(h.client.state, 'closed');
+  });
+
+  it('close() while reconnecting sends nothing on the lost socket', async () => {
+    const h = await opened();
+    const first = h.sock();
+    first.drop();
+    assert.equal(h.client.state, 'reconnecting');
+    const sent = first.sent.length;
+    h.client.close();
+    assert.equal(first.sent.length, sent);
+  });
+
+  it('retries at least every quarter of the resume hold while it may run, then backs off', () => {
+    const opts = { initialDelayMs: 250, maxDelayMs: 10_000, multiplier: 2, jitter: 0 };
+    const top = () => 0;
+    assert.equal(reconnectDelay(10, opts, top, 10_000, 0), 2_500, 'within the hold');
+    assert.equal(reconnectDelay(10, opts, top, 10_000, 9_999), 2_500);
+    assert.equal(reconnectDelay(10, opts, top, 10_000, 10_000), 10_000, 'the hold is over');
+    assert.equal(reconnectDelay(10, opts, top, 0, 0), 10_000, 'no hold');
+    assert.equal(reconnectDelay(0, opts, top, 10_000, 0), 250, 'the cap never raises a delay');
+    const jittered = reconnectDelay(10, { ...opts, jitter: 0.5 }, () => 1, 10_000, 0);
+    assert.equal(jittered, 1_250, 'jitter applies after the cap');
   });
 });
 
