@@ -14,11 +14,7 @@ const readyScript = "echo ready"
 // runConnect: time to the first output byte of `sh -c 'echo ready'`, from the socket dial and
 // from session.open on an open socket, against spawning it on a PTY in-process.
 func (b *bench) runConnect(ctx context.Context) error {
-	gw, err := b.mainGateway(ctx)
-	if err != nil {
-		return err
-	}
-	pt, err := b.passthrough()
+	gw, pt, err := b.mainAndPassthrough(ctx)
 	if err != nil {
 		return err
 	}

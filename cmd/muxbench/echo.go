@@ -142,11 +142,7 @@ func (b *bench) muxEcho(ctx context.Context, gw *gatewayProc, m echoMode) (laten
 // runEcho: keystroke round trips to a raw `cat`, back to back, from idle, and while another
 // session (on the same socket, for muxterm) streams.
 func (b *bench) runEcho(ctx context.Context) error {
-	gw, err := b.mainGateway(ctx)
-	if err != nil {
-		return err
-	}
-	pt, err := b.passthrough()
+	gw, pt, err := b.mainAndPassthrough(ctx)
 	if err != nil {
 		return err
 	}

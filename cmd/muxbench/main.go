@@ -373,6 +373,20 @@ func (b *bench) passthrough() (*passthrough, error) {
 	return pt, nil
 }
 
+// mainAndPassthrough returns the shared gateway and the pass-through baseline, starting each on
+// first use.
+func (b *bench) mainAndPassthrough(ctx context.Context) (*gatewayProc, *passthrough, error) {
+	gw, err := b.mainGateway(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pt, err := b.passthrough()
+	if err != nil {
+		return nil, nil, err
+	}
+	return gw, pt, nil
+}
+
 func fileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -34,11 +34,7 @@ func selfCPU() float64 {
 
 // runThroughput: one session streaming -bytes of base64, raw vs pass-through vs muxterm.
 func (b *bench) runThroughput(ctx context.Context) error {
-	gw, err := b.mainGateway(ctx)
-	if err != nil {
-		return err
-	}
-	pt, err := b.passthrough()
+	gw, pt, err := b.mainAndPassthrough(ctx)
 	if err != nil {
 		return err
 	}
@@ -298,11 +294,7 @@ func (b *bench) muxFlood(ctx context.Context, gw *gatewayProc, script string, n 
 // concurrently vs as many pass-through sockets; then fairness among 8 `yes` floods, read with
 // Channel.Read and with the probe (every frame acked on arrival).
 func (b *bench) runAggregate(ctx context.Context) error {
-	gw, err := b.mainGateway(ctx)
-	if err != nil {
-		return err
-	}
-	pt, err := b.passthrough()
+	gw, pt, err := b.mainAndPassthrough(ctx)
 	if err != nil {
 		return err
 	}
