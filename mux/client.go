@@ -432,10 +432,6 @@ type Channel struct {
 	exited chan struct{} // closed on session.exit
 	closed chan struct{} // closed on session.closed or connection end
 
-	// ackWrite is held from taking unacked to writing its ack, and by Detach while it sets
-	// detaching, so no ack is ever written after the detach request. Taken before mu.
-	ackWrite sync.Mutex
-
 	// mu guards the fields below; cond signals new data or the end.
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -633,9 +629,11 @@ func (ch *Channel) Read(p []byte) (int, error) {
 
 // flushAck acknowledges every byte Read has returned and not yet acknowledged, unless the
 // binding is ending: detached, or closed by the server (which no longer knows the channel).
+// It takes the count under the client's write lock, which Detach's request also needs, so an
+// ack either goes out before the detach request or sees detaching and sends nothing.
 func (ch *Channel) flushAck() {
-	ch.ackWrite.Lock()
-	defer ch.ackWrite.Unlock()
+	ch.c.wmu.Lock()
+	defer ch.c.wmu.Unlock()
 	ch.mu.Lock()
 	ack := ch.unacked
 	if ch.detaching || ch.endErr != nil {
@@ -644,7 +642,7 @@ func (ch *Channel) flushAck() {
 	ch.unacked, ch.ackQueued = 0, false
 	ch.mu.Unlock()
 	if ack > 0 {
-		_ = ch.c.WriteRaw(websocket.BinaryMessage, AppendAck(nil, ch.ID, uint32(ack)))
+		_ = ch.c.ws.WriteMessage(websocket.BinaryMessage, AppendAck(nil, ch.ID, uint32(ack)))
 	}
 }
 
@@ -668,11 +666,9 @@ func (ch *Channel) Signal(ctx context.Context, sig string) error {
 
 // Detach unbinds the channel; the session keeps running.
 func (ch *Channel) Detach(ctx context.Context) error {
-	ch.ackWrite.Lock() // an ack being written goes out before the request
 	ch.mu.Lock()
-	ch.detaching = true
+	ch.detaching = true // from here on flushAck sends nothing (see there)
 	ch.mu.Unlock()
-	ch.ackWrite.Unlock()
 	err := ch.c.Call(ctx, "session.detach", map[string]any{"channel": ch.ID}, nil)
 	ch.c.dropChannel(ch)
 	ch.end(io.EOF)
