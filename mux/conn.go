@@ -265,19 +265,25 @@ func (c *conn) detachAll() {
 	clear(c.channels)
 	c.mu.Unlock()
 	for _, ch := range chs {
-		// The socket ended under its bindings: their clients may come back, from what they
-		// consumed, which is the viewer's offset less the bytes still in flight.
-		ch.detached.Store(true)
-		if ch.active.Load() && ch.v != nil {
-			ch.v.CloseHolding(ch.credit.inflight.Load())
-		}
+		c.unbind(ch, true) // the socket ended under its bindings: their clients may come back
 	}
 }
 
-// unbind marks ch detached and closes its viewer (unsubscribe). Never call with c.mu held.
-func (c *conn) unbind(ch *channel) {
+// unbind marks ch detached and closes its viewer (unsubscribe); lost says the client did not
+// leave on purpose (see closeViewer). Never call with c.mu held.
+func (c *conn) unbind(ch *channel, lost bool) {
 	ch.detached.Store(true)
 	if ch.active.Load() && ch.v != nil {
+		closeViewer(ch, lost)
+	}
+}
+
+// closeViewer unsubscribes ch's viewer. For a client that may come back (lost) the session holds
+// its output from what the client acknowledged: the viewer's offset less the bytes in flight.
+func closeViewer(ch *channel, lost bool) {
+	if lost {
+		ch.v.CloseHolding(ch.credit.inflight.Load())
+	} else {
 		ch.v.Close()
 	}
 }
@@ -532,7 +538,7 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 			delete(c.channels, ch.id)
 		}
 		c.mu.Unlock()
-		c.unbind(ch)
+		c.unbind(ch, false)
 		return true, nil
 	}
 	return lost > 0, nil
@@ -744,21 +750,14 @@ func (c *conn) resumeHoldMs() int64 {
 // (reattach true) it leaves a resume hold at the offset the client asked for, as a socket that
 // ends under a bound channel does: the client may be reattaching over a flaky link.
 func (c *conn) activate(ch *channel, queued, reattach bool) {
-	undo := func() {
-		if reattach {
-			ch.v.CloseHolding(0) // nothing was sent on it
-		} else {
-			ch.v.Close()
-		}
-	}
 	if !queued {
 		c.release(ch)
-		undo()
+		closeViewer(ch, reattach)
 		return
 	}
 	ch.active.Store(true)
 	if ch.detached.Load() {
-		undo()
+		closeViewer(ch, reattach)
 		return
 	}
 	c.markReady(ch)
@@ -889,7 +888,7 @@ func (c *conn) handleDetach(req *Request) {
 	defer span.End()
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sess.ID()))
 	c.release(ch)
-	c.unbind(ch)
+	c.unbind(ch, false)
 	c.reply(req.ID, DetachResult{Session: ch.sess.ID(), Channel: ch.id})
 }
 
