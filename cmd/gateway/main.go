@@ -128,7 +128,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 		return nil, errors.New("--resume-hold must not be negative")
 	}
 	if c.pprofAddr != "" {
-		if err := checkPprofAddr(c.pprofAddr); err != nil {
+		if _, err := pprofAddr(c.pprofAddr); err != nil {
 			return nil, err
 		}
 	}

@@ -15,10 +15,10 @@ import (
 // port (a DNS-rebinding page cannot read it), and it leaves out /cmdline, which would show the
 // gateway's arguments (a --token among them). It returns a function that closes the listener.
 func servePprof(addr string, stdout io.Writer) (func(), error) {
-	if err := checkPprofAddr(addr); err != nil {
+	ta, err := pprofAddr(addr)
+	if err != nil {
 		return nil, err
 	}
-	ta, _ := net.ResolveTCPAddr("tcp", addr)
 	ln, err := net.ListenTCP("tcp", ta)
 	if err != nil {
 		return nil, fmt.Errorf("pprof listen %s: %w", addr, err)
@@ -43,16 +43,17 @@ func servePprof(addr string, stdout io.Writer) (func(), error) {
 	return func() { srv.Close() }, nil
 }
 
-// checkPprofAddr refuses an address that is not loopback, before anything listens.
-func checkPprofAddr(addr string) error {
+// pprofAddr resolves --pprof-listen and refuses an address that is not loopback, before anything
+// listens.
+func pprofAddr(addr string) (*net.TCPAddr, error) {
 	ta, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--pprof-listen %s: %w", addr, err)
+		return nil, fmt.Errorf("--pprof-listen %s: %w", addr, err)
 	}
 	if ta.IP == nil || !ta.IP.IsLoopback() {
-		return fmt.Errorf("--pprof-listen %s: not a loopback address", addr)
+		return nil, fmt.Errorf("--pprof-listen %s: not a loopback address", addr)
 	}
-	return nil
+	return ta, nil
 }
 
 // fromWebPage reports whether a browser sent r on behalf of a web page: such a request carries an
