@@ -22,19 +22,13 @@ func TestPassiveViewerNeverHoldsTheProgramBack(t *testing.T) {
 	defer v.Close()
 	// The program printed everything: the reader was never paused by the stalled viewer.
 	waitFor(t, 20*time.Second, "all output read", func() bool { return s.Info().End >= 300000 })
-	if isPausedNow(s) {
+	if isPaused(s) {
 		t.Fatal("the reader is paused by a passive viewer")
 	}
 	_, lost, err := v.Read(make([]byte, 1))
 	if err != nil || lost <= 0 {
 		t.Fatalf("passive viewer read: got lost %d err %v, want a gap", lost, err)
 	}
-}
-
-func isPausedNow(s *Session) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.paused
 }
 
 // TestExitFollowsTheTailAfterBackpressure: the program exits while backpressure holds its tail
@@ -45,7 +39,7 @@ func TestExitFollowsTheTailAfterBackpressure(t *testing.T) {
 	r := NewRegistry(opts, nil)
 	wake, wakeFn := wakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "stty raw -echo; head -c 45000 /dev/zero | tr '\\0' x; printf TAIL; exit 0")
-	waitFor(t, 10*time.Second, "reader paused", func() bool { return isPausedNow(s) })
+	waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
 	// Whether the program can exit while the reader is paused depends on how much the kernel
 	// buffers; when it can, the tail is still in the PTY at the exit. Give it the chance; the
 	// assertion below holds either way.
@@ -95,7 +89,7 @@ func TestBackpressureSmallRings(t *testing.T) {
 			s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
 			gate := make(chan struct{})
 			c := collect(t, v, wake, gate)
-			waitFor(t, 10*time.Second, "reader paused", func() bool { return isPausedNow(s) })
+			waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
 			close(gate)
 			if err := c.waitEnd(t, 60*time.Second); err != io.EOF {
 				t.Fatalf("viewer end: got %v, want %v", err, io.EOF)
