@@ -158,6 +158,13 @@ func parseSize(s string) (int64, error) {
 }
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == passthroughArg {
+		if err := servePassthrough(); err != nil {
+			fmt.Fprintln(os.Stderr, "muxbench pass-through:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -360,12 +367,12 @@ func (b *bench) stopGatewayLater(g *gatewayProc) {
 	}
 }
 
-// passthrough starts the in-process pass-through server on first use.
-func (b *bench) passthrough() (*passthrough, error) {
+// passthrough starts the pass-through process on first use.
+func (b *bench) passthrough(ctx context.Context) (*passthrough, error) {
 	if b.pt != nil {
 		return b.pt, nil
 	}
-	pt, err := startPassthrough(b.tag())
+	pt, err := startPassthrough(ctx, b.tag())
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +387,7 @@ func (b *bench) mainAndPassthrough(ctx context.Context) (*gatewayProc, *passthro
 	if err != nil {
 		return nil, nil, err
 	}
-	pt, err := b.passthrough()
+	pt, err := b.passthrough(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

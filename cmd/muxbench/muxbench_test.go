@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 func TestBase64Len(t *testing.T) {
@@ -58,4 +63,57 @@ func TestQuantile(t *testing.T) {
 			t.Errorf("quantile(%v) = %v, want %v", q, got, want)
 		}
 	}
+}
+
+// TestMain lets the test binary serve the pass-through, as muxbench does when re-executed.
+func TestMain(m *testing.M) {
+	if len(os.Args) == 2 && os.Args[1] == passthroughArg {
+		if err := servePassthrough(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// The pass-through runs in its own process, echoes through a real PTY, and leaves no process
+// behind when closed: neither itself nor the shell it ran.
+func TestPassthroughProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tag := fmt.Sprintf("MUXBENCH_TEST=%d", os.Getpid())
+	pt, err := startPassthrough(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pt.cmd.Process.Pid == os.Getpid() {
+		t.Fatal("the pass-through runs in the test's own process")
+	}
+	ws, err := pt.dial(ctx, "stty raw -echo; printf R; exec cat")
+	if err != nil {
+		pt.close()
+		t.Fatal(err)
+	}
+	if _, p, err := ws.ReadMessage(); err != nil || !bytes.Contains(p, []byte("R")) {
+		t.Fatalf("first message %q, %v; want R", p, err)
+	}
+	if err := ws.WriteMessage(websocket.BinaryMessage, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, p, err := ws.ReadMessage(); err != nil || string(p) != "x" {
+		t.Fatalf("echo %q, %v; want x", p, err)
+	}
+	if n := len(taggedProcs(tag)); n != 2 {
+		t.Errorf("%d processes carry the tag while a connection is open, want 2 (the pass-through and cat)", n)
+	}
+	pt.close()
+	if !pt.cmd.ProcessState.Exited() || pt.cmd.ProcessState.ExitCode() != 0 {
+		t.Errorf("pass-through ended with %v, want exit status 0 after SIGTERM", pt.cmd.ProcessState)
+	}
+	if pids := taggedProcs(tag); len(pids) > 0 {
+		sweepTagged(tag)
+		t.Errorf("processes %v outlived the pass-through", pids)
+	}
+	ws.Close()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,24 +24,99 @@ import (
 // passthrough is the minimal baseline between a raw PTY and muxterm: one WebSocket per PTY, no
 // multiplexing, no protocol, no flow control. Per connection it runs `sh -c <query sh>` on a
 // PTY, copies PTY reads to binary messages and binary messages to the PTY, and kills the
-// process group when either side ends. It serves 127.0.0.1 only, in this process.
+// process group when either side ends. It serves 127.0.0.1 only.
+//
+// muxbench runs it in a process of its own (itself, re-executed with passthroughArg), like the
+// gateway: served from muxbench's own process, the baseline would skip the wake-up of another
+// process on every message, which the gateway cannot (about 45 µs of an echo here).
 type passthrough struct {
-	tag  string
-	ln   net.Listener
-	srv  *http.Server
 	addr string
+	cmd  *exec.Cmd     // the pass-through process
+	done chan struct{} // closed when it has exited
+}
+
+// passthroughArg, as muxbench's only argument, makes it serve the pass-through instead.
+const passthroughArg = "-serve-passthrough"
+
+const passthroughPrefix = "muxbench pass-through on "
+
+// startPassthrough starts the pass-through process; every process it starts carries tag.
+func startPassthrough(ctx context.Context, tag string) (*passthrough, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("pass-through: find muxbench's executable: %w", err)
+	}
+	cmd := exec.Command(exe, passthroughArg)
+	cmd.Env = append(os.Environ(), tag)
+	cmd.Stderr = os.Stderr
+	// If muxbench dies without cleaning up, the kernel kills the pass-through; its shells then
+	// get SIGHUP from their PTYs, and the next run's sweep finds any that ignore it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("pass-through stdout: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start pass-through: %w", err)
+	}
+	p := &passthrough{cmd: cmd, done: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), passthroughPrefix); ok {
+				addr <- a
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case p.addr = <-addr:
+		return p, nil
+	case <-p.done:
+		return nil, errors.New("pass-through exited before listening")
+	case <-time.After(15 * time.Second):
+		p.close()
+		return nil, errors.New("pass-through did not listen within 15s")
+	case <-ctx.Done():
+		p.close()
+		return nil, fmt.Errorf("start pass-through: %w", ctx.Err())
+	}
+}
+
+// close stops the pass-through process: SIGTERM, on which it ends every connection (their
+// processes are killed) and exits; SIGKILL if it has not within 10 s.
+func (p *passthrough) close() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// ptServer is the pass-through server, inside the pass-through process.
+type ptServer struct {
+	srv *http.Server
 
 	mu    sync.Mutex
 	conns map[*websocket.Conn]struct{}
 	wg    sync.WaitGroup // connection handlers
 }
 
-func startPassthrough(tag string) (*passthrough, error) {
+// servePassthrough is the pass-through process: it serves 127.0.0.1:0, prints the address,
+// and on SIGTERM or SIGINT ends every connection and returns.
+func servePassthrough() error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("listen for pass-through: %w", err)
+		return fmt.Errorf("listen for pass-through: %w", err)
 	}
-	p := &passthrough{tag: tag, ln: ln, addr: ln.Addr().String(), conns: map[*websocket.Conn]struct{}{}}
+	p := &ptServer{conns: map[*websocket.Conn]struct{}{}}
 	up := websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 64 << 10}
 	p.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -56,20 +134,37 @@ func startPassthrough(tag string) (*passthrough, error) {
 			p.mu.Lock()
 			p.conns[ws] = struct{}{}
 			p.mu.Unlock()
-			p.serve(ws, script)
+			serveConn(ws, script)
 			p.mu.Lock()
 			delete(p.conns, ws)
 			p.mu.Unlock()
 		})}
-	go func() { _ = p.srv.Serve(ln) }()
-	return p, nil
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	served := make(chan error, 1)
+	go func() { served <- p.srv.Serve(ln) }()
+	fmt.Printf("%s%s\n", passthroughPrefix, ln.Addr())
+	select {
+	case <-sig:
+	case err := <-served:
+		return fmt.Errorf("pass-through serve: %w", err)
+	}
+	_ = p.srv.Close()
+	p.mu.Lock()
+	for ws := range p.conns {
+		ws.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return nil
 }
 
-// serve runs one connection's PTY until the PTY or the socket ends.
-func (p *passthrough) serve(ws *websocket.Conn, script string) {
+// serveConn runs one connection's PTY until the PTY or the socket ends. The command inherits
+// the pass-through's environment, which carries the run's tag.
+func serveConn(ws *websocket.Conn, script string) {
 	defer ws.Close()
 	cmd := exec.Command("sh", "-c", script)
-	cmd.Env = append(os.Environ(), "TERM=xterm-256color", p.tag)
+	cmd.Env = append(os.Environ(), "TERM=xterm-256color")
 	f, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 80, Rows: 24})
 	if err != nil {
 		_ = ws.WriteControl(websocket.CloseMessage,
@@ -129,17 +224,6 @@ func (p *passthrough) dial(ctx context.Context, script string) (*websocket.Conn,
 		return nil, fmt.Errorf("dial pass-through %s: %w", p.addr, err)
 	}
 	return ws, nil
-}
-
-// close ends every connection (their processes are killed) and the server.
-func (p *passthrough) close() {
-	_ = p.srv.Close()
-	p.mu.Lock()
-	for ws := range p.conns {
-		ws.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
 }
 
 // ptReadAtLeast reads messages until n payload bytes arrived.
