@@ -55,7 +55,7 @@ func (s *Session) beginCloseLocked(reason Reason) bool {
 	}
 	s.dropHoldsLocked(nil) // nobody can reattach to a closing session
 	s.paused = false
-	notify(s.resume)
+	s.wakeReaderLocked()
 	s.wakeViewersLocked()
 	return true
 }
@@ -153,7 +153,7 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 		// descendant still holding the PTY (a spared escapee) adds nothing from here on.
 		s.dropOutput, s.outputFinal = true, true
 		s.paused = false
-		notify(s.resume)
+		s.wakeReaderLocked()
 		s.wakeViewersLocked()
 	}
 	res.Offset = s.ring.end

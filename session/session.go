@@ -234,7 +234,7 @@ type Session struct {
 	pid     int
 	created time.Time
 	opts    *Options
-	ptmx    *os.File // non-blocking master, served by the runtime poller; closed by readLoop
+	ptmx    *os.File // non-blocking master, read through readers; closed when reading ends
 	ptsName string   // the slave's path, to find processes that still hold it
 	now     func() time.Time
 
@@ -242,10 +242,10 @@ type Session struct {
 	// read exit only after <-exited.
 	exited chan struct{}
 	exit   ExitStatus
-	// readerDone is closed by readLoop after it has closed ptmx.
+	// readerDone is closed once reading the master has ended and ptmx is closed.
 	readerDone chan struct{}
-	// resume wakes a reader paused by backpressure (capacity 1; sends never block).
-	resume chan struct{}
+	// readToken is the master's registration with readers; written by readers.add in spawn.
+	readToken uint64
 
 	// mu guards the fields below. Registry.mu is taken before mu, never after.
 	mu             sync.Mutex
@@ -259,8 +259,12 @@ type Session struct {
 	unwatchedSince time.Time // zero while a viewer is attached
 	leaseUntil     time.Time
 	cols, rows     int
-	paused         bool // the reader waits on resume
+	paused         bool // backpressure: the master is not read
 	pausedAt       time.Time
+	// readState says who has the master: armed with readers, read by a worker, parked by
+	// backpressure (disarmed until wakeReaderLocked), or done. The zero value: no reader (a
+	// test's session without a process).
+	readState readState
 	// holds: the offsets of read-write viewers lost with their socket, which backpressure
 	// follows as if they were attached, each until its own timer (ResumeHold) removes it.
 	holds    []*hold
@@ -269,7 +273,7 @@ type Session struct {
 	tearing  bool          // a Teardown call is running or ran
 	killRes  *KillResult   // allocated with killDone; *killRes is valid after <-killDone
 
-	// ptyMu guards ptmxClosed. readLoop holds it to close ptmx; Kill holds it while it looks for
+	// ptyMu guards ptmxClosed. The reader holds it to close ptmx; Kill holds it while it looks for
 	// processes holding the slave, so a slave name reused by a newer session is never scanned.
 	ptyMu      sync.Mutex
 	ptmxClosed bool
@@ -289,10 +293,10 @@ type Session struct {
 	// it never outlives the session's PTY; tests wait on it to prove that.
 	wg sync.WaitGroup
 
-	// readerSpan is the session.reader span: started by spawn, ended by readLoop.
+	// readerSpan is the session.reader span: started by spawn, ended when reading ends.
 	readerSpan trace.Span
 
-	// testHookBeforeIngest, when set, runs in readLoop with each chunk read, before it is added.
+	// testHookBeforeIngest, when set, runs in the reader with each chunk read, before it is added.
 	testHookBeforeIngest func([]byte)
 }
 
@@ -389,7 +393,7 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	s := &Session{
 		id: id, owner: spec.Owner, name: spec.Name, argv: append([]string(nil), argv...),
 		created: now(), opts: opts, ptmx: master, ptsName: tty.Name(), now: now,
-		exited: make(chan struct{}), readerDone: make(chan struct{}), resume: make(chan struct{}, 1),
+		exited: make(chan struct{}), readerDone: make(chan struct{}),
 		ring: newRing(opts.ScrollbackBytes), viewers: make(map[*Viewer]struct{}),
 		cols: spec.Cols, rows: spec.Rows, testHookBeforeIngest: opts.testHookBeforeIngest,
 	}
@@ -436,7 +440,16 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 		unix.Close(pidfd)
 		blockingWait(&waitEntry{pid: s.pid, reaped: s.reaped})
 	}
-	go s.readLoop()
+	s.readState = readArmed
+	if err := readers.add(s); err != nil {
+		// The child is the waiter's to reap; without a reader its output would go nowhere.
+		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+		s.readState = readNone
+		s.closePTY()
+		s.readerSpan.End()
+		opts.Instruments.Sessions.Add(context.Background(), -1)
+		return nil, fmt.Errorf("%w: read master: %w", ErrSpawn, err)
+	}
 	return s, nil
 }
 
@@ -585,66 +598,124 @@ func (s *Session) reaped(ws unix.WaitStatus, err error) {
 	time.AfterFunc(exitSettle, s.settleExit)
 }
 
-// readLoop is the one goroutine that reads the PTY master. It appends what it reads to the
-// ring under mu and wakes viewers without blocking on them; it never writes to a viewer. It
-// pauses while every attached viewer is far behind (backpressure). It ends when a read fails
-// (EIO once every slave fd is closed, or the master was closed), and then closes the master.
-func (s *Session) readLoop() {
-	defer close(s.readerDone)
-	defer func() {
-		s.readerSpan.AddEvent(otel.EventReaderEnded)
-		s.readerSpan.End()
-	}()
-	defer s.closePTY()
-	rc, err := s.ptmx.SyscallConn()
-	if err != nil {
-		s.finishOutput()
+// readState is who has a session's master; see Session.readState.
+type readState uint8
+
+const (
+	readNone   readState = iota // no reader (tests' sessions without a process)
+	readArmed                   // registered and armed: the next readable event goes to a worker
+	readBusy                    // a worker reads it (or ends its reading)
+	readParked                  // disarmed while backpressure holds; wakeReaderLocked re-arms it
+	readDone                    // reading ended, the master is closed
+)
+
+// readReady is a readers worker's turn at s's master, which was reported readable: it reads
+// until the master would block, up to one batch (a PTY read returns at most about a page, so one
+// ingest and one wake of each viewer's writer carry up to a batch), appends what it read to the
+// ring and wakes the viewers once, then re-arms the master, or leaves it disarmed while
+// backpressure holds. It never writes to a viewer. A read that fails (EIO once every slave fd is
+// closed) or reaches the end ends the reading.
+func (s *Session) readReady(buf []byte) {
+	s.mu.Lock()
+	if s.readState != readArmed {
+		s.mu.Unlock() // reported before it was re-registered under the same token: not ours
 		return
 	}
-	batch := s.opts.readBatch()
-	for {
-		s.waitWhilePaused()
-		var buf *[]byte
-		var n int
-		var rerr error
-		err := rc.Read(func(fd uintptr) bool {
-			buf = readBufs.Get().(*[]byte)
-			n, rerr = unix.Read(int(fd), (*buf)[:batch])
-			if rerr == unix.EAGAIN || rerr == unix.EINTR {
-				readBufs.Put(buf)
-				buf = nil
-				return false
-			}
-			// A PTY read returns at most about a page: take what else is already there, so
-			// one ingest (and one wake of each viewer's writer) carries up to a batch.
-			for rerr == nil && n > 0 && n < batch {
-				m, merr := unix.Read(int(fd), (*buf)[n:batch])
-				if m <= 0 || merr != nil {
-					break // EAGAIN: drained for now; a real error comes back on the next read
+	s.readState = readBusy
+	s.mu.Unlock()
+	buf = buf[:s.opts.readBatch()]
+	var n int
+	var rerr error
+	rc, err := s.ptmx.SyscallConn()
+	if err == nil {
+		err = rc.Control(func(fd uintptr) {
+			for n < len(buf) {
+				m, err := unix.Read(int(fd), buf[n:])
+				if err == unix.EINTR {
+					continue
+				}
+				if err != nil || m <= 0 {
+					if err != unix.EAGAIN && n == 0 {
+						rerr = err // EAGAIN: drained for now; a real error comes back next time
+						if err == nil {
+							rerr = io.EOF
+						}
+					}
+					return
 				}
 				n += m
 			}
-			return true
 		})
-		if n > 0 {
-			s.ingest((*buf)[:n])
-		}
-		if buf != nil {
-			readBufs.Put(buf)
-		}
-		if err != nil || rerr != nil || n <= 0 {
-			if rerr != nil && rerr != unix.EIO {
-				s.opts.Logger.Debug("pty read ended", "session", s.id, "err", rerr)
-			}
-			break
-		}
 	}
-	s.finishOutput()
+	if n > 0 {
+		s.ingest(buf[:n])
+	}
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		s.endReading(err)
+		return
+	}
+	s.mu.Lock()
+	if s.paused && !s.dropOutput {
+		s.readState = readParked
+		s.mu.Unlock()
+		return
+	}
+	s.readState = readArmed
+	err = readers.rearm(s)
+	if err != nil {
+		s.readState = readBusy
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.endReading(err)
+	}
 }
 
-// readBufs holds read buffers; a buffer is taken only once the master is readable, so an idle
-// session holds none.
-var readBufs = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
+// wakeReaderLocked re-arms a master parked by backpressure. s.mu must be held.
+func (s *Session) wakeReaderLocked() {
+	if s.readState != readParked {
+		return // armed already, or a worker reads it and sees paused is over
+	}
+	s.readState = readArmed
+	if err := readers.rearm(s); err != nil {
+		s.readState = readBusy
+		go s.endReading(err) // it takes s.mu
+	}
+}
+
+// failReading ends s's reading after the readers' poller failed, unless a worker reads the
+// master right now (its re-arm then fails, and it ends the reading itself).
+func (s *Session) failReading(err error) {
+	s.mu.Lock()
+	mine := s.readState == readArmed || s.readState == readParked
+	if mine {
+		s.readState = readBusy
+	}
+	s.mu.Unlock()
+	if mine {
+		s.endReading(err)
+	}
+}
+
+// endReading ends the reading of the master: it unregisters and closes it, ends the output and
+// closes readerDone. Only the goroutine that set readBusy calls it, once.
+func (s *Session) endReading(err error) {
+	if !errors.Is(err, unix.EIO) && !errors.Is(err, io.EOF) {
+		s.opts.Logger.Debug("pty read ended", "session", s.id, "err", err)
+	}
+	readers.remove(s)
+	s.finishOutput()
+	s.closePTY()
+	s.readerSpan.AddEvent(otel.EventReaderEnded)
+	s.readerSpan.End()
+	s.mu.Lock()
+	s.readState = readDone
+	s.mu.Unlock()
+	close(s.readerDone)
+}
 
 func (s *Session) closePTY() {
 	s.ptyMu.Lock()
@@ -682,19 +753,6 @@ func (s *Session) finishOutput() {
 	s.outputFinal = true
 	s.wakeViewersLocked()
 	s.mu.Unlock()
-}
-
-// waitWhilePaused blocks the reader while backpressure holds. Kill lifts it.
-func (s *Session) waitWhilePaused() {
-	for {
-		s.mu.Lock()
-		p := s.paused && !s.dropOutput
-		s.mu.Unlock()
-		if !p {
-			return
-		}
-		<-s.resume
-	}
 }
 
 // minLagLocked is how far the closest viewer that counts for backpressure is behind the end.
@@ -791,7 +849,7 @@ func (s *Session) maybeResumeLocked() {
 	if s.dropOutput || s.minLagLocked() < int64(s.opts.LowWaterBytes) {
 		s.paused = false
 		s.opts.Instruments.PauseDuration.Add(context.Background(), s.now().Sub(s.pausedAt).Seconds())
-		notify(s.resume)
+		s.wakeReaderLocked()
 		if isClosed(s.exited) {
 			// The tail the program printed before exiting may still be in the PTY: give the
 			// resumed reader exitSettle to take it in before viewers report the exit.

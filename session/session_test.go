@@ -111,12 +111,9 @@ func TestResizeThenCloseUnblocksReader(t *testing.T) {
 		t.Fatalf("master non-blocking after Resize: got false, want true")
 	}
 	if isClosed(s.readerDone) {
-		t.Fatalf("reader ended before the master was closed")
+		t.Fatalf("reader ended while the program still runs")
 	}
-	if err := s.ptmx.Close(); err != nil {
-		t.Fatal(err)
-	}
-	waitClosed(t, s.ReaderDone(), 2*time.Second, "reader end after closing the master")
+	// spawnT's cleanup kills the session and waits for the reader to close the master.
 }
 
 func TestWriteReachesProgram(t *testing.T) {

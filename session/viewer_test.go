@@ -25,8 +25,8 @@ func fakeSession(scrollback int) *Session {
 	o.ScrollbackBytes = scrollback
 	o = o.withDefaults()
 	s := &Session{id: "fake", opts: &o, now: time.Now, exited: make(chan struct{}),
-		readerDone: make(chan struct{}), resume: make(chan struct{}, 1),
-		ring: newRing(scrollback), viewers: make(map[*Viewer]struct{})}
+		readerDone: make(chan struct{}),
+		ring:       newRing(scrollback), viewers: make(map[*Viewer]struct{})}
 	s.unwatchedSince = s.now()
 	return s
 }

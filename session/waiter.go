@@ -40,15 +40,11 @@ func (w *waiter) add(pid, pidfd int, reaped func(unix.WaitStatus, error)) error 
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ep == nil {
-		epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+		ep, err := newEpoll("children-epoll")
 		if err != nil {
-			return fmt.Errorf("epoll_create1: %w", err)
+			return err
 		}
-		if err := unix.SetNonblock(epfd, true); err != nil {
-			unix.Close(epfd)
-			return fmt.Errorf("epoll fd nonblocking: %w", err)
-		}
-		w.ep = os.NewFile(uintptr(epfd), "children-epoll")
+		w.ep = ep
 		w.waiting = make(map[int32]*waitEntry)
 		go w.loop(w.ep)
 	}
@@ -80,6 +76,20 @@ func (w *waiter) ctl(op, fd int, ev *unix.EpollEvent) error {
 func (w *waiter) closeLocked() {
 	w.ep.Close()
 	w.ep, w.waiting = nil, nil
+}
+
+// newEpoll makes an epoll instance whose fd is non-blocking and registered with the runtime
+// poller, so a goroutine waiting for its events parks without holding an OS thread.
+func newEpoll(name string) (*os.File, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("epoll fd nonblocking: %w", err)
+	}
+	return os.NewFile(uintptr(epfd), name), nil
 }
 
 // blockingWait hands e over to a goroutine of its own that blocks in wait4, holding a thread:

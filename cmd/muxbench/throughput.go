@@ -126,7 +126,7 @@ func (b *bench) runThroughput(ctx context.Context) error {
 		fmt.Sprintf("`%s`: %d bytes per run, timed from spawn/open to the last byte", script, want)))
 	b.addRow(newRow("throughput", "1 session, gateway CPU s/GiB", "s/GiB", gwCPU, rawCPU, nil,
 		&Target{Desc: "≤ 1.25× raw's", Of: "ratio_raw", Op: "<=", Value: 1.25},
-		"utime+stime of the gateway from /proc/PID/stat (10 ms ticks) per GiB delivered; raw: muxbench's own CPU (getrusage of the whole process, pass-through server idle) while one thread reads the PTY, spawn included"))
+		"utime+stime of the gateway from /proc/PID/stat (10 ms ticks) per GiB delivered; raw: muxbench's own CPU (getrusage of the whole process) while one thread reads the PTY, spawn included"))
 	b.addRow(newRow("throughput", "1 session, client CPU s/GiB", "s/GiB", clientCPU, nil, nil, nil,
 		"muxbench's own CPU (the muxterm/mux Go client) per GiB, for context"))
 	return nil

@@ -1,0 +1,161 @@
+package session
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// readers reads every session's PTY master with a few goroutines instead of one per session:
+// each master is registered with one epoll instance, EPOLLIN | EPOLLONESHOT, and the epoll fd
+// itself is registered with the runtime poller. GOMAXPROCS workers wait on it; the one that
+// wakes takes one ready master and reads it (Session.readReady), so masters that are ready at
+// once are read in parallel and a master is never read by two workers at a time (one-shot: it
+// is disarmed until readReady re-arms it). The workers and the epoll fd exist only while some
+// master is registered.
+var readers readPoller
+
+// readPoller is the process-wide master reader; see readers.
+type readPoller struct {
+	mu       sync.Mutex
+	ep       *os.File            // the epoll instance; nil while no master is registered
+	sessions map[uint64]*Session // by registration token (the epoll event's data)
+	next     uint64              // the last token handed out
+}
+
+// Lock order: Session.mu before readPoller.mu (re-arming happens under Session.mu); the workers
+// take readPoller.mu only to look a token up, never with a Session.mu held.
+
+// add registers s's master, armed. It fails only if the epoll instance cannot be made or will
+// not take the master.
+func (r *readPoller) add(s *Session) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ep == nil {
+		ep, err := newEpoll("readers-epoll")
+		if err != nil {
+			return err
+		}
+		r.ep = ep
+		r.sessions = make(map[uint64]*Session)
+		for range runtime.GOMAXPROCS(0) {
+			go r.loop(r.ep)
+		}
+	}
+	r.next++
+	s.readToken = r.next
+	if err := r.ctlLocked(unix.EPOLL_CTL_ADD, s); err != nil {
+		if len(r.sessions) == 0 {
+			r.closeLocked()
+		}
+		return fmt.Errorf("epoll_ctl add master: %w", err)
+	}
+	r.sessions[s.readToken] = s
+	return nil
+}
+
+// rearm lets s's master be reported again once it is readable (at once if it is now).
+func (r *readPoller) rearm(s *Session) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sessions[s.readToken] != s {
+		return fmt.Errorf("re-arm master of %s: not registered", s.id)
+	}
+	return r.ctlLocked(unix.EPOLL_CTL_MOD, s)
+}
+
+// remove unregisters s's master; it must be called before the master is closed, so the fd
+// number is never in the instance while it may name another file.
+func (r *readPoller) remove(s *Session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sessions[s.readToken] != s {
+		return
+	}
+	delete(r.sessions, s.readToken)
+	_ = r.ctlLocked(unix.EPOLL_CTL_DEL, s)
+	if len(r.sessions) == 0 {
+		r.closeLocked()
+	}
+}
+
+// ctlLocked runs epoll_ctl for s's master on the current instance. r.mu is held.
+func (r *readPoller) ctlLocked(op int, s *Session) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT,
+		Fd: int32(uint32(s.readToken)), Pad: int32(uint32(s.readToken >> 32))}
+	erc, err := r.ep.SyscallConn()
+	if err != nil {
+		return err
+	}
+	mrc, err := s.ptmx.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cerr error
+	err = erc.Control(func(epfd uintptr) {
+		err := mrc.Control(func(fd uintptr) { cerr = unix.EpollCtl(int(epfd), op, int(fd), &ev) })
+		if err != nil {
+			cerr = err
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return cerr
+}
+
+// closeLocked closes the epoll instance; its workers see the close and return. r.mu is held.
+func (r *readPoller) closeLocked() {
+	r.ep.Close()
+	r.ep, r.sessions = nil, nil
+}
+
+// loop is one worker: it takes one ready master at a time and reads it, until the instance is
+// closed.
+func (r *readPoller) loop(ep *os.File) {
+	rc, err := ep.SyscallConn()
+	if err != nil {
+		panic(fmt.Sprintf("session: PTY reader: %v", err)) // an *os.File always has one
+	}
+	// Room for one event: what else is ready stays for the next worker.
+	events := make([]unix.EpollEvent, 1)
+	buf := make([]byte, readChunk)
+	for {
+		var tok uint64
+		err := rc.Read(func(epfd uintptr) bool {
+			n, err := unix.EpollWait(int(epfd), events, 0)
+			if err != nil || n <= 0 {
+				return false // nothing yet (EINTR included): park until the poller says so
+			}
+			tok = uint64(uint32(events[0].Fd)) | uint64(uint32(events[0].Pad))<<32
+			return true
+		})
+		r.mu.Lock()
+		if r.ep != ep {
+			r.mu.Unlock() // closed with no master left; a newer set of workers owns r now
+			return
+		}
+		if err != nil {
+			// The poller failed us (a registered epoll fd fails a read only once closed, which
+			// is handled above): no master may stay registered with a dead instance.
+			failed := make([]*Session, 0, len(r.sessions))
+			for _, s := range r.sessions {
+				failed = append(failed, s)
+			}
+			r.closeLocked()
+			r.mu.Unlock()
+			for _, s := range failed {
+				s.failReading(fmt.Errorf("wait on the readers' epoll instance: %w", err))
+			}
+			return
+		}
+		s := r.sessions[tok]
+		r.mu.Unlock()
+		if s != nil { // nil: unregistered since it was reported
+			s.readReady(buf)
+		}
+	}
+}
