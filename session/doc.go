@@ -1,6 +1,7 @@
-// Package session owns muxterm's PTY sessions: a child process on a pseudo-terminal, the one
-// goroutine that reads its output into a bounded scrollback ring addressed by 64-bit byte
-// offsets, one waiter shared by every session that reaps the children, the viewers that pull from
+// Package session owns muxterm's PTY sessions: a child process on a pseudo-terminal, the readers
+// shared by every session (a few goroutines on one epoll instance) that read its output into a
+// bounded scrollback ring addressed by 64-bit byte offsets, one waiter shared by every session
+// that reaps the children, the viewers that pull from
 // the ring, the resume holds a lost viewer leaves behind, and a kill that never waits for the
 // reader. Registry holds the sessions by id and provides the
 // atomic attach and the reaper's claim.

@@ -30,8 +30,8 @@ type KillResult struct {
 	Signalled int           // escapees and group stragglers that were signalled
 	Survivors int           // processes (child or PTY holders) still alive when Kill returned
 	Offset    int64         // the final output offset
-	// ReaderBlocked says the reader was still in a read when Kill returned (a descendant held
-	// the PTY open).
+	// ReaderBlocked says reading the master had not ended when Kill returned: a descendant held
+	// the PTY open, so the master is still registered with the readers.
 	ReaderBlocked bool
 }
 

@@ -207,6 +207,14 @@ func killWithin(t testing.TB, deadline time.Duration, kill func(context.Context)
 
 // ---- viewers ----
 
+// notify sends on a capacity-1 channel without blocking; repeated signals merge.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
 // wakeChan returns a capacity-1 channel and a wake function that notifies it.
 func wakeChan() (chan struct{}, func()) {
 	ch := make(chan struct{}, 1)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,16 +19,21 @@ import (
 // master is registered.
 var readers readPoller
 
+// testHookEpollCtl, when set, runs before each epoll_ctl on a master, and an error it returns
+// stands for the call's: a failing epoll_ctl cannot be produced for real on demand.
+var testHookEpollCtl atomic.Pointer[func(s *Session, op int) error]
+
 // readPoller is the process-wide master reader; see readers.
 type readPoller struct {
 	mu       sync.Mutex
 	ep       *os.File            // the epoll instance; nil while no master is registered
+	epfd     int                 // ep's fd, open as long as some master is registered
 	sessions map[uint64]*Session // by registration token (the epoll event's data)
 	next     uint64              // the last token handed out
 }
 
-// Lock order: Session.mu before readPoller.mu (re-arming happens under Session.mu); the workers
-// take readPoller.mu only to look a token up, never with a Session.mu held.
+// Lock order: Session.mu before readPoller.mu. Re-arming takes readPoller.mu under Session.mu;
+// nothing takes a Session.mu while holding readPoller.mu.
 
 // add registers s's master, armed. It fails only if the epoll instance cannot be made or will
 // not take the master.
@@ -40,6 +46,10 @@ func (r *readPoller) add(s *Session) error {
 			return err
 		}
 		r.ep = ep
+		if err := rawFD(ep, &r.epfd); err != nil {
+			r.closeLocked()
+			return err
+		}
 		r.sessions = make(map[uint64]*Session)
 		for range runtime.GOMAXPROCS(0) {
 			go r.loop(r.ep)
@@ -64,7 +74,10 @@ func (r *readPoller) rearm(s *Session) error {
 	if r.sessions[s.readToken] != s {
 		return fmt.Errorf("re-arm master of %s: not registered", s.id)
 	}
-	return r.ctlLocked(unix.EPOLL_CTL_MOD, s)
+	if err := r.ctlLocked(unix.EPOLL_CTL_MOD, s); err != nil {
+		return fmt.Errorf("re-arm master of %s: epoll_ctl: %w", s.id, err)
+	}
+	return nil
 }
 
 // remove unregisters s's master; it must be called before the master is closed, so the fd
@@ -82,29 +95,27 @@ func (r *readPoller) remove(s *Session) {
 	}
 }
 
-// ctlLocked runs epoll_ctl for s's master on the current instance. r.mu is held.
+// ctlLocked runs epoll_ctl for s's master on the current instance. r.mu is held. Both fds are
+// used bare: the instance stays open while s is registered, and s's master is closed only by
+// endReading, after remove.
 func (r *readPoller) ctlLocked(op int, s *Session) error {
+	if h := testHookEpollCtl.Load(); h != nil {
+		if err := (*h)(s, op); err != nil {
+			return err
+		}
+	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT,
 		Fd: int32(uint32(s.readToken)), Pad: int32(uint32(s.readToken >> 32))}
-	erc, err := r.ep.SyscallConn()
+	return unix.EpollCtl(r.epfd, op, s.masterFD, &ev)
+}
+
+// rawFD stores f's descriptor in fd without Fd(), which would make it blocking.
+func rawFD(f *os.File, fd *int) error {
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
-	mrc, err := s.ptmx.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var cerr error
-	err = erc.Control(func(epfd uintptr) {
-		err := mrc.Control(func(fd uintptr) { cerr = unix.EpollCtl(int(epfd), op, int(fd), &ev) })
-		if err != nil {
-			cerr = err
-		}
-	})
-	if err != nil {
-		return err
-	}
-	return cerr
+	return rc.Control(func(d uintptr) { *fd = int(d) })
 }
 
 // closeLocked closes the epoll instance; its workers see the close and return. r.mu is held.

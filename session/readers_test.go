@@ -1,11 +1,16 @@
 package session
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"muxterm/internal/leakcheck"
 )
 
 func readersRunning() bool {
@@ -52,5 +57,60 @@ func TestConcurrentStreamsAreExact(t *testing.T) {
 			t.Errorf("session %d: gaps %v, want none (the ring holds the whole stream)", i, gaps)
 		}
 		checkStream(t, fmt.Sprintf("session %d", i), got, gaps, st.want)
+	}
+}
+
+// failCtl makes epoll_ctl op fail with EPERM for the sessions match accepts, until the test ends.
+// Tests using it are not parallel: the hook is process-wide.
+func failCtl(t *testing.T, op int, match func(*Session) bool) {
+	t.Helper()
+	h := func(s *Session, o int) error {
+		if o == op && match(s) {
+			return unix.EPERM
+		}
+		return nil
+	}
+	testHookEpollCtl.Store(&h)
+	t.Cleanup(func() { testHookEpollCtl.Store(nil) })
+}
+
+// A session whose master the readers cannot take is refused, and leaves nothing behind: the
+// child is killed and reaped, the master and the pidfd are closed, no reader runs.
+func TestSpawnFailsWhenMasterCannotBeRegistered(t *testing.T) {
+	failCtl(t, unix.EPOLL_CTL_ADD, func(*Session) bool { return true })
+	fds, pts := countFDs(), countPTS()
+	o := testOptions().withDefaults()
+	_, err := spawn(newID(), Spec{Argv: []string{"/bin/sh", "-c", "exec sleep 60"}, Cols: 80, Rows: 24}, &o, time.Now)
+	if !errors.Is(err, ErrSpawn) || !errors.Is(err, unix.EPERM) {
+		t.Fatalf("spawn: got %v, want ErrSpawn wrapping EPERM", err)
+	}
+	waitFor(t, 10*time.Second, "the child to be reaped and its fds closed", func() bool {
+		return len(leakcheck.Children(false)) == 0 && countFDs() <= fds && countPTS() <= pts
+	})
+	if readersRunning() {
+		t.Error("readers still running with no master registered")
+	}
+}
+
+// A master that cannot be re-armed ends its session's reading instead of leaving the output
+// stopped for good: what was read is kept, the end reaches viewers, the master is closed.
+func TestFailedRearmEndsReading(t *testing.T) {
+	failCtl(t, unix.EPOLL_CTL_MOD, func(*Session) bool { return true })
+	s := spawnT(t, testOptions(), "/bin/sh", "-c", "echo ONE; exec sleep 60")
+	wake, wakeFn := wakeChan()
+	v, _, err := s.Subscribe(0, wakeFn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := collect(t, v, wake, nil)
+	waitClosed(t, s.ReaderDone(), 10*time.Second, "reader end after the failed re-arm")
+	if err := c.waitEnd(t, 10*time.Second); err != io.EOF {
+		t.Fatalf("viewer end: got %v, want %v", err, io.EOF)
+	}
+	if got := string(c.bytes()); got != "ONE\r\n" {
+		t.Errorf("output %q: want the bytes read before the failed re-arm, %q", got, "ONE\r\n")
+	}
+	if !masterClosed(t, s) {
+		t.Error("master still open after the reading ended")
 	}
 }

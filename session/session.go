@@ -235,8 +235,11 @@ type Session struct {
 	created time.Time
 	opts    *Options
 	ptmx    *os.File // non-blocking master, read through readers; closed when reading ends
-	ptsName string   // the slave's path, to find processes that still hold it
-	now     func() time.Time
+	// masterFD is ptmx's descriptor, for the reads and epoll_ctl calls of readers, which use it
+	// only while the master is registered (endReading unregisters before it closes ptmx).
+	masterFD int
+	ptsName  string // the slave's path, to find processes that still hold it
+	now      func() time.Time
 
 	// exited is closed by reaped once the child is reaped. exit is written before that;
 	// read exit only after <-exited.
@@ -441,7 +444,11 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 		blockingWait(&waitEntry{pid: s.pid, reaped: s.reaped})
 	}
 	s.readState = readArmed
-	if err := readers.add(s); err != nil {
+	err = rawFD(s.ptmx, &s.masterFD)
+	if err == nil {
+		err = readers.add(s)
+	}
+	if err != nil {
 		// The child is the waiter's to reap; without a reader its output would go nowhere.
 		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 		s.readState = readNone
@@ -618,44 +625,34 @@ const (
 func (s *Session) readReady(buf []byte) {
 	s.mu.Lock()
 	if s.readState != readArmed {
-		s.mu.Unlock() // reported before it was re-registered under the same token: not ours
+		// Not armed: the report was taken just before failReading or a failed re-arm claimed
+		// the master (busy), or before its reading ended (done). Not ours to read.
+		s.mu.Unlock()
 		return
 	}
 	s.readState = readBusy
 	s.mu.Unlock()
 	buf = buf[:s.opts.readBatch()]
-	var n int
-	var rerr error
-	rc, err := s.ptmx.SyscallConn()
-	if err == nil {
-		err = rc.Control(func(fd uintptr) {
-			for n < len(buf) {
-				m, err := unix.Read(int(fd), buf[n:])
-				if err == unix.EINTR {
-					continue
-				}
-				if err != nil || m <= 0 {
-					if err != unix.EAGAIN && n == 0 {
-						rerr = err // EAGAIN: drained for now; a real error comes back next time
-						if err == nil {
-							rerr = io.EOF
-						}
-					}
-					return
-				}
-				n += m
-			}
-		})
-	}
-	if n > 0 {
-		s.ingest(buf[:n])
-	}
-	if err == nil {
-		err = rerr
-	}
-	if err != nil {
-		s.endReading(err)
-		return
+	// A master that keeps filling gets a few batches per turn, one ingest each, before it goes
+	// back to the instance (behind the other ready masters).
+	for range maxBatchesPerTurn {
+		n, err := s.readBatch(buf)
+		if n > 0 {
+			s.ingest(buf[:n])
+		}
+		if err != nil {
+			s.endReading(err)
+			return
+		}
+		if n < len(buf) {
+			break // drained for now
+		}
+		s.mu.Lock()
+		paused := s.paused && !s.dropOutput
+		s.mu.Unlock()
+		if paused {
+			break
+		}
 	}
 	s.mu.Lock()
 	if s.paused && !s.dropOutput {
@@ -664,7 +661,7 @@ func (s *Session) readReady(buf []byte) {
 		return
 	}
 	s.readState = readArmed
-	err = readers.rearm(s)
+	err := readers.rearm(s)
 	if err != nil {
 		s.readState = readBusy
 	}
@@ -672,6 +669,35 @@ func (s *Session) readReady(buf []byte) {
 	if err != nil {
 		s.endReading(err)
 	}
+}
+
+// maxBatchesPerTurn bounds how much one master is read before the others ready with it.
+const maxBatchesPerTurn = 4
+
+// readBatch reads the master until it would block or buf is full. A read that fails (EIO once
+// every slave fd is closed) or reports the end returns an error, unless bytes were read before
+// it: the error then comes back on the next turn.
+func (s *Session) readBatch(buf []byte) (n int, err error) {
+	for n < len(buf) {
+		m, err := unix.Read(s.masterFD, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			return n, nil
+		}
+		if err == nil && m <= 0 {
+			err = io.EOF
+		}
+		if err != nil {
+			if n > 0 {
+				return n, nil
+			}
+			return 0, fmt.Errorf("read master: %w", err)
+		}
+		n += m
+	}
+	return n, nil
 }
 
 // wakeReaderLocked re-arms a master parked by backpressure. s.mu must be held.
@@ -704,7 +730,8 @@ func (s *Session) failReading(err error) {
 // closes readerDone. Only the goroutine that set readBusy calls it, once.
 func (s *Session) endReading(err error) {
 	if !errors.Is(err, unix.EIO) && !errors.Is(err, io.EOF) {
-		s.opts.Logger.Debug("pty read ended", "session", s.id, "err", err)
+		// Not the PTY hanging up: the session's output ends early, which an operator should see.
+		s.opts.Logger.Warn("pty reading ended", "session", s.id, "err", err)
 	}
 	readers.remove(s)
 	s.finishOutput()
@@ -862,14 +889,6 @@ func (s *Session) maybeResumeLocked() {
 func (s *Session) wakeViewersLocked() {
 	for v := range s.viewers {
 		v.wake()
-	}
-}
-
-// notify sends on a capacity-1 channel without blocking; repeated signals merge.
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
 	}
 }
 

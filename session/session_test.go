@@ -51,10 +51,10 @@ func nonblocking(t *testing.T, s *Session) bool {
 	return flags&unix.O_NONBLOCK != 0
 }
 
-// TestResizeThenCloseUnblocksReader is modelled on creack/pty's TestReadClose: after resizes,
-// closing the master must still interrupt the reader's pending read. It would not if Resize
-// went through File.Fd, which puts the fd back into blocking mode.
-func TestResizeThenCloseUnblocksReader(t *testing.T) {
+// TestResizeKeepsMasterNonBlocking: after resizes the master is still non-blocking and read. It
+// would not be if Resize went through File.Fd, which puts the fd back into blocking mode, and a
+// blocking master would then hold one of the shared readers in its read.
+func TestResizeKeepsMasterNonBlocking(t *testing.T) {
 	t.Parallel()
 	s := spawnT(t, testOptions(), "/bin/sh", "-c", "echo READY; read x; stty size; exec sleep 60")
 	wake, wakeFn := wakeChan()

@@ -455,6 +455,14 @@ func TestBackpressure(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
 		opts.ResumeHold = time.Hour // never expires within the test
+		// The ring keeps only KeptBehind behind the viewer's offset for sure (none at 64 KiB,
+		// where one read batch can take the reader from just under the high watermark to the
+		// ring's size): the 4000 bytes held behind it need a larger ring, or the reader may
+		// already have overwritten them.
+		opts.ScrollbackBytes = 2 * ringSize
+		if kept := opts.KeptBehind(); kept < 4000 {
+			t.Fatalf("KeptBehind %d < 4000: the hold below may be overwritten before it is made", kept)
+		}
 		r := NewRegistry(opts, nil)
 		wake, wakeFn := wakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)

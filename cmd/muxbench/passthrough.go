@@ -50,7 +50,8 @@ func startPassthrough(ctx context.Context, tag string) (*passthrough, error) {
 	cmd.Env = append(os.Environ(), tag)
 	cmd.Stderr = os.Stderr
 	// If muxbench dies without cleaning up, the kernel kills the pass-through; its shells then
-	// get SIGHUP from their PTYs, and the next run's sweep finds any that ignore it.
+	// get SIGHUP from their PTYs (the baselines run cat, yes, head and base64, which all die of
+	// it).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -78,7 +79,7 @@ func startPassthrough(ctx context.Context, tag string) (*passthrough, error) {
 	case p.addr = <-addr:
 		return p, nil
 	case <-p.done:
-		return nil, errors.New("pass-through exited before listening")
+		return nil, fmt.Errorf("pass-through exited before listening: %v", cmd.ProcessState)
 	case <-time.After(15 * time.Second):
 		p.close()
 		return nil, errors.New("pass-through did not listen within 15s")
