@@ -48,7 +48,7 @@ func (r *readPoller) add(s *Session) error {
 		r.ep = ep
 		if err := rawFD(ep, &r.epfd); err != nil {
 			r.closeLocked()
-			return err
+			return fmt.Errorf("readers' epoll fd: %w", err)
 		}
 		r.sessions = make(map[uint64]*Session)
 		for range runtime.GOMAXPROCS(0) {

@@ -460,10 +460,11 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	return s, nil
 }
 
-// openPTY opens a PTY pair and returns a master that is non-blocking and registered with the
-// runtime poller, so that a pending Read parks a goroutine rather than an OS thread and Close
-// interrupts it. creack/pty's Open hands back a blocking master (its ioctls call Fd), so the
-// master is duplicated, made non-blocking, and wrapped anew.
+// openPTY opens a PTY pair and returns a master that is non-blocking: the readers read it until
+// it would block, so a blocking master would hang one of the shared workers, and the input loop
+// waits for it to take input through the runtime poller without holding an OS thread.
+// creack/pty's Open hands back a blocking master (its ioctls call Fd), so the master is
+// duplicated, made non-blocking, and wrapped anew.
 func openPTY() (master, tty *os.File, err error) {
 	p, t, err := pty.Open()
 	if err != nil {
@@ -527,7 +528,7 @@ func checkSize(cols, rows int) error {
 }
 
 // setSize applies a window size through SyscallConn().Control. It never calls Fd(), which
-// would turn the master blocking and stop Close from interrupting the reader.
+// would turn the master blocking (see openPTY).
 func (s *Session) setSize(cols, rows int) error {
 	if err := checkSize(cols, rows); err != nil {
 		return err
@@ -616,12 +617,12 @@ const (
 	readDone                    // reading ended, the master is closed
 )
 
-// readReady is a readers worker's turn at s's master, which was reported readable: it reads
-// until the master would block, up to one batch (a PTY read returns at most about a page, so one
-// ingest and one wake of each viewer's writer carry up to a batch), appends what it read to the
-// ring and wakes the viewers once, then re-arms the master, or leaves it disarmed while
-// backpressure holds. It never writes to a viewer. A read that fails (EIO once every slave fd is
-// closed) or reaches the end ends the reading.
+// readReady is a readers worker's turn at s's master, which was reported readable. It reads in
+// batches (a PTY read returns at most about a page, so one ingest and one wake of each viewer's
+// writer carry up to a batch), appending each batch to the ring, until the master would block,
+// backpressure holds, or maxBatchesPerTurn batches were read; then it re-arms the master, or
+// leaves it disarmed while backpressure holds. It never writes to a viewer. A read that fails
+// (EIO once every slave fd is closed) or reaches the end ends the reading.
 func (s *Session) readReady(buf []byte) {
 	s.mu.Lock()
 	if s.readState != readArmed {
@@ -671,13 +672,16 @@ func (s *Session) readReady(buf []byte) {
 	}
 }
 
-// maxBatchesPerTurn bounds how much one master is read before the others ready with it.
+// maxBatchesPerTurn bounds how much one master is read before the others ready with it: 4
+// batches (at most 128 KiB) spread the turn's epoll_wait and epoll_ctl over more bytes while a
+// stream keeps the master full, and still let other ready masters in every few hundred µs.
 const maxBatchesPerTurn = 4
 
 // readBatch reads the master until it would block or buf is full. A read that fails (EIO once
 // every slave fd is closed) or reports the end returns an error, unless bytes were read before
 // it: the error then comes back on the next turn.
-func (s *Session) readBatch(buf []byte) (n int, err error) {
+func (s *Session) readBatch(buf []byte) (int, error) {
+	n := 0
 	for n < len(buf) {
 		m, err := unix.Read(s.masterFD, buf[n:])
 		if err == unix.EINTR {
@@ -727,7 +731,8 @@ func (s *Session) failReading(err error) {
 }
 
 // endReading ends the reading of the master: it unregisters and closes it, ends the output and
-// closes readerDone. Only the goroutine that set readBusy calls it, once.
+// closes readerDone. Only the goroutine that set readBusy (or the one it hands off to) calls it,
+// once.
 func (s *Session) endReading(err error) {
 	if !errors.Is(err, unix.EIO) && !errors.Is(err, io.EOF) {
 		// Not the PTY hanging up: the session's output ends early, which an operator should see.
