@@ -1,6 +1,7 @@
 package session
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -22,6 +23,10 @@ var readers readPoller
 // testHookEpollCtl, when set, runs before each epoll_ctl on a master, and an error it returns
 // stands for the call's: a failing epoll_ctl cannot be produced for real on demand.
 var testHookEpollCtl atomic.Pointer[func(s *Session, op int) error]
+
+// testHookWaitFails, when set, makes the next worker that wakes treat its wait as failed: a
+// poller that fails cannot be produced for real either.
+var testHookWaitFails atomic.Bool
 
 // readPoller is the process-wide master reader; see readers.
 type readPoller struct {
@@ -144,6 +149,9 @@ func (r *readPoller) loop(ep *os.File) {
 			tok = uint64(uint32(events[0].Fd)) | uint64(uint32(events[0].Pad))<<32
 			return true
 		})
+		if err == nil && testHookWaitFails.CompareAndSwap(true, false) {
+			err = errors.New("test hook: the wait failed")
+		}
 		r.mu.Lock()
 		if r.ep != ep {
 			r.mu.Unlock() // closed with no master left; a newer set of workers owns r now

@@ -116,3 +116,31 @@ func TestFailedRearmEndsReading(t *testing.T) {
 		t.Error("master still open after the reading ended")
 	}
 }
+
+// A poller that fails ends the reading of every master registered with it, rather than leave
+// their output stopped for good; the next spawn gets a new instance and is read.
+func TestFailedPollerEndsEveryReading(t *testing.T) {
+	idle := spawnT(t, testOptions(), "/bin/sh", "-c", "exec sleep 60")
+	busy := spawnT(t, testOptions(), "/bin/sh", "-c", "read x; echo WOKE; exec sleep 60")
+	testHookWaitFails.Store(true)
+	t.Cleanup(func() { testHookWaitFails.Store(false) })
+	// The output that wakes a worker, which then finds its wait failed.
+	if _, err := busy.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Session{idle, busy} {
+		waitClosed(t, s.ReaderDone(), 10*time.Second, "reading of "+s.ID()+" ended by the failed poller")
+		if !masterClosed(t, s) {
+			t.Errorf("%s: master still open after its reading ended", s.ID())
+		}
+	}
+	waitFor(t, 10*time.Second, "readers to stop", func() bool { return !readersRunning() })
+
+	after := spawnT(t, testOptions(), "/bin/sh", "-c", "printf AFTER; exec sleep 60")
+	wake, wakeFn := wakeChan()
+	v, _, err := after.Subscribe(0, wakeFn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, v, wake, nil).waitOutput(t, "AFTER", 10*time.Second)
+}
