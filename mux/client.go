@@ -58,6 +58,59 @@ type response struct {
 
 // Dial connects, negotiates muxterm.v1 and calls initialize.
 func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
+	c, err := connect(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Call(ctx, "initialize", initializeParams(opts), &c.Init); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	return c, nil
+}
+
+// DialOpen dials like Dial and opens a session like Client.Open, in one round trip instead of
+// two: it sends session.open right behind initialize, without waiting for initialize's result
+// (the server handles a socket's messages in order; see docs/protocol.md). On any error the
+// client is closed.
+func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) (*Client, *Channel, error) {
+	c, err := connect(ctx, url, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	initCall, err := c.send("initialize", initializeParams(opts))
+	if err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("initialize: %w", err)
+	}
+	ch := c.newChannel()
+	openCall, err := c.send("session.open", OpenParams{Channel: ch.ID, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env,
+		Cols: o.Cols, Rows: o.Rows, Name: o.Name})
+	if err != nil {
+		initCall.forget()
+		c.Close()
+		return nil, nil, err
+	}
+	if err := initCall.wait(ctx, &c.Init); err != nil {
+		openCall.forget()
+		c.Close()
+		return nil, nil, fmt.Errorf("initialize: %w", err)
+	}
+	// The channel was made before the flow parameters were known; nothing has read it yet.
+	ch.mu.Lock()
+	ch.ackEvery = max(c.Init.Flow.AckBytes, 1)
+	ch.mu.Unlock()
+	var res OpenResult
+	if err := openCall.wait(ctx, &res); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	ch.setBound(res.Session, res.Offset, res.Pid)
+	return c, ch, nil
+}
+
+// connect opens the socket and starts the client's goroutines; the caller initializes.
+func connect(ctx context.Context, url string, opts DialOptions) (*Client, error) {
 	d := websocket.DefaultDialer
 	if opts.Dialer != nil {
 		d = opts.Dialer
@@ -85,17 +138,15 @@ func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
 		done: make(chan struct{}), ackWake: make(chan struct{}, 1), ackDone: make(chan struct{})}
 	go c.readLoop()
 	go c.ackLoop()
+	return c, nil
+}
+
+func initializeParams(opts DialOptions) map[string]any {
 	name := opts.Name
 	if name == "" {
 		name = "muxterm-go"
 	}
-	if err := c.Call(ctx, "initialize", map[string]any{
-		"client": map[string]any{"name": name, "version": "1"}, "capabilities": map[string]any{}},
-		&c.Init); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("initialize: %w", err)
-	}
-	return c, nil
+	return map[string]any{"client": map[string]any{"name": name, "version": "1"}, "capabilities": map[string]any{}}
 }
 
 // DialError is a refused upgrade.
@@ -177,44 +228,68 @@ func (c *Client) WriteRaw(typ int, b []byte) error {
 // Call sends a request and decodes its result into out (if non-nil). A JSON-RPC error is
 // returned as *Error.
 func (c *Client) Call(ctx context.Context, method string, params any, out any) error {
+	p, err := c.send(method, params)
+	if err != nil {
+		return err
+	}
+	return p.wait(ctx, out)
+}
+
+// pending is a request sent and not yet answered.
+type pending struct {
+	c      *Client
+	id     string
+	method string
+	res    chan response
+}
+
+// send sends a request without waiting for its response; wait collects it.
+func (c *Client) send(method string, params any) (*pending, error) {
 	c.mu.Lock()
 	if c.closeErr != nil {
 		err := c.closeErr
 		c.mu.Unlock()
-		return fmt.Errorf("%s: %w", method, err)
+		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	c.nextID++
-	id := strconv.FormatInt(c.nextID, 10)
-	ch := make(chan response, 1)
-	c.calls[id] = ch
+	p := &pending{c: c, id: strconv.FormatInt(c.nextID, 10), method: method, res: make(chan response, 1)}
+	c.calls[p.id] = p.res
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.calls, id)
-		c.mu.Unlock()
-	}()
-	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "method": method, "params": params})
+	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(p.id), "method": method, "params": params})
+	if err == nil {
+		err = c.WriteRaw(websocket.TextMessage, msg)
+	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", method, err)
+		p.forget()
+		return nil, fmt.Errorf("%s: %w", method, err)
 	}
-	if err := c.WriteRaw(websocket.TextMessage, msg); err != nil {
-		return fmt.Errorf("%s: %w", method, err)
-	}
+	return p, nil
+}
+
+func (p *pending) forget() {
+	p.c.mu.Lock()
+	delete(p.c.calls, p.id)
+	p.c.mu.Unlock()
+}
+
+// wait waits for p's response and decodes its result into out (if non-nil).
+func (p *pending) wait(ctx context.Context, out any) error {
+	defer p.forget()
 	select {
-	case r := <-ch:
+	case r := <-p.res:
 		if r.Err != nil {
 			return r.Err
 		}
 		if out != nil {
 			if err := json.Unmarshal(r.Result, out); err != nil {
-				return fmt.Errorf("%s: decode result: %w", method, err)
+				return fmt.Errorf("%s: decode result: %w", p.method, err)
 			}
 		}
 		return nil
-	case <-c.done:
-		return fmt.Errorf("%s: %w", method, c.Err())
+	case <-p.c.done:
+		return fmt.Errorf("%s: %w", p.method, p.c.Err())
 	case <-ctx.Done():
-		return fmt.Errorf("%s: %w", method, ctx.Err())
+		return fmt.Errorf("%s: %w", p.method, ctx.Err())
 	}
 }
 

@@ -191,6 +191,8 @@ type conn struct {
 	mu       sync.Mutex
 	channels map[uint32]*channel
 	ctrl     [][]byte // queued text messages, written ahead of data
+	// closeAfter, when set, is the close frame the writer sends once ctrl is written.
+	closeAfter []byte
 
 	// readyMu guards ready, the channels that may have data, in round-robin order. It is taken
 	// from viewer wake callbacks with a session.mu held; nothing else is taken under it.
@@ -334,7 +336,18 @@ func (c *conn) replyErr(id json.RawMessage, e *Error) bool {
 	return c.send(MarshalResponse(id, nil, e))
 }
 
-// closeWith sends a close frame and closes the socket; both loops then end.
+// closeAfterQueued has the writer send a close frame once every response queued so far is
+// written, then close the socket; both loops then end. The reader reads on until then.
+func (c *conn) closeAfterQueued(code int, text string) {
+	c.mu.Lock()
+	if c.closeAfter == nil {
+		c.closeAfter = websocket.FormatCloseMessage(code, text)
+	}
+	c.mu.Unlock()
+	notify(c.wake)
+}
+
+// closeWith sends a close frame and closes the socket at once; both loops then end.
 func (c *conn) closeWith(code int, text string) {
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text),
 		time.Now().Add(c.opts.WriteWait))
@@ -426,13 +439,21 @@ func (c *conn) write(typ int, b []byte) error {
 	return c.ws.WriteMessage(typ, b)
 }
 
-// flushControl writes every queued control message.
+// flushControl writes every queued control message, then the close frame closeAfterQueued
+// asked for, if any (the loop then ends).
 func (c *conn) flushControl() error {
 	for {
 		c.mu.Lock()
 		msgs := c.ctrl
 		c.ctrl = nil
+		closing := c.closeAfter
 		c.mu.Unlock()
+		if len(msgs) == 0 && closing != nil {
+			_ = c.ws.WriteControl(websocket.CloseMessage, closing, time.Now().Add(c.opts.WriteWait))
+			err := errors.New("closed after the queued responses")
+			c.fail(err)
+			return err
+		}
 		if len(msgs) == 0 {
 			return nil
 		}
@@ -593,9 +614,7 @@ func (c *conn) readLoop() error {
 			}
 		}
 		if !c.initialized {
-			if err := c.handleFirst(typ, msg.Bytes(), over); err != nil {
-				return err
-			}
+			c.handleFirst(typ, msg.Bytes(), over)
 			continue
 		}
 		switch {
@@ -622,21 +641,30 @@ func (c *conn) readLoop() error {
 
 var nullID = json.RawMessage("null")
 
-// handleFirst accepts only initialize.
-func (c *conn) handleFirst(typ int, b []byte, over bool) error {
+// handleFirst accepts only initialize. Once the socket is closing for a message that was not,
+// it ignores whatever follows: the close is decided, and nothing behind it may start work.
+func (c *conn) handleFirst(typ int, b []byte, over bool) {
+	c.mu.Lock()
+	closing := c.closeAfter != nil
+	c.mu.Unlock()
+	if closing {
+		return
+	}
+	// The close waits for responses already queued: an initialize that failed, then a request
+	// pipelined behind it, still gets the initialize's error before the close.
 	const why = "initialize must be the first request"
 	if typ != websocket.TextMessage || over {
-		c.closeWith(websocket.ClosePolicyViolation, why)
-		return errors.New(why)
+		c.closeAfterQueued(websocket.ClosePolicyViolation, why)
+		return
 	}
 	req, perr := ParseRequest(b)
 	if perr != nil || req.Method != "initialize" || req.IsNotification() {
-		c.closeWith(websocket.ClosePolicyViolation, why)
-		return errors.New(why)
+		c.closeAfterQueued(websocket.ClosePolicyViolation, why)
+		return
 	}
 	if _, e := DecodeInitialize(req.Params); e != nil {
 		c.replyErr(req.ID, e)
-		return nil
+		return
 	}
 	c.initialized = true
 	c.reply(req.ID, InitializeResult{
@@ -646,7 +674,6 @@ func (c *conn) handleFirst(typ int, b []byte, over bool) error {
 		Flow: Flow{Window: c.opts.Window, AckBytes: ackBytes(c.opts.Window),
 			ResumeHoldMs: c.resumeHoldMs()},
 	})
-	return nil
 }
 
 func ackBytes(window int) int { return max(window/4, 1) }

@@ -1,7 +1,9 @@
 package mux
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -452,5 +454,108 @@ func TestInputRightAfterOpenReply(t *testing.T) {
 	close(release)
 	if _, err := ch.ReadUntil(ctx, "typed-early"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A client may send requests right behind initialize without waiting for its result: the server
+// handles a socket's messages in order. After an initialize that failed, the next message is
+// again a first message, and anything but initialize closes the socket.
+func TestRequestsPipelinedBehindInitialize(t *testing.T) {
+	s := newServer(t, ServerOptions{}, nil)
+	dial := func() *websocket.Conn {
+		d := websocket.Dialer{Subprotocols: []string{Subprotocol}}
+		ws, _, err := d.Dial(s.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ws.Close() })
+		if err := ws.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		return ws
+	}
+	send := func(ws *websocket.Conn, msgs ...string) {
+		for _, m := range msgs {
+			if err := ws.WriteMessage(websocket.TextMessage, []byte(m)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const open = `{"jsonrpc":"2.0","id":2,"method":"session.open","params":{"channel":1,"cmd":["sh","-c","printf PIPELINED; exec sleep 60"],"cols":80,"rows":24}}`
+
+	ws := dial()
+	send(ws, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`, open)
+	var ids []string
+	var out []byte
+	for len(ids) < 2 || !bytes.Contains(out, []byte("PIPELINED")) {
+		typ, b, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("after %v and %q: %v", ids, out, err)
+		}
+		if typ == websocket.BinaryMessage {
+			f, err := ParseFrame(b)
+			if err != nil || f.Type != FrameOutput {
+				t.Fatalf("frame %x: %v", b, err)
+			}
+			out = append(out, f.Payload...)
+			continue
+		}
+		var r struct {
+			ID     json.RawMessage
+			Result json.RawMessage
+			Error  *Error
+		}
+		if err := json.Unmarshal(b, &r); err != nil || r.Error != nil || len(r.Result) == 0 {
+			t.Fatalf("response %s: want a result", b)
+		}
+		ids = append(ids, string(r.ID))
+	}
+	if strings.Join(ids, ",") != "1,2" {
+		t.Errorf("responses: got ids %v, want 1 then 2", ids)
+	}
+
+	ws = dial()
+	send(ws, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"client":5}}`, open)
+	_, b, err := ws.ReadMessage()
+	if err != nil || !bytes.Contains(b, []byte(`"error"`)) {
+		t.Fatalf("failed initialize: got %s, %v; want an error response", b, err)
+	}
+	_, _, err = ws.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation {
+		t.Fatalf("open behind a failed initialize: got %v, want close 1008", err)
+	}
+}
+
+// DialOpen opens a session in the same round trip as initialize, and its channel uses the
+// flow parameters initialize returned.
+func TestDialOpen(t *testing.T) {
+	s := newServer(t, ServerOptions{Window: 64 << 10}, nil)
+	ctx := testCtx(t)
+	c, ch, err := DialOpen(ctx, s.url, DialOptions{},
+		OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty -echo; echo READY; exec cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if c.Init.Flow.Window != 64<<10 || ch.ackEvery != c.Init.Flow.AckBytes {
+		t.Errorf("flow: window %d, channel acks every %d; want 65536 and initialize's ackBytes %d",
+			c.Init.Flow.Window, ch.ackEvery, c.Init.Flow.AckBytes)
+	}
+	if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Write([]byte("pipelined\r")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "pipelined"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A refused open closes the client and says why.
+	_, _, err = DialOpen(ctx, s.url, DialOptions{}, OpenOptions{Cols: 0, Rows: 24, Cmd: []string{"true"}})
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Errorf("open with 0 columns: got %v, want a JSON-RPC error", err)
 	}
 }

@@ -65,12 +65,13 @@ func (b *bench) runConnect(ctx context.Context) error {
 				passP = append(passP, lat.pct())
 			case "dial":
 				for range n {
+					// DialOpen: session.open goes right behind initialize, in one round trip.
 					t := time.Now()
-					c, err := gw.dial(ctx)
+					c, ch, err := gw.dialOpen(ctx, b.shOptions(readyScript))
 					if err != nil {
 						return err
 					}
-					d, err := b.firstByte(ctx, c, t)
+					d, err := firstRead(ctx, c, ch, t)
 					c.Close()
 					if err != nil {
 						return err
@@ -108,7 +109,7 @@ func (b *bench) runConnect(ctx context.Context) error {
 		}
 		return out
 	}
-	note := fmt.Sprintf("`sh -c '%s'`, %d samples per repetition; raw: creack/pty spawn in-process; pass-through: dial (which spawns)", readyScript, n)
+	note := fmt.Sprintf("`sh -c '%s'`, %d samples per repetition; muxterm from dial: mux.DialOpen (session.open right behind initialize); raw: creack/pty spawn in-process; pass-through: dial (which spawns)", readyScript, n)
 	for _, p99 := range []bool{false, true} {
 		q := map[bool]string{false: "p50", true: "p99"}[p99]
 		var t *Target
@@ -128,6 +129,11 @@ func (b *bench) firstByte(ctx context.Context, c *mux.Client, t time.Time) (time
 	if err != nil {
 		return 0, err
 	}
+	return firstRead(ctx, c, ch, t)
+}
+
+// firstRead returns the time from t to ch's first output byte, then removes the session.
+func firstRead(ctx context.Context, c *mux.Client, ch *mux.Channel, t time.Time) (time.Duration, error) {
 	buf := make([]byte, 4096)
 	stop := guard(ctx, c, ch)
 	_, rerr := ch.Read(buf)

@@ -150,6 +150,15 @@ func (g *gatewayProc) dial(ctx context.Context) (*mux.Client, error) {
 	return c, nil
 }
 
+// dialOpen opens a muxterm socket and a session on it in one round trip (mux.DialOpen).
+func (g *gatewayProc) dialOpen(ctx context.Context, o mux.OpenOptions) (*mux.Client, *mux.Channel, error) {
+	c, ch, err := mux.DialOpen(ctx, g.URL(), mux.DialOptions{Token: g.token, Name: "muxbench", Dialer: benchDialer()}, o)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial and open on gateway %s: %w", g.Addr, err)
+	}
+	return c, ch, nil
+}
+
 // sample reads the gateway's CPU time, RSS, threads and fds.
 func (g *gatewayProc) sample() (procSample, error) {
 	s, err := sampleProc(g.Pid)

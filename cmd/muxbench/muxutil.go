@@ -18,12 +18,21 @@ func (b *bench) openSh(ctx context.Context, c *mux.Client, script string) (*mux.
 }
 
 func (b *bench) openArgv(ctx context.Context, c *mux.Client, argv []string) (*mux.Channel, error) {
-	ch, err := c.Open(ctx, mux.OpenOptions{Cmd: argv, Cols: 80, Rows: 24,
-		Env: map[string]string{b.tagKey: b.tagVal}})
+	ch, err := c.Open(ctx, b.openOptions(argv))
 	if err != nil {
 		return nil, fmt.Errorf("open %q: %w", argv, err)
 	}
 	return ch, nil
+}
+
+// openOptions opens argv at 80×24, tagged with the run's id.
+func (b *bench) openOptions(argv []string) mux.OpenOptions {
+	return mux.OpenOptions{Cmd: argv, Cols: 80, Rows: 24, Env: map[string]string{b.tagKey: b.tagVal}}
+}
+
+// shOptions opens `sh -c script`, tagged with the run's id.
+func (b *bench) shOptions(script string) mux.OpenOptions {
+	return b.openOptions([]string{"sh", "-c", script})
 }
 
 // killQuiet kills a session, bounded by a few seconds, for cleanup paths.
