@@ -88,11 +88,13 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 		Cols: o.Cols, Rows: o.Rows, Name: o.Name})
 	if err != nil {
 		initCall.forget()
+		c.dropChannel(ch)
 		c.Close()
 		return nil, nil, err
 	}
 	if err := initCall.wait(ctx, &c.Init); err != nil {
 		openCall.forget()
+		c.dropChannel(ch)
 		c.Close()
 		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
@@ -102,6 +104,7 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 	ch.mu.Unlock()
 	var res OpenResult
 	if err := openCall.wait(ctx, &res); err != nil {
+		c.dropChannel(ch)
 		c.Close()
 		return nil, nil, err
 	}
@@ -287,6 +290,15 @@ func (p *pending) wait(ctx context.Context, out any) error {
 		}
 		return nil
 	case <-p.c.done:
+		// The reader delivers a response before it ends: one that came just before the close
+		// (an initialize error ahead of a 1008) is the answer, not the close.
+		select {
+		case r := <-p.res:
+			if r.Err != nil {
+				return r.Err
+			}
+		default:
+		}
 		return fmt.Errorf("%s: %w", p.method, p.c.Err())
 	case <-ctx.Done():
 		return fmt.Errorf("%s: %w", p.method, ctx.Err())
@@ -502,7 +514,7 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 type Channel struct {
 	c        *Client
 	ID       uint32
-	ackEvery int
+	ackEvery int // from initialize's flow; DialOpen sets it once the result is in, before returning
 
 	exited chan struct{} // closed on session.exit
 	closed chan struct{} // closed on session.closed or connection end

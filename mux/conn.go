@@ -191,8 +191,10 @@ type conn struct {
 	mu       sync.Mutex
 	channels map[uint32]*channel
 	ctrl     [][]byte // queued text messages, written ahead of data
-	// closeAfter, when set, is the close frame the writer sends once ctrl is written.
+	// closeAfter, when set, is the close frame the writer sends once ctrl is written, and
+	// closeWhy the connection's end cause then.
 	closeAfter []byte
+	closeWhy   error
 
 	// readyMu guards ready, the channels that may have data, in round-robin order. It is taken
 	// from viewer wake callbacks with a session.mu held; nothing else is taken under it.
@@ -342,6 +344,7 @@ func (c *conn) closeAfterQueued(code int, text string) {
 	c.mu.Lock()
 	if c.closeAfter == nil {
 		c.closeAfter = websocket.FormatCloseMessage(code, text)
+		c.closeWhy = fmt.Errorf("closed with %d: %s", code, text)
 	}
 	c.mu.Unlock()
 	notify(c.wake)
@@ -450,8 +453,17 @@ func (c *conn) flushControl() error {
 		c.mu.Unlock()
 		if len(msgs) == 0 && closing != nil {
 			_ = c.ws.WriteControl(websocket.CloseMessage, closing, time.Now().Add(c.opts.WriteWait))
-			err := errors.New("closed after the queued responses")
-			c.fail(err)
+			// Give the client a moment to read and answer: closing with its messages unread
+			// would reset the connection and could discard the responses and the close frame.
+			t := time.NewTimer(closeGrace)
+			select {
+			case <-c.readDone:
+			case <-t.C:
+			}
+			t.Stop()
+			c.mu.Lock()
+			err := c.closeWhy
+			c.mu.Unlock()
 			return err
 		}
 		if len(msgs) == 0 {
@@ -596,6 +608,9 @@ func (c *conn) readLoop() error {
 	for {
 		typ, r, err := c.ws.NextReader()
 		if err != nil {
+			if c.ctx.Err() != nil {
+				return context.Cause(c.ctx) // why we closed it, rather than the read that failed
+			}
 			return err
 		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(c.opts.PongWait))

@@ -525,6 +525,33 @@ func TestRequestsPipelinedBehindInitialize(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation {
 		t.Fatalf("open behind a failed initialize: got %v, want close 1008", err)
 	}
+
+	// Once the close is decided nothing starts, not even behind a valid initialize.
+	c := s.dial(t)
+	before, err := c.List(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws = dial()
+	send(ws, `{"jsonrpc":"2.0","id":1,"method":"session.list","params":{}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"initialize","params":{}}`, open)
+	for {
+		typ, b, err := ws.ReadMessage()
+		if err != nil {
+			if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation {
+				t.Fatalf("behind a non-initialize first message: got %v, want close 1008", err)
+			}
+			break
+		}
+		t.Errorf("behind a non-initialize first message: got message type %d %s, want only the close", typ, b)
+	}
+	after, err := c.List(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("sessions: %d before, %d after; want nothing opened behind the violation", len(before), len(after))
+	}
 }
 
 // DialOpen opens a session in the same round trip as initialize, and its channel uses the
