@@ -96,6 +96,9 @@ type ServerOptions struct {
 	// testHookAfterSubscribe runs in the read loop after an attach subscribed and before its
 	// reply is queued.
 	testHookAfterSubscribe func()
+	// initWait bounds the time from the upgrade to a successful initialize (default
+	// firstMsgTimeout); tests shorten it.
+	initWait time.Duration
 	// testHookBeforeActivate runs in an open's goroutine after its reply is queued and before
 	// the channel is published to the writer.
 	testHookBeforeActivate func()
@@ -600,8 +603,18 @@ func signalOrNil(e session.ExitStatus) any {
 // channels. It returns the error that ended the connection.
 func (c *conn) readLoop() error {
 	c.ws.SetReadLimit(hardReadLimit)
-	_ = c.ws.SetReadDeadline(time.Now().Add(min(c.opts.PongWait, firstMsgTimeout)))
+	// Until initialize succeeds the deadline stays where it was set at the start: neither a pong
+	// (a browser answers pings by itself) nor a failed initialize may keep an uninitialized
+	// socket open.
+	initWait := c.opts.initWait
+	if initWait <= 0 {
+		initWait = firstMsgTimeout
+	}
+	_ = c.ws.SetReadDeadline(time.Now().Add(min(c.opts.PongWait, initWait)))
 	c.ws.SetPongHandler(func(string) error {
+		if !c.initialized { // the handler runs in this goroutine, inside NextReader
+			return nil
+		}
 		return c.ws.SetReadDeadline(time.Now().Add(c.opts.PongWait))
 	})
 	var msg bytes.Buffer
@@ -613,7 +626,9 @@ func (c *conn) readLoop() error {
 			}
 			return err
 		}
-		_ = c.ws.SetReadDeadline(time.Now().Add(c.opts.PongWait))
+		if c.initialized {
+			_ = c.ws.SetReadDeadline(time.Now().Add(c.opts.PongWait))
+		}
 		limit := c.opts.MaxMessageBytes
 		if typ == websocket.BinaryMessage {
 			limit = HeaderLen + c.opts.MaxInputBytes

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -584,5 +585,34 @@ func TestDialOpen(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) {
 		t.Errorf("open with 0 columns: got %v, want a JSON-RPC error", err)
+	}
+}
+
+// A socket that answers pings but never initializes is closed once the time to initialize is
+// up: pongs keep only an initialized socket alive.
+func TestPongsDoNotKeepAnUninitializedSocket(t *testing.T) {
+	s := newServer(t, ServerOptions{PongWait: 240 * time.Millisecond, initWait: 300 * time.Millisecond}, nil)
+	d := websocket.Dialer{Subprotocols: []string{Subprotocol}}
+	ws, _, err := d.Dial(s.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	var pings atomic.Int32
+	ws.SetPingHandler(func(data string) error {
+		pings.Add(1)
+		return ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+	})
+	// Our own bound: the server must close well before it.
+	if err := ws.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = ws.ReadMessage()
+	var ne interface{ Timeout() bool }
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("uninitialized socket answering pings: read got %v, want the server to close it", err)
+	}
+	if pings.Load() == 0 {
+		t.Error("no ping arrived before the close: the test proves nothing")
 	}
 }
