@@ -673,8 +673,9 @@ func (s *Session) readReady(buf []byte) {
 }
 
 // maxBatchesPerTurn bounds how much one master is read before the others ready with it: 4
-// batches (at most 128 KiB) spread the turn's epoll_wait and epoll_ctl over more bytes while a
-// stream keeps the master full, and still let other ready masters in every few hundred µs.
+// batches (at most 128 KiB) before the master goes back behind them. Against one batch per turn
+// it made no measurable difference in CPU per GiB (docs/benchmarks.md); it keeps a streaming
+// master from paying the round trip through the epoll instance every 32 KiB.
 const maxBatchesPerTurn = 4
 
 // readBatch reads the master until it would block or buf is full. A read that fails (EIO once
