@@ -60,7 +60,7 @@ const (
 	maxPending      = 16       // concurrent slow requests (open, kill) per socket
 	killTimeout     = 30 * time.Second
 	firstMsgTimeout = 30 * time.Second
-	closeGrace      = time.Second // wait for the client's close reply on shutdown
+	closeGrace      = time.Second // wait for the client's close reply after our close frame
 )
 
 // ServerOptions configure one multiplexed connection.
@@ -238,12 +238,7 @@ func Serve(ctx context.Context, ws Socket, opts ServerOptions) error {
 	c.cancel(err)
 	if errors.Is(context.Cause(c.ctx), ErrShutdown) {
 		// Let the writer tell every channel and send 1001 before the socket goes.
-		t := time.NewTimer(closeGrace + c.opts.WriteWait)
-		select {
-		case <-c.writerDone:
-		case <-t.C:
-		}
-		t.Stop()
+		waitAtMost(c.writerDone, closeGrace+c.opts.WriteWait)
 	}
 	ws.Close() // unblocks a writer stuck in a write
 	<-c.writerDone
@@ -398,16 +393,21 @@ func (c *conn) writeLoop() {
 				c.shutdownFlush()
 				// Give the client a moment to answer the close frame: closing with its acks
 				// unread would reset the connection and could discard what we just sent.
-				t := time.NewTimer(closeGrace)
-				select {
-				case <-c.readDone:
-				case <-t.C:
-				}
-				t.Stop()
+				waitAtMost(c.readDone, closeGrace)
 				c.ws.Close()
 			}
 			return
 		}
+	}
+}
+
+// waitAtMost waits until done is closed or d has passed.
+func waitAtMost(done <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }
 
@@ -458,12 +458,7 @@ func (c *conn) flushControl() error {
 			_ = c.ws.WriteControl(websocket.CloseMessage, closing, time.Now().Add(c.opts.WriteWait))
 			// Give the client a moment to read and answer: closing with its messages unread
 			// would reset the connection and could discard the responses and the close frame.
-			t := time.NewTimer(closeGrace)
-			select {
-			case <-c.readDone:
-			case <-t.C:
-			}
-			t.Stop()
+			waitAtMost(c.readDone, closeGrace)
 			c.mu.Lock()
 			err := c.closeWhy
 			c.mu.Unlock()
