@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -27,13 +26,11 @@ const listenPrefix = "muxterm: listening on http://"
 
 // gatewayProc is a gateway binary this run started on 127.0.0.1:0.
 type gatewayProc struct {
-	cmd    *exec.Cmd
+	*child
 	Pid    int
 	Addr   string // 127.0.0.1:PORT
 	token  string
 	stderr *tailBuffer
-	exited chan struct{} // closed once cmd.Wait returned
-	err    error         // cmd.Wait's result; read after exited
 	perf   *exec.Cmd     // perf record attached to the gateway, if profiling
 	pprof  string        // the gateway's pprof base URL, if it was started with --pprof-listen
 	prof   chan struct{} // closed to stop the pprof profile loop
@@ -48,70 +45,39 @@ func startGateway(ctx context.Context, path string, maxSessions int, extra ...st
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("generate token: %w", err)
 	}
-	g := &gatewayProc{token: hex.EncodeToString(b[:]), stderr: &tailBuffer{max: 64 << 10},
-		exited: make(chan struct{})}
+	g := &gatewayProc{token: hex.EncodeToString(b[:]), stderr: &tailBuffer{max: 64 << 10}}
 	limit := strconv.Itoa(maxSessions)
 	args := append([]string{"--listen", "127.0.0.1:0", "--allow-cmd", "*", "--max-sessions", limit,
 		"--max-channels", limit, "--idle-grace", "24h", "--log-level", "warn"}, extra...)
-	g.cmd = exec.Command(path, args...)
+	cmd := exec.Command(path, args...)
 	// The token goes through the flag's environment twin (MUXTERM_TOKEN) so it stays out of ps.
-	g.cmd.Env = append(os.Environ(), "MUXTERM_TOKEN="+g.token)
-	g.cmd.Stderr = g.stderr
-	// If this process dies without cleaning up, the kernel kills the gateway (whose shutdown
-	// path then cannot run; the sessions' PTYs hang up and their shells get SIGHUP).
-	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := g.cmd.StdoutPipe()
+	cmd.Env = append(os.Environ(), "MUXTERM_TOKEN="+g.token)
+	cmd.Stderr = g.stderr
+	// If muxbench dies, the kernel kills the gateway (whose shutdown path then cannot run; the
+	// sessions' PTYs hang up and their shells get SIGHUP).
+	c, err := startChild(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("gateway stdout: %w", err)
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if err := g.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start gateway %s: %w", path, err)
-	}
-	g.Pid = g.cmd.Process.Pid
-	lines := make(chan string, 4)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default: // nobody listens any more; keep draining so the gateway never blocks
-			}
+	g.child, g.Pid = c, cmd.Process.Pid
+	err = c.waitLines(ctx, func(line string) bool {
+		if rest, ok := strings.CutPrefix(line, pprofPrefix); ok {
+			g.pprof = strings.TrimSpace(rest)
 		}
-		_, _ = io.Copy(io.Discard, stdout)
-		close(lines)
-	}()
-	go func() {
-		g.err = g.cmd.Wait()
-		close(g.exited)
-	}()
-	timeout := time.NewTimer(15 * time.Second)
-	defer timeout.Stop()
-	for {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				<-g.exited
-				return nil, fmt.Errorf("gateway exited before listening: %v: %s", g.err, g.stderr.String())
-			}
-			if rest, ok := strings.CutPrefix(line, pprofPrefix); ok {
-				g.pprof = strings.TrimSpace(rest)
-			}
-			if rest, ok := strings.CutPrefix(line, listenPrefix); ok {
-				g.Addr = strings.TrimSpace(rest)
-				if host, _, err := net.SplitHostPort(g.Addr); err != nil || host != "127.0.0.1" {
-					g.stop()
-					return nil, fmt.Errorf("gateway listens on %q, want 127.0.0.1", g.Addr)
-				}
-				return g, nil
-			}
-		case <-timeout.C:
-			g.stop()
-			return nil, fmt.Errorf("gateway did not print %q within 15s: %s", listenPrefix, g.stderr.String())
-		case <-ctx.Done():
-			g.stop()
-			return nil, fmt.Errorf("start gateway: %w", ctx.Err())
+		rest, ok := strings.CutPrefix(line, listenPrefix)
+		g.Addr = strings.TrimSpace(rest)
+		return ok
+	})
+	if err == nil {
+		if host, _, herr := net.SplitHostPort(g.Addr); herr != nil || host != "127.0.0.1" {
+			err = fmt.Errorf("it listens on %q, want 127.0.0.1", g.Addr)
 		}
 	}
+	if err != nil {
+		g.stop()
+		return nil, fmt.Errorf("start gateway %s: %w: %s", path, err, g.stderr.String())
+	}
+	return g, nil
 }
 
 // gatewayFlags lists the flags the binary at path accepts, from its -help output.
@@ -178,19 +144,7 @@ func (g *gatewayProc) cpu() float64 {
 // is still running 10s later, SIGKILL. It is safe to call more than once.
 func (g *gatewayProc) stop() error {
 	g.stopProfile()
-	select {
-	case <-g.exited:
-		return g.exitErr()
-	default:
-	}
-	_ = g.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
-	select {
-	case <-g.exited:
-	case <-t.C:
-		_ = g.cmd.Process.Kill()
-		<-g.exited
+	if g.terminate() {
 		return fmt.Errorf("gateway %d ignored SIGTERM for 10s; killed: %s", g.Pid, g.stderr.String())
 	}
 	return g.exitErr()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -30,9 +29,8 @@ import (
 // gateway: served from muxbench's own process, the baseline would skip the wake-up of another
 // process on every message, which the gateway cannot (about 45 µs of an echo here).
 type passthrough struct {
+	*child
 	addr string
-	cmd  *exec.Cmd     // the pass-through process
-	done chan struct{} // closed when it has exited
 }
 
 // passthroughArg, as muxbench's only argument, makes it serve the pass-through instead.
@@ -49,57 +47,28 @@ func startPassthrough(ctx context.Context, tag string) (*passthrough, error) {
 	cmd := exec.Command(exe, passthroughArg)
 	cmd.Env = append(os.Environ(), tag)
 	cmd.Stderr = os.Stderr
-	// If muxbench dies without cleaning up, the kernel kills the pass-through; its shells then
-	// get SIGHUP from their PTYs (the baselines run cat, yes, head and base64, which all die of
-	// it).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
+	// If muxbench dies, the kernel kills the pass-through; its shells then get SIGHUP from their
+	// PTYs (the baselines run cat, yes, head and base64, which all die of it).
+	c, err := startChild(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("pass-through stdout: %w", err)
+		return nil, fmt.Errorf("pass-through: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
+	p := &passthrough{child: c}
+	err = c.waitLines(ctx, func(line string) bool {
+		a, ok := strings.CutPrefix(line, passthroughPrefix)
+		p.addr = a
+		return ok
+	})
+	if err != nil {
+		p.close()
 		return nil, fmt.Errorf("start pass-through: %w", err)
 	}
-	p := &passthrough{cmd: cmd, done: make(chan struct{})}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), passthroughPrefix); ok {
-				addr <- a
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	select {
-	case p.addr = <-addr:
-		return p, nil
-	case <-p.done:
-		return nil, fmt.Errorf("pass-through exited before listening: %v", cmd.ProcessState)
-	case <-time.After(15 * time.Second):
-		p.close()
-		return nil, errors.New("pass-through did not listen within 15s")
-	case <-ctx.Done():
-		p.close()
-		return nil, fmt.Errorf("start pass-through: %w", ctx.Err())
-	}
+	return p, nil
 }
 
 // close stops the pass-through process: SIGTERM, on which it ends every connection (their
 // processes are killed) and exits; SIGKILL if it has not within 10 s.
-func (p *passthrough) close() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+func (p *passthrough) close() { p.terminate() }
 
 // ptServer is the pass-through server, inside the pass-through process.
 type ptServer struct {
