@@ -119,6 +119,43 @@ func TestByteExactRandomData(t *testing.T) {
 }
 
 // expectedSeq is what `seq 1 n` prints in raw mode.
+// openSeq opens `seq 1 lines` on c, raw, and keeps the session alive after it.
+func openSeq(ctx context.Context, t *testing.T, c *mux.Client, lines int) *mux.Channel {
+	t.Helper()
+	ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+		Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo && seq 1 %d && exec sleep 30", lines)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// readAndDrop reads n bytes of ch, then drops c mid-stream. It returns what was read and the
+// channel's offset, which must be its length.
+func readAndDrop(ctx context.Context, t *testing.T, c *mux.Client, ch *mux.Channel, n int) ([]byte, int64) {
+	t.Helper()
+	first := readN(ctx, t, ch, n)
+	off := ch.Offset()
+	c.Close()
+	if off != int64(len(first)) {
+		t.Fatalf("offset after %d bytes: got %d", len(first), off)
+	}
+	return first, off
+}
+
+// checkResumed checks that an attach resumed exactly at off with nothing lost, and that what
+// ch reads from there completes first to want.
+func checkResumed(ctx context.Context, t *testing.T, ch *mux.Channel, res mux.AttachResult, off int64, first, want []byte) {
+	t.Helper()
+	if res.Offset != off || res.Lost != 0 {
+		t.Fatalf("attach: got offset %d lost %d, want %d and 0", res.Offset, res.Lost, off)
+	}
+	rest := readN(ctx, t, ch, len(want)-len(first))
+	if got := append(first, rest...); !bytes.Equal(got, want) {
+		t.Fatalf("resumed stream differs (%d bytes, want %d)", len(got), len(want))
+	}
+}
+
 func expectedSeq(n int) []byte {
 	var b bytes.Buffer
 	for i := 1; i <= n; i++ {
@@ -133,31 +170,15 @@ func TestResumeAfterDropIsByteExact(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	want := expectedSeq(100000) // 588,895 bytes: fits the 1 MiB ring
 	c1 := g.dial(t)
-	ch, err := c1.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
-		Cmd: []string{"sh", "-c", "stty raw -echo && seq 1 100000 && exec sleep 30"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := openSeq(ctx, t, c1, 100000)
 	id := ch.Session()
-	first := readN(ctx, t, ch, 100000)
-	off := ch.Offset()
-	c1.Close() // drop mid-stream
-	if off != int64(len(first)) {
-		t.Fatalf("offset after %d bytes: got %d", len(first), off)
-	}
+	first, off := readAndDrop(ctx, t, c1, ch, 100000)
 	c2 := g.dial(t)
 	ch2, res, err := c2.Attach(ctx, id, &off)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Offset != off || res.Lost != 0 {
-		t.Fatalf("attach: got offset %d lost %d, want %d and 0", res.Offset, res.Lost, off)
-	}
-	rest := readN(ctx, t, ch2, len(want)-len(first))
-	got := append(first, rest...)
-	if !bytes.Equal(got, want) {
-		t.Fatalf("resumed stream differs (%d bytes, want %d)", len(got), len(want))
-	}
+	checkResumed(ctx, t, ch2, res, off, first, want)
 	if _, err := c2.Kill(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -177,11 +198,7 @@ func TestResumeHoldAfterDrop(t *testing.T) {
 		g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "256KiB", "--window", "64KiB", "--resume-hold", "1h")
 		ctx := ctxT(t, 60*time.Second)
 		c := g.dial(t)
-		ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
-			Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo && seq 1 %d && exec sleep 30", lines)}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ch := openSeq(ctx, t, c, lines)
 		readN(ctx, t, ch, 10000)
 		if err := ch.Detach(ctx); err != nil {
 			t.Fatal(err)
@@ -200,18 +217,9 @@ func TestResumeHoldAfterDrop(t *testing.T) {
 			g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "256KiB", "--window", "64KiB", "--resume-hold", tc.hold)
 			ctx := ctxT(t, 60*time.Second)
 			c1 := g.dial(t)
-			ch, err := c1.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
-				Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo && seq 1 %d && exec sleep 30", lines)}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			ch := openSeq(ctx, t, c1, lines)
 			id := ch.Session()
-			first := readN(ctx, t, ch, 10000)
-			off := ch.Offset()
-			c1.Close() // drop mid-stream
-			if off != int64(len(first)) {
-				t.Fatalf("offset after %d bytes: got %d", len(first), off)
-			}
+			first, off := readAndDrop(ctx, t, c1, ch, 10000)
 			// Let the program run on: into the hold, which pauses it just past the high-water
 			// mark (128 KiB) beyond what the client acknowledged (somewhere in [0, off]), or,
 			// with no hold, past a ring's worth beyond off.
@@ -234,13 +242,7 @@ func TestResumeHoldAfterDrop(t *testing.T) {
 				}
 				return
 			}
-			if res.Offset != off || res.Lost != 0 {
-				t.Fatalf("attach: got offset %d lost %d, want %d and 0", res.Offset, res.Lost, off)
-			}
-			rest := readN(ctx, t, ch2, len(want)-len(first))
-			if got := append(first, rest...); !bytes.Equal(got, want) {
-				t.Fatalf("resumed stream differs (%d bytes, want %d)", len(got), len(want))
-			}
+			checkResumed(ctx, t, ch2, res, off, first, want)
 		})
 	}
 }
