@@ -362,6 +362,14 @@ func TestBackpressure(t *testing.T) {
 	t.Parallel()
 	want := exitScriptOutput()
 	const ringSize = 64 << 10
+	// openBig opens bigScript through a new registry with opts, with a viewer from offset 0
+	// and the channel its wake function notifies.
+	openBig := func(t *testing.T, opts Options) (*Registry, *Session, *Viewer, chan struct{}) {
+		r := NewRegistry(opts, nil)
+		wake, wakeFn := wakeChan()
+		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		return r, s, v, wake
+	}
 	newOpts := func(t *testing.T) (Options, *meterProbe) {
 		in, probe := newMeterProbe(t)
 		opts := testOptions()
@@ -373,9 +381,7 @@ func TestBackpressure(t *testing.T) {
 	t.Run("a stalled viewer pauses the reader until it reads", func(t *testing.T) {
 		t.Parallel()
 		opts, tel := newOpts(t)
-		r := NewRegistry(opts, nil)
-		wake, wakeFn := wakeChan()
-		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		r, s, v, wake := openBig(t, opts)
 		gate := make(chan struct{})
 		c := collect(t, v, wake, gate)
 
@@ -426,9 +432,7 @@ func TestBackpressure(t *testing.T) {
 	t.Run("a paused reader never delays Kill", func(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
-		r := NewRegistry(opts, nil)
-		_, wakeFn := wakeChan()
-		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		r, s, v, _ := openBig(t, opts)
 		waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
 
 		res, _ := killWithin(t, time.Second, func(ctx context.Context) (KillResult, error) {
@@ -463,9 +467,7 @@ func TestBackpressure(t *testing.T) {
 		if kept := opts.KeptBehind(); kept < 4000 {
 			t.Fatalf("KeptBehind %d < 4000: the hold below may be overwritten before it is made", kept)
 		}
-		r := NewRegistry(opts, nil)
-		wake, wakeFn := wakeChan()
-		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		r, s, v, wake := openBig(t, opts)
 		// Read a little, then lose the viewer as a dropped socket would.
 		off := int64(readExactly(t, v, wake, 10000))
 		// Lose the viewer as a dropped socket would, with its last 4000 bytes still in flight:
@@ -498,9 +500,7 @@ func TestBackpressure(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
 		opts.ResumeHold = 2 * time.Second
-		r := NewRegistry(opts, nil)
-		_, wakeFn := wakeChan()
-		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		_, s, v, _ := openBig(t, opts)
 		waitFor(t, 10*time.Second, "reader paused by the unread viewer", func() bool { return isPaused(s) })
 		v.CloseHolding(0) // at offset 0: without the hold this would resume the reader at once
 		if !isPaused(s) {
@@ -518,9 +518,7 @@ func TestBackpressure(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
 		opts.ResumeHold = time.Hour
-		r := NewRegistry(opts, nil)
-		wake, wakeFn := wakeChan()
-		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		r, s, v, wake := openBig(t, opts)
 		waitFor(t, 10*time.Second, "reader paused by the unread viewer", func() bool { return isPaused(s) })
 		readExactly(t, v, wake, 10000)
 		// Handed 10000 bytes, 4000 of them unconfirmed: the hold keeps [6000, …). The client
@@ -540,9 +538,7 @@ func TestBackpressure(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
 		opts.ResumeHold = time.Hour
-		r := NewRegistry(opts, nil)
-		wake, wakeFn := wakeChan()
-		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		r, s, v, wake := openBig(t, opts)
 		readExactly(t, v, wake, 10000)
 		v.CloseHolding(0) // the hold's range is [10000, 10000]
 		// Another client replays from the start, then leaves on purpose: that is not the lost
@@ -574,9 +570,7 @@ func TestBackpressure(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
 		opts.ResumeHold = time.Hour
-		r := NewRegistry(opts, nil)
-		_, wakeFn := wakeChan()
-		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		r, s, v, _ := openBig(t, opts)
 		// A second client reads on while the first one's hold sits at offset 0, so backpressure
 		// follows the reader and the ring overwrites offset 0.
 		wake2, wakeFn2 := wakeChan()
@@ -622,9 +616,7 @@ func TestBackpressure(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
 		opts.ResumeHold = time.Hour // a hold would keep the program from finishing
-		r := NewRegistry(opts, nil)
-		_, wakeFn := wakeChan()
-		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		_, s, v, _ := openBig(t, opts)
 		v.Close()
 		waitClosed(t, s.Exited(), 30*time.Second, "exit")
 	})
@@ -632,9 +624,7 @@ func TestBackpressure(t *testing.T) {
 	t.Run("a viewer attaching at the end resumes a paused reader", func(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
-		r := NewRegistry(opts, nil)
-		_, wakeFn := wakeChan()
-		s, _ := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
+		r, s, _, _ := openBig(t, opts)
 		waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
 		// This viewer has everything, so not every viewer is behind: the reader must go on and
 		// wake it with new output, though it has not read yet.
