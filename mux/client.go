@@ -84,8 +84,7 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
 	ch := c.newChannel()
-	openCall, err := c.send("session.open", OpenParams{Channel: ch.ID, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env,
-		Cols: o.Cols, Rows: o.Rows, Name: o.Name})
+	openCall, err := c.send("session.open", o.params(ch.ID))
 	if err != nil {
 		initCall.forget()
 		c.dropChannel(ch)
@@ -371,13 +370,16 @@ type OpenOptions struct {
 	Name string
 }
 
+// params are session.open's params for o on channel.
+func (o OpenOptions) params(channel uint32) OpenParams {
+	return OpenParams{Channel: channel, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env, Cols: o.Cols, Rows: o.Rows, Name: o.Name}
+}
+
 // Open starts a session and returns its channel.
 func (c *Client) Open(ctx context.Context, o OpenOptions) (*Channel, error) {
 	ch := c.newChannel()
 	var res OpenResult
-	params := OpenParams{Channel: ch.ID, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env, Cols: o.Cols,
-		Rows: o.Rows, Name: o.Name}
-	if err := c.Call(ctx, "session.open", params, &res); err != nil {
+	if err := c.Call(ctx, "session.open", o.params(ch.ID), &res); err != nil {
 		c.dropChannel(ch)
 		return nil, err
 	}
