@@ -50,7 +50,7 @@ test-race: test-unit
 
 test-fuzz: frontend
 	@echo "==> fuzz targets, $(FUZZTIME) each"
-	@for p in ./mux/ ./gateway/; do \
+	@for p in ./proto/ ./gateway/; do \
 		for f in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
 			echo "--- $$p $$f"; \
 			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$p || exit 1; \

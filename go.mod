@@ -1,4 +1,4 @@
-module muxterm
+module github.com/muxterm/muxterm
 
 go 1.26.0
 

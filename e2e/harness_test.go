@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
 )
 
 var (
@@ -43,7 +43,7 @@ func binary(t *testing.T) string {
 			return
 		}
 		builtBin = filepath.Join(dir, "gateway")
-		out, err := exec.Command("go", "build", "-o", builtBin, "muxterm/cmd/gateway").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", builtBin, "github.com/muxterm/muxterm/cmd/gateway").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -181,11 +181,11 @@ func (g *gateway) Stop(d time.Duration) time.Duration {
 }
 
 // dial connects an authenticated client, closed in cleanup.
-func (g *gateway) dial(t *testing.T) *mux.Client {
+func (g *gateway) dial(t *testing.T) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := mux.Dial(ctx, g.WS, mux.DialOptions{Token: g.Token})
+	c, err := client.Dial(ctx, g.WS, client.DialOptions{Token: g.Token})
 	if err != nil {
 		t.Fatalf("dial: %v\n%s", err, g.Logs())
 	}

@@ -20,9 +20,10 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
+	protobuf "google.golang.org/protobuf/proto"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/proto"
 )
 
 // otlpReceiver is a real OTLP/HTTP trace receiver on 127.0.0.1: it decodes the protobuf
@@ -53,7 +54,7 @@ func newOTLPReceiver(t *testing.T) *otlpReceiver {
 		}
 		if req.URL.Path == "/v1/traces" {
 			var ex coltracepb.ExportTraceServiceRequest
-			if err := proto.Unmarshal(b, &ex); err != nil {
+			if err := protobuf.Unmarshal(b, &ex); err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
@@ -64,7 +65,7 @@ func newOTLPReceiver(t *testing.T) *otlpReceiver {
 				}
 			}
 			r.mu.Unlock()
-			out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+			out, _ := protobuf.Marshal(&coltracepb.ExportTraceServiceResponse{})
 			w.Header().Set("Content-Type", "application/x-protobuf")
 			_, _ = w.Write(out)
 			return
@@ -132,7 +133,7 @@ func TestOTelKillTraceAndMetrics(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 
 	// A shell whose escapee holds the PTY: the kill returns, the reader ends afterwards.
-	ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c",
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c",
 		"setsid sh -c 'echo READY; exec sleep 20' & exec sleep 300"}})
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +146,7 @@ func TestOTelKillTraceAndMetrics(t *testing.T) {
 	_, _ = rand.Read(tid[:])
 	_, _ = rand.Read(sid[:])
 	traceparent := fmt.Sprintf("00-%s-%s-01", hex.EncodeToString(tid[:]), hex.EncodeToString(sid[:]))
-	var res mux.KillResult
+	var res proto.KillResult
 	if err := c.Call(ctx, "session.kill", map[string]any{"session": ch.Session(),
 		"_meta": map[string]any{"traceparent": traceparent}}, &res); err != nil {
 		t.Fatal(err)
@@ -154,7 +155,7 @@ func TestOTelKillTraceAndMetrics(t *testing.T) {
 		t.Fatalf("kill: got %+v, want killed with 1 escapee", res)
 	}
 	// A second, plain kill for the histogram count.
-	ch2, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	ch2, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if err != nil {
 		t.Fatal(err)
 	}

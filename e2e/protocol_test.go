@@ -20,11 +20,12 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/proto"
 )
 
 // readN reads exactly n bytes from ch, or fails at ctx's deadline.
-func readN(ctx context.Context, t *testing.T, ch *mux.Channel, n int) []byte {
+func readN(ctx context.Context, t *testing.T, ch *client.Channel, n int) []byte {
 	t.Helper()
 	out := make([]byte, 0, n)
 	buf := make([]byte, 64<<10)
@@ -56,9 +57,9 @@ func TestThreeSessionsOutputNeverCrosses(t *testing.T) {
 	c := g.dial(t)
 	ctx := ctxT(t, 20*time.Second)
 	names := []string{"alpha", "bravo", "charlie"}
-	chans := make([]*mux.Channel, len(names))
+	chans := make([]*client.Channel, len(names))
 	for i, n := range names {
-		ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+		ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
 			Cmd: []string{"sh", "-c", fmt.Sprintf("for i in 1 2 3 4 5 6 7 8 9 10; do echo %s-$i; done; echo %s-END", n, n)}})
 		if err != nil {
 			t.Fatal(err)
@@ -96,7 +97,7 @@ func TestByteExactRandomData(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Raw mode: the terminal passes bytes through untouched.
-		ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+		ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
 			Cmd: []string{"sh", "-c", "stty raw -echo && cat " + path + " && exec sleep 30"}})
 		if err != nil {
 			t.Fatal(err)
@@ -120,9 +121,9 @@ func TestByteExactRandomData(t *testing.T) {
 
 // expectedSeq is what `seq 1 n` prints in raw mode.
 // openSeq opens `seq 1 lines` on c, raw, and keeps the session alive after it.
-func openSeq(ctx context.Context, t *testing.T, c *mux.Client, lines int) *mux.Channel {
+func openSeq(ctx context.Context, t *testing.T, c *client.Client, lines int) *client.Channel {
 	t.Helper()
-	ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
 		Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo && seq 1 %d && exec sleep 30", lines)}})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func openSeq(ctx context.Context, t *testing.T, c *mux.Client, lines int) *mux.C
 
 // readAndDrop reads n bytes of ch, then drops c mid-stream. It returns what was read and the
 // channel's offset, which must be its length.
-func readAndDrop(ctx context.Context, t *testing.T, c *mux.Client, ch *mux.Channel, n int) ([]byte, int64) {
+func readAndDrop(ctx context.Context, t *testing.T, c *client.Client, ch *client.Channel, n int) ([]byte, int64) {
 	t.Helper()
 	first := readN(ctx, t, ch, n)
 	off := ch.Offset()
@@ -145,7 +146,7 @@ func readAndDrop(ctx context.Context, t *testing.T, c *mux.Client, ch *mux.Chann
 
 // checkResumed checks that an attach resumed exactly at off with nothing lost, and that what
 // ch reads from there completes first to want.
-func checkResumed(ctx context.Context, t *testing.T, ch *mux.Channel, res mux.AttachResult, off int64, first, want []byte) {
+func checkResumed(ctx context.Context, t *testing.T, ch *client.Channel, res proto.AttachResult, off int64, first, want []byte) {
 	t.Helper()
 	if res.Offset != off || res.Lost != 0 {
 		t.Fatalf("attach: got offset %d lost %d, want %d and 0", res.Offset, res.Lost, off)
@@ -248,7 +249,7 @@ func TestResumeHoldAfterDrop(t *testing.T) {
 }
 
 // echoLatency sends one byte to a raw `cat` and times its echo.
-func echoLatency(ctx context.Context, t *testing.T, ch *mux.Channel, n int) []time.Duration {
+func echoLatency(ctx context.Context, t *testing.T, ch *client.Channel, n int) []time.Duration {
 	t.Helper()
 	buf := make([]byte, 64)
 	lat := make([]time.Duration, 0, n)
@@ -271,7 +272,7 @@ func echoLatency(ctx context.Context, t *testing.T, ch *mux.Channel, n int) []ti
 	return lat
 }
 
-func readWithin(ctx context.Context, ch *mux.Channel, buf []byte) (int, error) {
+func readWithin(ctx context.Context, ch *client.Channel, buf []byte) (int, error) {
 	type res struct {
 		n   int
 		err error
@@ -293,12 +294,12 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 	g := startGateway(t, "--allow-cmd", "sh", "--allow-cmd", "yes")
 	c := g.dial(t)
 	ctx := ctxT(t, 60*time.Second)
-	flood, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"yes"}})
+	flood, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"yes"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = flood // never read, so never acknowledged
-	echo, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+	echo, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
 		Cmd: []string{"sh", "-c", "stty raw -echo && echo READY && exec cat"}})
 	if err != nil {
 		t.Fatal(err)
@@ -319,9 +320,9 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 	}
 }
 
-func rpcErr(t *testing.T, err error) *mux.Error {
+func rpcErr(t *testing.T, err error) *proto.Error {
 	t.Helper()
-	var e *mux.Error
+	var e *proto.Error
 	if !errors.As(err, &e) {
 		t.Fatalf("got %v, want a JSON-RPC error", err)
 	}
@@ -332,7 +333,7 @@ func TestBadInputGetsErrorsAndHarmsNothing(t *testing.T) {
 	g := startGateway(t, "--allow-cmd", "sh")
 	c := g.dial(t)
 	ctx := ctxT(t, 60*time.Second)
-	good, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+	good, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
 		Cmd: []string{"sh", "-c", "stty raw -echo && echo READY && exec cat"}})
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +379,13 @@ func TestBadInputGetsErrorsAndHarmsNothing(t *testing.T) {
 			stillWorks(t, "ok-"+strings.ReplaceAll(tc.name, " ", "-")+";")
 		})
 	}
-	// Messages without a usable id: the error comes back with id null.
+	// Messages without a usable id: the error comes back with id null. They go out on a second,
+	// hand-written socket bound to the same session on the same channel number, so the frames
+	// about a bound channel meet a real binding.
+	raw := dialRaw(t, g, g.Token)
+	if b := raw.call(1, "session.attach", map[string]any{"channel": good.ID, "session": good.Session()}); bytes.Contains(b, []byte(`"error"`)) {
+		t.Fatalf("raw attach: %s", b)
+	}
 	raws := []struct {
 		name string
 		typ  int
@@ -389,26 +396,17 @@ func TestBadInputGetsErrorsAndHarmsNothing(t *testing.T) {
 		{"not json-rpc", websocket.TextMessage, []byte(`[1,2,3]`), "invalid_request"},
 		{"short binary frame", websocket.BinaryMessage, []byte{2, 0, 0}, "bad_frame"},
 		{"unknown frame type", websocket.BinaryMessage, []byte{9, 0, 0, 0, 1, 'x'}, "bad_frame"},
-		{"input on unknown channel", websocket.BinaryMessage, mux.AppendFrame(nil, mux.FrameInput, 999, []byte("rm -rf /\r")), "unknown_channel"},
-		{"ack beyond in flight", websocket.BinaryMessage, mux.AppendAck(nil, good.ID, 1<<30), "bad_frame"},
+		{"input on unknown channel", websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameInput, 999, []byte("rm -rf /\r")), "unknown_channel"},
+		{"ack beyond in flight", websocket.BinaryMessage, proto.AppendAck(nil, good.ID, 1<<30), "bad_frame"},
 		{"oversize text message", websocket.TextMessage, bytes.Repeat([]byte("x"), 200<<10), "limit_exceeded"},
-		{"oversize input frame", websocket.BinaryMessage, mux.AppendFrame(nil, mux.FrameInput, good.ID, bytes.Repeat([]byte("y"), 100<<10)), "limit_exceeded"},
+		{"oversize input frame", websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameInput, good.ID, bytes.Repeat([]byte("y"), 100<<10)), "limit_exceeded"},
 	}
 	for _, tc := range raws {
 		t.Run(tc.name, func(t *testing.T) {
-			before := len(c.ServerErrors())
-			if err := c.WriteRaw(tc.typ, tc.msg); err != nil {
-				t.Fatal(err)
+			if got := errorKind(t, raw.send(tc.typ, tc.msg)); got != tc.kind {
+				t.Errorf("got kind %q, want %q", got, tc.kind)
 			}
-			// The good session's echo is the barrier: the server handles messages in order.
 			stillWorks(t, "ok-"+strings.ReplaceAll(tc.name, " ", "-")+";")
-			errs := c.ServerErrors()
-			if len(errs) != before+1 {
-				t.Fatalf("got %d new id-less errors, want 1", len(errs)-before)
-			}
-			if got := errs[len(errs)-1].Kind(); got != tc.kind {
-				t.Errorf("got kind %q, want %q (%v)", got, tc.kind, errs[len(errs)-1])
-			}
 		})
 	}
 	// Nothing of the oversize input reached the PTY: the good session echoes only the tags.
@@ -418,7 +416,7 @@ func TestBadInputGetsErrorsAndHarmsNothing(t *testing.T) {
 func TestFirstMessageMustBeInitialize(t *testing.T) {
 	g := startGateway(t)
 	h := http.Header{"Authorization": {"Bearer " + g.Token}}
-	d := websocket.Dialer{Subprotocols: []string{mux.Subprotocol}, HandshakeTimeout: 5 * time.Second}
+	d := websocket.Dialer{Subprotocols: []string{proto.Subprotocol}, HandshakeTimeout: 5 * time.Second}
 	ws, _, err := d.Dial(g.WS, h)
 	if err != nil {
 		t.Fatal(err)
@@ -443,12 +441,12 @@ func TestAuthRefusedBeforeAnySession(t *testing.T) {
 		proto  []string
 		status int
 	}{
-		{"no token", http.Header{}, []string{mux.Subprotocol}, http.StatusUnauthorized},
-		{"wrong token", http.Header{"Authorization": {"Bearer nope"}}, []string{mux.Subprotocol}, http.StatusUnauthorized},
-		{"basic auth", http.Header{"Authorization": {"Basic " + g.Token}}, []string{mux.Subprotocol}, http.StatusUnauthorized},
-		{"foreign origin", http.Header{"Authorization": {"Bearer " + g.Token}, "Origin": {"http://evil.example"}}, []string{mux.Subprotocol}, http.StatusForbidden},
-		{"cookie without origin", http.Header{"Cookie": {"muxterm_token=" + g.Token}}, []string{mux.Subprotocol}, http.StatusForbidden},
-		{"cookie with foreign origin", http.Header{"Cookie": {"muxterm_token=" + g.Token}, "Origin": {"http://evil.example"}}, []string{mux.Subprotocol}, http.StatusForbidden},
+		{"no token", http.Header{}, []string{proto.Subprotocol}, http.StatusUnauthorized},
+		{"wrong token", http.Header{"Authorization": {"Bearer nope"}}, []string{proto.Subprotocol}, http.StatusUnauthorized},
+		{"basic auth", http.Header{"Authorization": {"Basic " + g.Token}}, []string{proto.Subprotocol}, http.StatusUnauthorized},
+		{"foreign origin", http.Header{"Authorization": {"Bearer " + g.Token}, "Origin": {"http://evil.example"}}, []string{proto.Subprotocol}, http.StatusForbidden},
+		{"cookie without origin", http.Header{"Cookie": {"muxterm_token=" + g.Token}}, []string{proto.Subprotocol}, http.StatusForbidden},
+		{"cookie with foreign origin", http.Header{"Cookie": {"muxterm_token=" + g.Token}, "Origin": {"http://evil.example"}}, []string{proto.Subprotocol}, http.StatusForbidden},
 		{"no subprotocol", http.Header{"Authorization": {"Bearer " + g.Token}}, nil, http.StatusBadRequest},
 	}
 	for _, tc := range cases {
@@ -466,14 +464,14 @@ func TestAuthRefusedBeforeAnySession(t *testing.T) {
 			if !resp.Close && resp.Header.Get("Connection") != "close" {
 				t.Errorf("refusal without Connection: close")
 			}
-			if tc.status == http.StatusBadRequest && resp.Header.Get("Sec-WebSocket-Protocol") != mux.Subprotocol {
+			if tc.status == http.StatusBadRequest && resp.Header.Get("Sec-WebSocket-Protocol") != proto.Subprotocol {
 				t.Errorf("400 does not name the supported subprotocol")
 			}
 		})
 	}
 	// The browser path works: same origin and the cookie.
 	hdr := http.Header{"Cookie": {"muxterm_token=" + g.Token}, "Origin": {g.Base}}
-	c, err := mux.Dial(ctxT(t, 10*time.Second), g.WS, mux.DialOptions{Header: hdr})
+	c, err := client.Dial(ctxT(t, 10*time.Second), g.WS, client.DialOptions{Header: hdr})
 	if err != nil {
 		t.Fatalf("same-origin cookie dial: %v", err)
 	}
@@ -499,13 +497,13 @@ func TestGracefulShutdownLeavesNoChild(t *testing.T) {
 	c := g.dial(t)
 	ctx := ctxT(t, 30*time.Second)
 	var pids []int
-	var chans []*mux.Channel
+	var chans []*client.Channel
 	for _, cmd := range [][]string{
 		nil, // the shell
 		{"sh", "-c", "echo READY; exec sleep 300"},
 		{"sh", "-c", "trap '' HUP TERM; echo READY; while :; do sleep 1; done"},
 	} {
-		ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24, Cmd: cmd})
+		ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: cmd})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
 )
 
 // TestDroppedSocketGraceResumeThenReap: sessions outlive a dropped socket for the grace, a
@@ -29,7 +29,7 @@ func TestDroppedSocketGraceResumeThenReap(t *testing.T) {
 	var firsts [][]byte
 	var offs []int64
 	for range 2 {
-		ch, err := c1.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+		ch, err := c1.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
 			Cmd: []string{"sh", "-c", "stty raw -echo && seq 1 30000 && exec sleep 300"}})
 		if err != nil {
 			t.Fatal(err)

@@ -38,7 +38,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/proto"
 )
 
 // ---------------------------------------------------------------------------------------------
@@ -137,9 +138,32 @@ func writeTokensFile(t *testing.T, mode os.FileMode, lines ...tokenLine) string 
 }
 
 // dialAs connects with token as bearer, closed in cleanup.
-func dialAs(t *testing.T, g *gateway, token string) *mux.Client {
+func dialAs(t *testing.T, g *gateway, token string) *client.Client {
 	t.Helper()
-	c, err := mux.Dial(ctxT(t, 10*time.Second), g.WS, mux.DialOptions{Token: token})
+	return dialAsWith(t, g, client.DialOptions{Token: token})
+}
+
+// serverErrors records the id-less errors a client receives (DialOptions.OnServerError).
+type serverErrors struct {
+	mu   sync.Mutex
+	errs []*proto.Error
+}
+
+func (r *serverErrors) record(e *proto.Error) {
+	r.mu.Lock()
+	r.errs = append(r.errs, e)
+	r.mu.Unlock()
+}
+
+func (r *serverErrors) all() []*proto.Error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*proto.Error(nil), r.errs...)
+}
+
+func dialAsWith(t *testing.T, g *gateway, opts client.DialOptions) *client.Client {
+	t.Helper()
+	c, err := client.Dial(ctxT(t, 10*time.Second), g.WS, opts)
 	if err != nil {
 		t.Fatalf("dial: %v\n%s", err, g.Logs())
 	}
@@ -149,7 +173,7 @@ func dialAs(t *testing.T, g *gateway, token string) *mux.Client {
 
 // rpcBarrier makes sure the server has handled everything c sent before it: a socket's messages
 // are handled in order, and the client records id-less errors before the response that follows.
-func rpcBarrier(ctx context.Context, t *testing.T, c *mux.Client) {
+func rpcBarrier(ctx context.Context, t *testing.T, c *client.Client) {
 	t.Helper()
 	if _, err := c.List(ctx); err != nil {
 		t.Fatalf("barrier: %v", err)
@@ -166,9 +190,9 @@ func kindOf(t *testing.T, err error) string {
 }
 
 // catSession opens `cat` in raw mode without echo: what is written comes back byte for byte.
-func catSession(ctx context.Context, t *testing.T, c *mux.Client) *mux.Channel {
+func catSession(ctx context.Context, t *testing.T, c *client.Client) *client.Channel {
 	t.Helper()
-	ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24,
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
 		Cmd: []string{"sh", "-c", "stty raw -echo && echo READY && exec cat"}})
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +204,7 @@ func catSession(ctx context.Context, t *testing.T, c *mux.Client) *mux.Channel {
 }
 
 // catEchoes checks that ch's cat session still echoes tag.
-func catEchoes(ctx context.Context, t *testing.T, ch *mux.Channel, tag string) string {
+func catEchoes(ctx context.Context, t *testing.T, ch *client.Channel, tag string) string {
 	t.Helper()
 	if _, err := ch.Write([]byte(tag)); err != nil {
 		t.Fatal(err)
@@ -245,7 +269,7 @@ func upgradeRequest(method, target, host string, extra ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Protocol: %s\r\n",
-		method, target, host, wsKey, mux.Subprotocol)
+		method, target, host, wsKey, proto.Subprotocol)
 	for _, h := range extra {
 		b.WriteString(h + "\r\n")
 	}
@@ -320,7 +344,7 @@ type rawSocket struct {
 
 func dialRaw(t *testing.T, g *gateway, token string) *rawSocket {
 	t.Helper()
-	d := websocket.Dialer{Subprotocols: []string{mux.Subprotocol}, HandshakeTimeout: 5 * time.Second}
+	d := websocket.Dialer{Subprotocols: []string{proto.Subprotocol}, HandshakeTimeout: 5 * time.Second}
 	ws, _, err := d.Dial(g.WS, http.Header{"Authorization": {"Bearer " + token}})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
@@ -363,7 +387,7 @@ func (s *rawSocket) call(id int, method string, params any) []byte {
 func errorKind(t *testing.T, b []byte) string {
 	t.Helper()
 	var r struct {
-		Error *mux.Error `json:"error"`
+		Error *proto.Error `json:"error"`
 	}
 	if err := json.Unmarshal(b, &r); err != nil || r.Error == nil {
 		t.Fatalf("got %s, want an error response", b)
@@ -395,11 +419,11 @@ func TestSecurityOwnershipAcrossPrincipals(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 
 	ca := dialAs(t, g, alice)
-	mine, err := ca.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	mine, err := ca.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone, err := ca.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	gone, err := ca.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +475,7 @@ func TestSecurityOwnershipAcrossPrincipals(t *testing.T) {
 			do   func(ch int) []byte
 		}{
 			{"input", func(ch int) []byte {
-				return sb.send(websocket.BinaryMessage, mux.AppendFrame(nil, mux.FrameInput, uint32(ch), []byte("id\r")))
+				return sb.send(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameInput, uint32(ch), []byte("id\r")))
 			}},
 			{"resize", func(ch int) []byte {
 				return sb.call(9, "session.resize", map[string]any{"channel": ch, "cols": 100, "rows": 30})
@@ -511,12 +535,13 @@ func TestSecurityReadOnlyViewerReachesNothing(t *testing.T) {
 	ca := dialAs(t, g, alice)
 	own := catSession(ctx, t, ca)
 	cb := dialAs(t, g, bob)
-	bobs, err := cb.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	bobs, err := cb.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	cc := dialAs(t, g, carol)
+	var ccErrs serverErrors
+	cc := dialAsWith(t, g, client.DialOptions{Token: carol, OnServerError: ccErrs.record})
 	list, err := cc.List(ctx)
 	if err != nil || len(list) != 1 || list[0].Session != own.Session() {
 		t.Fatalf("carol's list: got %+v %v, want alice's session only", list, err)
@@ -538,12 +563,12 @@ func TestSecurityReadOnlyViewerReachesNothing(t *testing.T) {
 		do   func() error
 	}{
 		{"input", func() error {
-			before := len(cc.ServerErrors())
+			before := len(ccErrs.all())
 			if _, err := view.Write([]byte(marker + "\r")); err != nil {
 				return err
 			}
 			rpcBarrier(ctx, t, cc)
-			errs := cc.ServerErrors()
+			errs := ccErrs.all()
 			if len(errs) != before+1 {
 				t.Fatalf("got %d new errors, want 1", len(errs)-before)
 			}
@@ -556,9 +581,9 @@ func TestSecurityReadOnlyViewerReachesNothing(t *testing.T) {
 		{"resize", func() error { return view.Resize(ctx, 132, 50) }},
 		{"signal", func() error { return view.Signal(ctx, "KILL") }},
 		{"kill", func() error { _, err := cc.Kill(ctx, own.Session()); return err }},
-		{"open", func() error { _, err := cc.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24}); return err }},
+		{"open", func() error { _, err := cc.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); return err }},
 		{"open with cmd", func() error {
-			_, err := cc.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh"}})
+			_, err := cc.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh"}})
 			return err
 		}},
 		{"lease", func() error {
@@ -682,12 +707,12 @@ func TestSecurityURLNeverReachesArgvOrEnv(t *testing.T) {
 
 	// The socket: query parameters are ignored, the session runs the configured shell with
 	// the gateway's minimal environment.
-	c, err := mux.Dial(ctx, g.WS+"?"+inject, mux.DialOptions{Token: g.Token})
+	c, err := client.Dial(ctx, g.WS+"?"+inject, client.DialOptions{Token: g.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -734,7 +759,7 @@ func TestSecurityURLNeverReachesArgvOrEnv(t *testing.T) {
 	}
 	// Without --allow-cmd even the shell's own path is refused as a cmd.
 	for _, cmd := range [][]string{{"/bin/sh"}, {"sh", "-c", "touch " + marker}, {"touch", marker}} {
-		_, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24, Cmd: cmd})
+		_, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: cmd})
 		if got := kindOf(t, err); got != "forbidden" {
 			t.Errorf("open %q: got kind %q, want forbidden", cmd, got)
 		}
@@ -867,7 +892,7 @@ func TestSecurityPipelinedRequestAfterRefusalIsNotServed(t *testing.T) {
 		{"wrong token", upgradeRequest("GET", "/ws", self, "Authorization: Bearer "+randomToken()), 401},
 		{"foreign host", upgradeRequest("GET", "/ws", "evil.example", bearer), 403},
 		{"foreign origin", upgradeRequest("GET", "/ws", self, bearer, "Origin: http://evil.example"), 403},
-		{"no subprotocol", strings.Replace(upgradeRequest("GET", "/ws", self, bearer), "Sec-WebSocket-Protocol: "+mux.Subprotocol+"\r\n", "", 1), 400},
+		{"no subprotocol", strings.Replace(upgradeRequest("GET", "/ws", self, bearer), "Sec-WebSocket-Protocol: "+proto.Subprotocol+"\r\n", "", 1), 400},
 		{"auth with a wrong token", "GET /auth?token=" + randomToken() + " HTTP/1.1\r\nHost: " + self + "\r\n\r\n", 401},
 		{"auth from a foreign host", "GET /auth?token=" + g.Token + " HTTP/1.1\r\nHost: evil.example\r\n\r\n", 403},
 	}
@@ -918,9 +943,9 @@ func TestSecurityAttacksHarmNothing(t *testing.T) {
 		}
 	}
 	// asMallory runs fn over an authenticated socket of mallory's, closed afterwards.
-	asMallory := func(fn func(t *testing.T, c *mux.Client)) func(t *testing.T) {
+	asMallory := func(fn func(t *testing.T, c *client.Client)) func(t *testing.T) {
 		return func(t *testing.T) {
-			c, err := mux.Dial(ctx, g.WS, mux.DialOptions{Token: mallory})
+			c, err := client.Dial(ctx, g.WS, client.DialOptions{Token: mallory})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -957,7 +982,7 @@ func TestSecurityAttacksHarmNothing(t *testing.T) {
 			}
 		}},
 		{"first message not initialize", func(t *testing.T) {
-			d := websocket.Dialer{Subprotocols: []string{mux.Subprotocol}, HandshakeTimeout: 5 * time.Second}
+			d := websocket.Dialer{Subprotocols: []string{proto.Subprotocol}, HandshakeTimeout: 5 * time.Second}
 			ws, _, err := d.Dial(g.WS, http.Header{"Authorization": {"Bearer " + mallory}})
 			if err != nil {
 				t.Fatal(err)
@@ -969,54 +994,46 @@ func TestSecurityAttacksHarmNothing(t *testing.T) {
 				t.Errorf("got %v, want close 1008", err)
 			}
 		}},
-		{"command not allowed", asMallory(func(t *testing.T, c *mux.Client) {
-			_, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"touch", "/tmp/muxterm-pwned"}})
+		{"command not allowed", asMallory(func(t *testing.T, c *client.Client) {
+			_, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"touch", "/tmp/muxterm-pwned"}})
 			wantKind(t, err, "forbidden")
 		})},
-		{"loader variable", asMallory(func(t *testing.T, c *mux.Client) {
-			_, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24, Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}})
+		{"loader variable", asMallory(func(t *testing.T, c *client.Client) {
+			_, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}})
 			wantKind(t, err, "invalid_params")
 		})},
-		{"shell startup variable", asMallory(func(t *testing.T, c *mux.Client) {
-			_, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24, Env: map[string]string{"BASH_ENV": "/tmp/x"}})
+		{"shell startup variable", asMallory(func(t *testing.T, c *client.Client) {
+			_, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Env: map[string]string{"BASH_ENV": "/tmp/x"}})
 			wantKind(t, err, "invalid_params")
 		})},
-		{"absurd size", asMallory(func(t *testing.T, c *mux.Client) {
-			_, err := c.Open(ctx, mux.OpenOptions{Cols: 70000, Rows: 70000})
+		{"absurd size", asMallory(func(t *testing.T, c *client.Client) {
+			_, err := c.Open(ctx, client.OpenOptions{Cols: 70000, Rows: 70000})
 			wantKind(t, err, "invalid_params")
 		})},
-		{"attach another principal's session", asMallory(func(t *testing.T, c *mux.Client) {
+		{"attach another principal's session", asMallory(func(t *testing.T, c *client.Client) {
 			_, _, err := c.Attach(ctx, victim.Session(), nil)
 			wantKind(t, err, "unknown_session")
 		})},
-		{"kill another principal's session", asMallory(func(t *testing.T, c *mux.Client) {
+		{"kill another principal's session", asMallory(func(t *testing.T, c *client.Client) {
 			_, err := c.Kill(ctx, victim.Session())
 			wantKind(t, err, "unknown_session")
 		})},
-		{"lease another principal's session", asMallory(func(t *testing.T, c *mux.Client) {
+		{"lease another principal's session", asMallory(func(t *testing.T, c *client.Client) {
 			err := c.Call(ctx, "session.lease", map[string]any{"session": victim.Session(), "ttl_ms": 86400000}, nil)
 			wantKind(t, err, "unknown_session")
 		})},
-		{"input on the victim's channel number", asMallory(func(t *testing.T, c *mux.Client) {
-			if err := c.WriteRaw(websocket.BinaryMessage, mux.AppendFrame(nil, mux.FrameInput, victim.ID, []byte("exit\r"))); err != nil {
-				t.Fatal(err)
+		{"input on the victim's channel number", func(t *testing.T) {
+			raw := dialRaw(t, g, mallory)
+			if got := errorKind(t, raw.send(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameInput, victim.ID, []byte("exit\r")))); got != "unknown_channel" {
+				t.Errorf("got kind %q, want unknown_channel", got)
 			}
-			rpcBarrier(ctx, t, c)
-			errs := c.ServerErrors()
-			if len(errs) != 1 || errs[0].Kind() != "unknown_channel" {
-				t.Errorf("got %v, want one unknown_channel", errs)
+		}},
+		{"oversize message", func(t *testing.T) {
+			raw := dialRaw(t, g, mallory)
+			if got := errorKind(t, raw.send(websocket.TextMessage, bytes.Repeat([]byte("x"), 1<<20))); got != "limit_exceeded" {
+				t.Errorf("got kind %q, want limit_exceeded", got)
 			}
-		})},
-		{"oversize message", asMallory(func(t *testing.T, c *mux.Client) {
-			if err := c.WriteRaw(websocket.TextMessage, bytes.Repeat([]byte("x"), 1<<20)); err != nil {
-				t.Fatal(err)
-			}
-			rpcBarrier(ctx, t, c)
-			errs := c.ServerErrors()
-			if len(errs) != 1 || errs[0].Kind() != "limit_exceeded" {
-				t.Errorf("got %v, want one limit_exceeded", errs)
-			}
-		})},
+		}},
 	}
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
@@ -1119,12 +1136,12 @@ func TestSecurityTLS(t *testing.T) {
 	tlsConf := &tls.Config{RootCAs: pool}
 	dialer := &websocket.Dialer{TLSClientConfig: tlsConf, HandshakeTimeout: 5 * time.Second}
 
-	c, err := mux.Dial(ctx, g.WS, mux.DialOptions{Token: g.Token, Dialer: dialer})
+	c, err := client.Dial(ctx, g.WS, client.DialOptions{Token: g.Token, Dialer: dialer})
 	if err != nil {
 		t.Fatalf("wss dial: %v", err)
 	}
 	defer c.Close()
-	ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1157,22 +1174,22 @@ func TestSecurityTLS(t *testing.T) {
 		t.Errorf("cookie: got %+v, want Secure, HttpOnly, SameSite=Strict, Path=/", ck)
 	}
 	hdr := http.Header{"Cookie": {"muxterm_token=" + g.Token}}
-	if c2, err := mux.Dial(ctx, g.WS, mux.DialOptions{Header: hdr, Origin: g.Base, Dialer: dialer}); err != nil {
+	if c2, err := client.Dial(ctx, g.WS, client.DialOptions{Header: hdr, Origin: g.Base, Dialer: dialer}); err != nil {
 		t.Errorf("cookie with the https origin: %v", err)
 	} else {
 		c2.Close()
 	}
-	_, err = mux.Dial(ctx, g.WS, mux.DialOptions{Header: hdr, Origin: "http://" + hostOf(g), Dialer: dialer})
-	var de *mux.DialError
+	_, err = client.Dial(ctx, g.WS, client.DialOptions{Header: hdr, Origin: "http://" + hostOf(g), Dialer: dialer})
+	var de *client.DialError
 	if !errors.As(err, &de) || de.Status != http.StatusForbidden {
 		t.Errorf("cookie with the http origin on a TLS gateway: got %v, want HTTP 403", err)
 	}
 
 	// Without trusting the certificate, or in clear text, nothing connects.
-	if _, err := mux.Dial(ctx, g.WS, mux.DialOptions{Token: g.Token}); err == nil {
+	if _, err := client.Dial(ctx, g.WS, client.DialOptions{Token: g.Token}); err == nil {
 		t.Errorf("dial without the certificate: got success, want a certificate error")
 	}
-	if _, err := mux.Dial(ctx, "ws://"+hostOf(g)+"/ws", mux.DialOptions{Token: g.Token}); err == nil {
+	if _, err := client.Dial(ctx, "ws://"+hostOf(g)+"/ws", client.DialOptions{Token: g.Token}); err == nil {
 		t.Errorf("clear-text ws:// to the TLS port: got success, want failure")
 	}
 }
@@ -1183,8 +1200,9 @@ func TestSecurityTLS(t *testing.T) {
 func TestSecurityLimitInputRate(t *testing.T) {
 	g := startSecure(t, "--allow-cmd", "sh", "--max-input-rate", "1KiB", "--max-input-burst", "64KiB")
 	ctx := ctxT(t, 60*time.Second)
-	c := g.dial(t)
-	if got, want := c.Init.Limits, (mux.Limits{InputRate: 1024, InputBurst: 65536, OpenRate: 10, OpenBurst: 20}); got.InputRate != want.InputRate ||
+	var cErrs serverErrors
+	c := dialAsWith(t, g, client.DialOptions{Token: g.Token, OnServerError: cErrs.record})
+	if got, want := c.Init.Limits, (proto.Limits{InputRate: 1024, InputBurst: 65536, OpenRate: 10, OpenBurst: 20}); got.InputRate != want.InputRate ||
 		got.InputBurst != want.InputBurst || got.OpenRate != want.OpenRate || got.OpenBurst != want.OpenBurst {
 		t.Errorf("initialize limits: got %+v, want the rates %+v", got, want)
 	}
@@ -1197,7 +1215,7 @@ func TestSecurityLimitInputRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	rpcBarrier(ctx, t, c)
-	if errs := c.ServerErrors(); len(errs) != 0 {
+	if errs := cErrs.all(); len(errs) != 0 {
 		t.Fatalf("the burst was refused: %v", errs)
 	}
 	if got := readN(ctx, t, a, len(burst)); !bytes.Equal(got, burst) {
@@ -1208,7 +1226,7 @@ func TestSecurityLimitInputRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	rpcBarrier(ctx, t, c)
-	errs := c.ServerErrors()
+	errs := cErrs.all()
 	if len(errs) != 1 {
 		t.Fatalf("got %d errors, want 1", len(errs))
 	}
@@ -1226,7 +1244,7 @@ func TestSecurityLimitInputRate(t *testing.T) {
 			t.Fatal(err)
 		}
 		rpcBarrier(ctx, t, c)
-		if len(c.ServerErrors()) == n {
+		if len(cErrs.all()) == n {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -1249,15 +1267,15 @@ func TestSecurityLimitOpenRate(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	pid := g.cmd.Process.Pid
 	c := g.dial(t)
-	var chans []*mux.Channel
+	var chans []*client.Channel
 	for range 3 {
-		ch, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+		ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 		if err != nil {
 			t.Fatal(err)
 		}
 		chans = append(chans, ch)
 	}
-	_, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	_, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if e := rpcErr(t, err); e.Kind() != "limit_exceeded" || e.Data["limit"] != "openRate" {
 		t.Fatalf("fourth open: got %v %v, want limit_exceeded openRate", e, e.Data)
 	}
@@ -1265,10 +1283,10 @@ func TestSecurityLimitOpenRate(t *testing.T) {
 		t.Errorf("gateway children: got %v, want the 3 sessions", got)
 	}
 	// Another socket of the same principal shares the bucket; another principal does not.
-	if _, err := g.dial(t).Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24}); kindOf(t, err) != "limit_exceeded" {
+	if _, err := g.dial(t).Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); kindOf(t, err) != "limit_exceeded" {
 		t.Errorf("open on a second socket: got %v, want limit_exceeded", err)
 	}
-	if _, err := dialAs(t, g, bob).Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24}); err != nil {
+	if _, err := dialAs(t, g, bob).Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
 		t.Errorf("bob's open: got %v, want success", err)
 	}
 	for i, ch := range chans {
@@ -1288,8 +1306,8 @@ func TestSecurityLimitSocketsPerPrincipal(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	c1 := g.dial(t)
 	c2 := g.dial(t)
-	_, err := mux.Dial(ctx, g.WS, mux.DialOptions{Token: g.Token})
-	var de *mux.DialError
+	_, err := client.Dial(ctx, g.WS, client.DialOptions{Token: g.Token})
+	var de *client.DialError
 	if !errors.As(err, &de) || de.Status != http.StatusTooManyRequests {
 		t.Fatalf("third socket: got %v, want HTTP 429", err)
 	}
@@ -1310,7 +1328,7 @@ func TestSecurityLimitSocketsPerPrincipal(t *testing.T) {
 	c1.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c3, err := mux.Dial(ctx, g.WS, mux.DialOptions{Token: g.Token})
+		c3, err := client.Dial(ctx, g.WS, client.DialOptions{Token: g.Token})
 		if err == nil {
 			c3.Close()
 			break
@@ -1327,14 +1345,14 @@ func TestSecurityLimitChannelsPerSocket(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	pid := g.cmd.Process.Pid
 	c := g.dial(t)
-	a, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	a, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24}); err != nil {
+	if _, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	_, err = c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if e := rpcErr(t, err); e.Kind() != "limit_exceeded" || e.Data["limit"] != "maxChannels" {
 		t.Errorf("third open: got %v %v, want limit_exceeded maxChannels", e, e.Data)
 	}
@@ -1364,28 +1382,28 @@ func TestSecurityLimitSessionsPerPrincipal(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	pid := g.cmd.Process.Pid
 	c := g.dial(t)
-	a, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	a, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24}); err != nil {
+	if _, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
 		t.Fatal(err)
 	}
 	// The limit holds across sockets of the principal.
-	_, err = g.dial(t).Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24})
+	_, err = g.dial(t).Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if e := rpcErr(t, err); e.Kind() != "limit_exceeded" || e.Data["limit"] != "maxSessions" {
 		t.Errorf("third session: got %v %v, want limit_exceeded maxSessions", e, e.Data)
 	}
 	if got := childPids(t, pid); len(got) != 2 {
 		t.Errorf("gateway children: got %v, want 2 (a refused open spawns nothing)", got)
 	}
-	if _, err := dialAs(t, g, bob).Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24}); err != nil {
+	if _, err := dialAs(t, g, bob).Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
 		t.Errorf("bob's open: %v", err)
 	}
 	if _, err := c.Kill(ctx, a.Session()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24}); err != nil {
+	if _, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
 		t.Errorf("open after a kill: %v", err)
 	}
 }
@@ -1423,11 +1441,12 @@ func TestSecurityTokensNeverPrinted(t *testing.T) {
 	// Refusals over authenticated sockets, for both principals.
 	for _, tok := range []string{alice, carol} {
 		c := dialAs(t, g, tok)
-		_, _ = c.Open(ctx, mux.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{tok}})
+		_, _ = c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{tok}})
 		_, _, _ = c.Attach(ctx, tok, nil)
 		_ = c.Call(ctx, "session."+tok, nil, nil)
-		_ = c.WriteRaw(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","id":"`+tok+`","method":`))
 		rpcBarrier(ctx, t, c)
+		raw := dialRaw(t, g, tok)
+		_ = raw.send(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","id":"`+tok+`","method":`))
 	}
 	g.Stop(10 * time.Second)
 	checkNoToken(t, "the gateway's output", g.Logs())

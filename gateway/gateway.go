@@ -28,9 +28,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
 
-	"muxterm/mux"
-	"muxterm/otel"
-	"muxterm/session"
+	"github.com/muxterm/muxterm/mux"
+	"github.com/muxterm/muxterm/otel"
+	"github.com/muxterm/muxterm/proto"
+	"github.com/muxterm/muxterm/session"
 )
 
 // routeOf names a request's route for span names: the fixed routes by their path, everything
@@ -50,7 +51,7 @@ func bearer(h string) bool {
 }
 
 // errNoSubprotocol is the refusal of an upgrade that offers no subprotocol we speak.
-const errNoSubprotocol = "unsupported subprotocol; supported: " + mux.Subprotocol
+const errNoSubprotocol = "unsupported subprotocol; supported: " + proto.Subprotocol
 
 // CookieName is the browser's auth cookie.
 const CookieName = "muxterm_token"
@@ -197,7 +198,7 @@ func New(opts Options) (*Gateway, error) {
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + routeOf(r.URL.Path) }))
 	g.baseCtx, g.cancelBase = context.WithCancelCause(context.Background())
 	g.upgrader = websocket.Upgrader{
-		Subprotocols:      []string{mux.Subprotocol},
+		Subprotocols:      []string{proto.Subprotocol},
 		ReadBufferSize:    16 << 10,
 		WriteBufferSize:   64 << 10,
 		EnableCompression: false,
@@ -293,7 +294,7 @@ func refuse(w http.ResponseWriter, status int, msg string) {
 	h.Set("Connection", "close")
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	if msg == errNoSubprotocol {
-		h.Set("Sec-WebSocket-Protocol", mux.Subprotocol) // name what we speak
+		h.Set("Sec-WebSocket-Protocol", proto.Subprotocol) // name what we speak
 	}
 	w.WriteHeader(status)
 	_, _ = fmt.Fprintln(w, msg)
@@ -333,7 +334,7 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 	if !websocket.IsWebSocketUpgrade(r) {
 		return Principal{}, http.StatusBadRequest, "not a websocket upgrade"
 	}
-	if !slices.Contains(websocket.Subprotocols(r), mux.Subprotocol) {
+	if !slices.Contains(websocket.Subprotocols(r), proto.Subprotocol) {
 		return Principal{}, http.StatusBadRequest, errNoSubprotocol
 	}
 	return p, 0, ""

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	otelmetric "go.opentelemetry.io/otel/metric"
 
-	"muxterm/otel"
+	"github.com/muxterm/muxterm/otel"
 )
 
 // DefaultMaxSockets bounds the sockets one principal holds at once.

@@ -3,7 +3,7 @@ package gateway
 import (
 	"testing"
 
-	"muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{}) }

@@ -20,8 +20,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"muxterm/otel"
-	"muxterm/session"
+	"github.com/muxterm/muxterm/otel"
+	"github.com/muxterm/muxterm/proto"
+	"github.com/muxterm/muxterm/session"
 )
 
 // Socket is the part of a WebSocket connection the multiplexer uses; *websocket.Conn
@@ -37,9 +38,6 @@ type Socket interface {
 	SetReadLimit(limit int64)
 	Close() error
 }
-
-// Subprotocol is the WebSocket subprotocol of this protocol version.
-const Subprotocol = "muxterm.v1"
 
 // ErrShutdown is the cancel cause that makes Serve tell every channel `session.closed
 // {reason: shutdown}` and close the socket with 1001.
@@ -141,10 +139,10 @@ func (o ServerOptions) withDefaults() ServerOptions {
 	return o
 }
 
-func (o ServerOptions) limits() Limits {
-	return Limits{MaxMessageBytes: o.MaxMessageBytes, MaxInputBytes: o.MaxInputBytes,
+func (o ServerOptions) limits() proto.Limits {
+	return proto.Limits{MaxMessageBytes: o.MaxMessageBytes, MaxInputBytes: o.MaxInputBytes,
 		MaxChannels: o.MaxChannels, MaxSessions: o.MaxSessions, MaxCols: session.MaxCols,
-		MaxRows: session.MaxRows, MaxOutputFrameBytes: MaxOutputPayload,
+		MaxRows: session.MaxRows, MaxOutputFrameBytes: proto.MaxOutputPayload,
 		InputRate: int(o.InputRate.Rate()), InputBurst: int(o.InputRate.Burst()),
 		OpenRate: o.OpenRate.Rate(), OpenBurst: int(o.OpenRate.Burst())}
 }
@@ -329,11 +327,11 @@ func (c *conn) send(msg []byte) bool {
 }
 
 func (c *conn) reply(id json.RawMessage, result any) bool {
-	return c.send(MarshalResponse(id, result, nil))
+	return c.send(proto.MarshalResponse(id, result, nil))
 }
 
-func (c *conn) replyErr(id json.RawMessage, e *Error) bool {
-	return c.send(MarshalResponse(id, nil, e))
+func (c *conn) replyErr(id json.RawMessage, e *proto.Error) bool {
+	return c.send(proto.MarshalResponse(id, nil, e))
 }
 
 // closeAfterQueued has the writer send a close frame once every response queued so far is
@@ -367,7 +365,7 @@ func (c *conn) writeLoop() {
 	defer close(c.writerDone)
 	ping := time.NewTicker(c.opts.PongWait * 5 / 12) // 25 s at the default; must be < PongWait
 	defer ping.Stop()
-	buf := make([]byte, HeaderLen+MaxOutputPayload)
+	buf := make([]byte, proto.HeaderLen+proto.MaxOutputPayload)
 	for {
 		if err := c.flushControl(); err != nil {
 			c.fail(err)
@@ -512,8 +510,8 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	}
 	// A read within no credit still moves a viewer that fell behind past its gap and tells
 	// what is left: notifications are never held back by credit, only output is.
-	n := int(min(max(ch.credit.available(), 0), MaxOutputPayload))
-	nr, lost, err := ch.v.Read(buf[HeaderLen : HeaderLen+n])
+	n := int(min(max(ch.credit.available(), 0), proto.MaxOutputPayload))
+	nr, lost, err := ch.v.Read(buf[proto.HeaderLen : proto.HeaderLen+n])
 	if errors.Is(err, session.ErrViewerClosed) {
 		return false, nil
 	}
@@ -522,14 +520,14 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	ch.credit.take(int64(nr))
 	if lost > 0 {
 		c.tel.Instruments.GapBytes.Add(c.ctx, lost)
-		if err := c.write(websocket.TextMessage, MarshalNotification("session.gap",
+		if err := c.write(websocket.TextMessage, proto.MarshalNotification("session.gap",
 			map[string]any{"channel": ch.id, "lost": lost})); err != nil {
 			return false, fmt.Errorf("write gap: %w", err)
 		}
 	}
 	if nr > 0 {
-		frame := AppendFrame(buf[:0], FrameOutput, ch.id, nil)
-		frame = frame[:HeaderLen+nr]
+		frame := proto.AppendFrame(buf[:0], proto.FrameOutput, ch.id, nil)
+		frame = frame[:proto.HeaderLen+nr]
 		if err := c.write(websocket.BinaryMessage, frame); err != nil {
 			return false, fmt.Errorf("write output: %w", err)
 		}
@@ -576,12 +574,12 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 }
 
 func exitNote(ch *channel, e session.ExitStatus) []byte {
-	return MarshalNotification("session.exit", map[string]any{
+	return proto.MarshalNotification("session.exit", map[string]any{
 		"channel": ch.id, "session": ch.sess.ID(), "code": e.Code, "signal": signalOrNil(e)})
 }
 
 func closedNote(ch *channel, reason session.Reason) []byte {
-	return MarshalNotification("session.closed", map[string]any{
+	return proto.MarshalNotification("session.closed", map[string]any{
 		"channel": ch.id, "session": ch.sess.ID(), "reason": string(reason)})
 }
 
@@ -626,7 +624,7 @@ func (c *conn) readLoop() error {
 		}
 		limit := c.opts.MaxMessageBytes
 		if typ == websocket.BinaryMessage {
-			limit = HeaderLen + c.opts.MaxInputBytes
+			limit = proto.HeaderLen + c.opts.MaxInputBytes
 		}
 		msg.Reset()
 		if _, err := msg.ReadFrom(io.LimitReader(r, int64(limit)+1)); err != nil {
@@ -644,14 +642,14 @@ func (c *conn) readLoop() error {
 		}
 		switch {
 		case typ == websocket.TextMessage && over:
-			c.replyErr(nullID, ErrLimitExceeded("maxMessageBytes",
+			c.replyErr(nullID, proto.ErrLimitExceeded("maxMessageBytes",
 				fmt.Sprintf("message larger than %d bytes", c.opts.MaxMessageBytes)))
 		case typ == websocket.TextMessage:
 			c.handleText(msg.Bytes())
 		case over:
-			e := ErrLimitExceeded("maxInputBytes",
+			e := proto.ErrLimitExceeded("maxInputBytes",
 				fmt.Sprintf("input frame payload larger than %d bytes; nothing was written", c.opts.MaxInputBytes))
-			if f, err := ParseFrame(msg.Bytes()[:HeaderLen]); err == nil {
+			if f, err := proto.ParseFrame(msg.Bytes()[:proto.HeaderLen]); err == nil {
 				e = withChannel(e, f.Channel)
 			}
 			c.replyErr(nullID, e)
@@ -682,21 +680,21 @@ func (c *conn) handleFirst(typ int, b []byte, over bool) {
 		c.closeAfterQueued(websocket.ClosePolicyViolation, why)
 		return
 	}
-	req, perr := ParseRequest(b)
+	req, perr := proto.ParseRequest(b)
 	if perr != nil || req.Method != "initialize" || req.IsNotification() {
 		c.closeAfterQueued(websocket.ClosePolicyViolation, why)
 		return
 	}
-	if _, e := DecodeInitialize(req.Params); e != nil {
+	if _, e := proto.DecodeInitialize(req.Params); e != nil {
 		c.replyErr(req.ID, e)
 		return
 	}
 	c.initialized = true
-	c.reply(req.ID, InitializeResult{
-		Server:   ServerInfo{Name: "muxterm", Version: c.opts.Version},
-		Protocol: Subprotocol,
+	c.reply(req.ID, proto.InitializeResult{
+		Server:   proto.ServerInfo{Name: "muxterm", Version: c.opts.Version},
+		Protocol: proto.Subprotocol,
 		Limits:   c.opts.limits(),
-		Flow: Flow{Window: c.opts.Window, AckBytes: ackBytes(c.opts.Window),
+		Flow: proto.Flow{Window: c.opts.Window, AckBytes: ackBytes(c.opts.Window),
 			ResumeHoldMs: c.resumeHoldMs()},
 	})
 }
@@ -704,7 +702,7 @@ func (c *conn) handleFirst(typ int, b []byte, over bool) {
 func ackBytes(window int) int { return max(window/4, 1) }
 
 func (c *conn) handleText(b []byte) {
-	req, perr := ParseRequest(b)
+	req, perr := proto.ParseRequest(b)
 	if perr != nil {
 		id := nullID
 		if req != nil && len(req.ID) > 0 {
@@ -718,7 +716,7 @@ func (c *conn) handleText(b []byte) {
 	}
 	switch req.Method {
 	case "initialize":
-		c.replyErr(req.ID, ErrInvalidRequest("initialize was already called"))
+		c.replyErr(req.ID, proto.ErrInvalidRequest("initialize was already called"))
 	case "session.open":
 		c.handleOpen(req)
 	case "session.attach":
@@ -736,7 +734,7 @@ func (c *conn) handleText(b []byte) {
 	case "session.lease":
 		c.handleLease(req)
 	default:
-		c.replyErr(req.ID, ErrMethodNotFound(req.Method))
+		c.replyErr(req.ID, proto.ErrMethodNotFound(req.Method))
 	}
 }
 
@@ -745,11 +743,11 @@ func (c *conn) reserve(id json.RawMessage, num uint32) *channel {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, busy := c.channels[num]; busy {
-		c.send0(MarshalResponse(id, nil, ErrChannelInUse(num)))
+		c.send0(proto.MarshalResponse(id, nil, proto.ErrChannelInUse(num)))
 		return nil
 	}
 	if len(c.channels) >= c.opts.MaxChannels {
-		c.send0(MarshalResponse(id, nil, ErrLimitExceeded("maxChannels",
+		c.send0(proto.MarshalResponse(id, nil, proto.ErrLimitExceeded("maxChannels",
 			fmt.Sprintf("at most %d channels per socket", c.opts.MaxChannels))))
 		return nil
 	}
@@ -781,7 +779,7 @@ func (c *conn) bound(id json.RawMessage, num uint32) *channel {
 	ch := c.channels[num]
 	c.mu.Unlock()
 	if ch == nil || !ch.ready.Load() || ch.detached.Load() {
-		c.replyErr(id, ErrUnknownChannel(num))
+		c.replyErr(id, proto.ErrUnknownChannel(num))
 		return nil
 	}
 	return ch
@@ -821,7 +819,7 @@ func (c *conn) slow(id json.RawMessage, fn func()) bool {
 	select {
 	case c.pending <- struct{}{}:
 	default:
-		c.replyErr(id, ErrLimitExceeded("pendingRequests",
+		c.replyErr(id, proto.ErrLimitExceeded("pendingRequests",
 			fmt.Sprintf("at most %d opens and kills in flight per socket", maxPending)))
 		return false
 	}
@@ -832,18 +830,18 @@ func (c *conn) slow(id json.RawMessage, fn func()) bool {
 	return true
 }
 
-func (c *conn) handleOpen(req *Request) {
-	p, e := DecodeOpen(req.Params, c.opts.limits())
+func (c *conn) handleOpen(req *proto.Request) {
+	p, e := proto.DecodeOpen(req.Params, c.opts.limits())
 	if e != nil {
 		c.replyErr(req.ID, e)
 		return
 	}
 	if c.opts.ReadOnly {
-		c.replyErr(req.ID, ErrForbidden("read-only principal cannot open sessions"))
+		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot open sessions"))
 		return
 	}
 	if len(p.Cmd) > 0 && (c.opts.AllowCmd == nil || !c.opts.AllowCmd(p.Cmd)) {
-		c.replyErr(req.ID, ErrForbidden(fmt.Sprintf("command %q is not allowed", p.Cmd[0])))
+		c.replyErr(req.ID, proto.ErrForbidden(fmt.Sprintf("command %q is not allowed", p.Cmd[0])))
 		return
 	}
 	if !c.opts.OpenRate.Allow(c.opts.Principal, 1) {
@@ -875,7 +873,7 @@ func (c *conn) handleOpen(req *Request) {
 		span.SetAttributes(attribute.String(otel.AttrSessionID, s.ID()), semconv.ProcessPID(s.Pid()))
 		ch.sess, ch.v = s, v
 		ch.ready.Store(true)
-		queued := c.reply(req.ID, OpenResult{Session: s.ID(), Channel: ch.id, Pid: s.Pid()})
+		queued := c.reply(req.ID, proto.OpenResult{Session: s.ID(), Channel: ch.id, Pid: s.Pid()})
 		if h := c.opts.testHookBeforeActivate; h != nil {
 			h()
 		}
@@ -886,8 +884,8 @@ func (c *conn) handleOpen(req *Request) {
 	}
 }
 
-func (c *conn) handleAttach(req *Request) {
-	p, e := DecodeAttach(req.Params)
+func (c *conn) handleAttach(req *proto.Request) {
+	p, e := proto.DecodeAttach(req.Params)
 	if e != nil {
 		c.replyErr(req.ID, e)
 		return
@@ -920,14 +918,14 @@ func (c *conn) handleAttach(req *Request) {
 		h()
 	}
 	in := ch.sess.Info()
-	queued := c.reply(req.ID, AttachResult{Session: ch.sess.ID(), Channel: ch.id,
+	queued := c.reply(req.ID, proto.AttachResult{Session: ch.sess.ID(), Channel: ch.id,
 		Offset: info.Offset, Lost: info.Lost, End: info.End, Pid: in.Pid, Cols: in.Cols,
 		Rows: in.Rows, Exit: exitInfo(in.Exit)})
 	c.activate(ch, queued, true)
 }
 
-func (c *conn) handleDetach(req *Request) {
-	p, e := DecodeDetach(req.Params)
+func (c *conn) handleDetach(req *proto.Request) {
+	p, e := proto.DecodeDetach(req.Params)
 	if e != nil {
 		c.replyErr(req.ID, e)
 		return
@@ -941,11 +939,11 @@ func (c *conn) handleDetach(req *Request) {
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sess.ID()))
 	c.release(ch)
 	c.unbind(ch, false)
-	c.reply(req.ID, DetachResult{Session: ch.sess.ID(), Channel: ch.id})
+	c.reply(req.ID, proto.DetachResult{Session: ch.sess.ID(), Channel: ch.id})
 }
 
-func (c *conn) handleResize(req *Request) {
-	p, e := DecodeResize(req.Params, c.opts.limits())
+func (c *conn) handleResize(req *proto.Request) {
+	p, e := proto.DecodeResize(req.Params, c.opts.limits())
 	if e != nil {
 		c.replyErr(req.ID, e)
 		return
@@ -955,7 +953,7 @@ func (c *conn) handleResize(req *Request) {
 		return
 	}
 	if c.opts.ReadOnly {
-		c.replyErr(req.ID, ErrForbidden("read-only principal cannot resize"))
+		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot resize"))
 		return
 	}
 	cols, rows, err := ch.sess.Resize(p.Cols, p.Rows)
@@ -963,21 +961,22 @@ func (c *conn) handleResize(req *Request) {
 		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
 		return
 	}
-	c.reply(req.ID, ResizeResult{Cols: cols, Rows: rows})
+	c.reply(req.ID, proto.ResizeResult{Cols: cols, Rows: rows})
 }
 
-func (c *conn) handleSignal(req *Request) {
-	p, sig, e := DecodeSignal(req.Params)
+func (c *conn) handleSignal(req *proto.Request) {
+	p, name, e := proto.DecodeSignal(req.Params)
 	if e != nil {
 		c.replyErr(req.ID, e)
 		return
 	}
+	sig := signals[name]
 	ch := c.bound(req.ID, p.Channel)
 	if ch == nil {
 		return
 	}
 	if c.opts.ReadOnly {
-		c.replyErr(req.ID, ErrForbidden("read-only principal cannot signal"))
+		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot signal"))
 		return
 	}
 	if err := ch.sess.Signal(sig); err != nil {
@@ -987,14 +986,14 @@ func (c *conn) handleSignal(req *Request) {
 	c.reply(req.ID, struct{}{})
 }
 
-func (c *conn) handleKill(req *Request) {
-	p, e := DecodeKill(req.Params)
+func (c *conn) handleKill(req *proto.Request) {
+	p, e := proto.DecodeKill(req.Params)
 	if e != nil {
 		c.replyErr(req.ID, e)
 		return
 	}
 	if c.opts.ReadOnly {
-		c.replyErr(req.ID, ErrForbidden("read-only principal cannot kill"))
+		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot kill"))
 		return
 	}
 	c.slow(req.ID, func() {
@@ -1010,27 +1009,27 @@ func (c *conn) handleKill(req *Request) {
 	})
 }
 
-func (c *conn) handleList(req *Request) {
-	if _, e := DecodeList(req.Params); e != nil {
+func (c *conn) handleList(req *proto.Request) {
+	if _, e := proto.DecodeList(req.Params); e != nil {
 		c.replyErr(req.ID, e)
 		return
 	}
 	infos := c.reg.List(c.opts.Principal)
-	out := ListResult{Sessions: make([]SessionInfo, 0, len(infos))}
+	out := proto.ListResult{Sessions: make([]proto.SessionInfo, 0, len(infos))}
 	for _, in := range infos {
 		out.Sessions = append(out.Sessions, sessionInfo(in))
 	}
 	c.reply(req.ID, out)
 }
 
-func (c *conn) handleLease(req *Request) {
-	p, e := DecodeLease(req.Params)
+func (c *conn) handleLease(req *proto.Request) {
+	p, e := proto.DecodeLease(req.Params)
 	if e != nil {
 		c.replyErr(req.ID, e)
 		return
 	}
 	if c.opts.ReadOnly {
-		c.replyErr(req.ID, ErrForbidden("read-only principal cannot lease"))
+		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot lease"))
 		return
 	}
 	until, err := c.reg.Lease(p.Session, c.opts.Principal, time.Duration(p.TTLMs)*time.Millisecond)
@@ -1038,39 +1037,39 @@ func (c *conn) handleLease(req *Request) {
 		c.replyErr(req.ID, sessionError(err, p.Session))
 		return
 	}
-	c.reply(req.ID, LeaseResult{Session: p.Session, Until: until.UTC().Format(time.RFC3339Nano)})
+	c.reply(req.ID, proto.LeaseResult{Session: p.Session, Until: until.UTC().Format(time.RFC3339Nano)})
 }
 
 // handleBinary handles input and ack frames.
 func (c *conn) handleBinary(b []byte) {
-	f, err := ParseFrame(b)
+	f, err := proto.ParseFrame(b)
 	if err != nil {
-		c.replyErr(nullID, ErrBadFrame(err.Error()))
+		c.replyErr(nullID, proto.ErrBadFrame(err.Error()))
 		return
 	}
-	if f.Type == FrameOutput {
-		c.replyErr(nullID, ErrBadFrame("output frames go from server to client"))
+	if f.Type == proto.FrameOutput {
+		c.replyErr(nullID, proto.ErrBadFrame("output frames go from server to client"))
 		return
 	}
 	c.mu.Lock()
 	ch := c.channels[f.Channel]
 	c.mu.Unlock()
 	if ch == nil || !ch.ready.Load() || ch.detached.Load() {
-		c.replyErr(nullID, ErrUnknownChannel(f.Channel))
+		c.replyErr(nullID, proto.ErrUnknownChannel(f.Channel))
 		return
 	}
 	switch f.Type {
-	case FrameAck:
+	case proto.FrameAck:
 		if err := ch.credit.give(int64(f.AckCount())); err != nil {
-			c.replyErr(nullID, withChannel(ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)), f.Channel))
+			c.replyErr(nullID, withChannel(proto.ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)), f.Channel))
 			return
 		}
 		if ch.starved.Swap(false) {
 			c.markReady(ch)
 		}
-	case FrameInput:
+	case proto.FrameInput:
 		if c.opts.ReadOnly {
-			c.replyErr(nullID, withChannel(ErrForbidden("read-only principal: input dropped"), f.Channel))
+			c.replyErr(nullID, withChannel(proto.ErrForbidden("read-only principal: input dropped"), f.Channel))
 			return
 		}
 		if !c.opts.InputRate.Allow(ch.sess.ID(), float64(len(f.Payload))) {
@@ -1090,32 +1089,32 @@ func (c *conn) handleBinary(b []byte) {
 }
 
 // sessionError maps session errors to protocol errors.
-func sessionError(err error, id string) *Error {
+func sessionError(err error, id string) *proto.Error {
 	var ce *session.ClosedError
 	switch {
 	case errors.As(err, &ce):
-		return ErrSessionClosed(ce.ID, string(ce.Reason))
+		return proto.ErrSessionClosed(ce.ID, string(ce.Reason))
 	case errors.Is(err, session.ErrUnknownSession):
-		return ErrUnknownSession(id)
+		return proto.ErrUnknownSession(id)
 	case errors.Is(err, session.ErrInputFull):
-		return ErrLimitExceeded("inputQueue", "the program has not read its pending input; nothing was written")
+		return proto.ErrLimitExceeded("inputQueue", "the program has not read its pending input; nothing was written")
 	case errors.Is(err, session.ErrTooMany):
-		return ErrLimitExceeded("maxSessions", err.Error())
+		return proto.ErrLimitExceeded("maxSessions", err.Error())
 	case errors.Is(err, session.ErrBadOffset):
-		return ErrInvalidParams("from", err.Error())
+		return proto.ErrInvalidParams("from", err.Error())
 	case errors.Is(err, session.ErrBadSize):
-		return ErrInvalidParams("cols", err.Error())
+		return proto.ErrInvalidParams("cols", err.Error())
 	case errors.Is(err, session.ErrShuttingDown):
-		return ErrSessionClosed(id, string(session.ReasonShutdown))
+		return proto.ErrSessionClosed(id, string(session.ReasonShutdown))
 	case errors.Is(err, session.ErrSpawn):
-		return ErrSpawnFailed(err.Error())
+		return proto.ErrSpawnFailed(err.Error())
 	}
-	return ErrInternal(err.Error())
+	return proto.ErrInternal(err.Error())
 }
 
 // parentCtx is the context a request's spans descend from: the client's W3C trace context
 // from params._meta when it sent one, else the socket's ws.connection span.
-func (c *conn) parentCtx(m *Meta) context.Context {
+func (c *conn) parentCtx(m *proto.Meta) context.Context {
 	if m == nil || m.Traceparent == "" {
 		return c.ctx
 	}
@@ -1131,7 +1130,7 @@ func (c *conn) parentCtx(m *Meta) context.Context {
 }
 
 // startSpan starts a request span under parentCtx.
-func (c *conn) startSpan(name, method string, m *Meta, ch uint32) (context.Context, trace.Span) {
+func (c *conn) startSpan(name, method string, m *proto.Meta, ch uint32) (context.Context, trace.Span) {
 	return c.tel.Tracer.Start(c.parentCtx(m), name, trace.WithAttributes(
 		semconv.RPCMethod(method), attribute.Int64(otel.AttrChannel, int64(ch))))
 }

@@ -16,7 +16,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"muxterm/session"
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/proto"
+	"github.com/muxterm/muxterm/session"
 )
 
 const principal = "tester"
@@ -33,7 +35,7 @@ type server struct {
 func newServer(t *testing.T, opts ServerOptions, onSocket func(ws *websocket.Conn)) *server {
 	t.Helper()
 	s := &server{reg: session.NewRegistry(session.Options{Shell: "/bin/sh", KillGrace: 100 * time.Millisecond}, nil)}
-	up := websocket.Upgrader{Subprotocols: []string{Subprotocol}}
+	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := up.Upgrade(w, r, nil)
@@ -70,11 +72,16 @@ func newServer(t *testing.T, opts ServerOptions, onSocket func(ws *websocket.Con
 	return s
 }
 
-func (s *server) dial(t *testing.T) *Client {
+func (s *server) dial(t *testing.T) *client.Client {
+	t.Helper()
+	return s.dialWith(t, client.DialOptions{})
+}
+
+func (s *server) dialWith(t *testing.T, opts client.DialOptions) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, s.url, DialOptions{})
+	c, err := client.Dial(ctx, s.url, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +111,7 @@ func TestEchoThroughSocket(t *testing.T) {
 	s := newServer(t, ServerOptions{}, nil)
 	c := s.dial(t)
 	ctx := testCtx(t)
-	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty -echo; echo READY; exec cat"}})
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty -echo; echo READY; exec cat"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,22 +143,18 @@ func TestWindowBoundsUnacknowledgedOutput(t *testing.T) {
 	s := newServer(t, ServerOptions{Window: window}, nil)
 	c := s.dial(t)
 	ctx := testCtx(t)
-	flood, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"yes"}})
+	flood, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"yes"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	echo, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty raw -echo; echo READY; exec cat"}})
+	echo, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty raw -echo; echo READY; exec cat"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := echo.ReadUntil(ctx, "READY"); err != nil {
 		t.Fatal(err)
 	}
-	buffered := func() int {
-		flood.mu.Lock()
-		defer flood.mu.Unlock()
-		return flood.bufferedLocked()
-	}
+	buffered := flood.Buffered
 	waitUntil(t, "the window to fill", func() bool { return buffered() >= window })
 	for i := range 20 { // barriers: the socket goes on, the flood stays at the window
 		tag := string(rune('a'+i)) + "!"
@@ -176,7 +179,7 @@ func TestWindowBoundsUnacknowledgedOutput(t *testing.T) {
 
 // readToOffset reads ch until its offset reaches want, failing the test if the stream errs or
 // stalls until ctx ends (then it closes c, which ends the reader).
-func readToOffset(t *testing.T, ctx context.Context, c *Client, ch *Channel, want int64) {
+func readToOffset(t *testing.T, ctx context.Context, c *client.Client, ch *client.Channel, want int64) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
@@ -210,7 +213,7 @@ func TestTinyWindowNeverStalls(t *testing.T) {
 	s := newServer(t, ServerOptions{Window: 1024}, nil)
 	c := s.dial(t)
 	ctx := testCtx(t)
-	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24,
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
 		Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo; echo READY; head -c %d /dev/zero", total)}})
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +258,7 @@ func TestAckBetweenCreditCheckAndStarve(t *testing.T) {
 	s = newServer(t, opts, nil)
 	c := s.dial(t)
 	ctx := testCtx(t)
-	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24,
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
 		Cmd: []string{"sh", "-c", fmt.Sprintf("stty raw -echo; head -c %d /dev/zero; exec sleep 60", total)}})
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +280,7 @@ func TestClientAcksADrainedReadAtOnce(t *testing.T) {
 	s := newServer(t, ServerOptions{Window: window}, nil)
 	c := s.dial(t)
 	ctx := testCtx(t)
-	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24,
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
 		Cmd: []string{"sh", "-c", "stty raw -echo; head -c 500 /dev/zero; read x; head -c 4000 /dev/zero"}})
 	if err != nil {
 		t.Fatal(err)
@@ -296,13 +299,9 @@ func TestClientAcksADrainedReadAtOnce(t *testing.T) {
 	select {
 	case <-ch.Exited():
 	case <-ctx.Done():
-		ch.mu.Lock()
-		defer ch.mu.Unlock()
-		t.Fatalf("no exit: %d bytes buffered, %d read and unacknowledged", ch.bufferedLocked(), ch.unacked)
+		t.Fatalf("no exit: %d bytes buffered", ch.Buffered())
 	}
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if got := ch.bufferedLocked(); got != 4000 {
+	if got := ch.Buffered(); got != 4000 {
 		t.Errorf("buffered at the exit: got %d, want 4000", got)
 	}
 }
@@ -353,7 +352,7 @@ func TestSocketEndDetachesButKeepsSessions(t *testing.T) {
 	s := newServer(t, ServerOptions{}, nil)
 	c := s.dial(t)
 	ctx := testCtx(t)
-	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sleep", "60"}})
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sleep", "60"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,8 +376,8 @@ func TestKillOfUnknownSession(t *testing.T) {
 	s := newServer(t, ServerOptions{}, nil)
 	c := s.dial(t)
 	_, err := c.Kill(testCtx(t), strings.Repeat("0", 32))
-	var e *Error
-	if !errors.As(err, &e) || e.Kind() != KindUnknownSession {
+	var e *proto.Error
+	if !errors.As(err, &e) || e.Kind() != proto.KindUnknownSession {
 		t.Fatalf("got %v, want unknown_session", err)
 	}
 }
@@ -392,7 +391,7 @@ func TestSilentSocketIsClosedAndDetached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := websocket.Dialer{Subprotocols: []string{Subprotocol}}
+	d := websocket.Dialer{Subprotocols: []string{proto.Subprotocol}}
 	ws, _, err := d.Dial(s.url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -432,9 +431,15 @@ func TestInputRightAfterOpenReply(t *testing.T) {
 	opts := ServerOptions{}
 	opts.testHookBeforeActivate = func() { <-release }
 	s := newServer(t, opts, nil)
-	c := s.dial(t)
+	var errMu sync.Mutex
+	var serverErrs []*proto.Error
+	c := s.dialWith(t, client.DialOptions{OnServerError: func(e *proto.Error) {
+		errMu.Lock()
+		serverErrs = append(serverErrs, e)
+		errMu.Unlock()
+	}})
 	ctx := testCtx(t)
-	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty raw -echo; exec cat"}})
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty raw -echo; exec cat"}})
 	if err != nil {
 		close(release)
 		t.Fatal(err)
@@ -448,7 +453,10 @@ func TestInputRightAfterOpenReply(t *testing.T) {
 		t.Fatalf("resize before the channel is published: %v", err)
 	}
 	// The resize's reply is the barrier: the input before it was handled.
-	if errs := c.ServerErrors(); len(errs) != 0 {
+	errMu.Lock()
+	errs := serverErrs
+	errMu.Unlock()
+	if len(errs) != 0 {
 		close(release)
 		t.Fatalf("input right after the open's reply: got %v, want no error", errs[0])
 	}
@@ -464,7 +472,7 @@ func TestInputRightAfterOpenReply(t *testing.T) {
 func TestRequestsPipelinedBehindInitialize(t *testing.T) {
 	s := newServer(t, ServerOptions{}, nil)
 	dial := func() *websocket.Conn {
-		d := websocket.Dialer{Subprotocols: []string{Subprotocol}}
+		d := websocket.Dialer{Subprotocols: []string{proto.Subprotocol}}
 		ws, _, err := d.Dial(s.url, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -494,8 +502,8 @@ func TestRequestsPipelinedBehindInitialize(t *testing.T) {
 			t.Fatalf("after %v and %q: %v", ids, out, err)
 		}
 		if typ == websocket.BinaryMessage {
-			f, err := ParseFrame(b)
-			if err != nil || f.Type != FrameOutput {
+			f, err := proto.ParseFrame(b)
+			if err != nil || f.Type != proto.FrameOutput {
 				t.Fatalf("frame %x: %v", b, err)
 			}
 			out = append(out, f.Payload...)
@@ -504,7 +512,7 @@ func TestRequestsPipelinedBehindInitialize(t *testing.T) {
 		var r struct {
 			ID     json.RawMessage
 			Result json.RawMessage
-			Error  *Error
+			Error  *proto.Error
 		}
 		if err := json.Unmarshal(b, &r); err != nil || r.Error != nil || len(r.Result) == 0 {
 			t.Fatalf("response %s: want a result", b)
@@ -560,15 +568,14 @@ func TestRequestsPipelinedBehindInitialize(t *testing.T) {
 func TestDialOpen(t *testing.T) {
 	s := newServer(t, ServerOptions{Window: 64 << 10}, nil)
 	ctx := testCtx(t)
-	c, ch, err := DialOpen(ctx, s.url, DialOptions{},
-		OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty -echo; echo READY; exec cat"}})
+	c, ch, err := client.DialOpen(ctx, s.url, client.DialOptions{},
+		client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty -echo; echo READY; exec cat"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if c.Init.Flow.Window != 64<<10 || ch.ackEvery != c.Init.Flow.AckBytes {
-		t.Errorf("flow: window %d, channel acks every %d; want 65536 and initialize's ackBytes %d",
-			c.Init.Flow.Window, ch.ackEvery, c.Init.Flow.AckBytes)
+	if c.Init.Flow.Window != 64<<10 {
+		t.Errorf("flow: window %d, want 65536", c.Init.Flow.Window)
 	}
 	if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
 		t.Fatal(err)
@@ -581,8 +588,8 @@ func TestDialOpen(t *testing.T) {
 	}
 
 	// A refused open closes the client and says why.
-	_, _, err = DialOpen(ctx, s.url, DialOptions{}, OpenOptions{Cols: 0, Rows: 24, Cmd: []string{"true"}})
-	var e *Error
+	_, _, err = client.DialOpen(ctx, s.url, client.DialOptions{}, client.OpenOptions{Cols: 0, Rows: 24, Cmd: []string{"true"}})
+	var e *proto.Error
 	if !errors.As(err, &e) {
 		t.Errorf("open with 0 columns: got %v, want a JSON-RPC error", err)
 	}
@@ -592,7 +599,7 @@ func TestDialOpen(t *testing.T) {
 // up: pongs keep only an initialized socket alive.
 func TestPongsDoNotKeepAnUninitializedSocket(t *testing.T) {
 	s := newServer(t, ServerOptions{PongWait: 240 * time.Millisecond, initWait: 300 * time.Millisecond}, nil)
-	d := websocket.Dialer{Subprotocols: []string{Subprotocol}}
+	d := websocket.Dialer{Subprotocols: []string{proto.Subprotocol}}
 	ws, _, err := d.Dial(s.url, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,9 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/muxterm/muxterm/internal/testutil"
+	"github.com/muxterm/muxterm/proto"
 )
 
 func TestCredit(t *testing.T) {
@@ -53,7 +56,7 @@ func TestCredit(t *testing.T) {
 			}
 			for i, o := range tt.ops {
 				if o.take {
-					panicked := muxCallPanics(func() { c.take(o.n) })
+					panicked := testutil.Panics(func() { c.take(o.n) })
 					if panicked != o.wantPanic {
 						t.Fatalf("op %d: take(%d) panicked = %v, want %v", i, o.n, panicked, o.wantPanic)
 					}
@@ -73,7 +76,7 @@ func TestCredit(t *testing.T) {
 
 func TestNewCreditRefusesBadWindow(t *testing.T) {
 	for _, w := range []int64{0, -1} {
-		if !muxCallPanics(func() { newCredit(w) }) {
+		if !testutil.Panics(func() { newCredit(w) }) {
 			t.Errorf("newCredit(%d) did not panic, want a panic", w)
 		}
 	}
@@ -116,12 +119,14 @@ func TestCreditConcurrent(t *testing.T) {
 	}
 }
 
-func muxCallPanics(f func()) (panicked bool) {
-	defer func() {
-		if recover() != nil {
-			panicked = true
+// TestEverySignalNameMaps: each name the protocol accepts reaches a signal here.
+func TestEverySignalNameMaps(t *testing.T) {
+	for _, name := range proto.Signals {
+		if signals[name] == 0 {
+			t.Errorf("signal %s: no platform signal", name)
 		}
-	}()
-	f()
-	return false
+	}
+	if got, want := len(signals), len(proto.Signals); got != want {
+		t.Errorf("signals mapped: got %d, want %d", got, want)
+	}
 }

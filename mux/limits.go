@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/muxterm/muxterm/proto"
 )
 
 // This file holds the rate limits that span sockets: input bytes per second per session and
@@ -127,26 +129,26 @@ func (l *RateLimiter) keys() int {
 }
 
 // errInputRate is the refusal of an input frame over l (data.limit "inputRate").
-func errInputRate(l *RateLimiter) *Error {
-	return ErrLimitExceeded("inputRate", fmt.Sprintf(
+func errInputRate(l *RateLimiter) *proto.Error {
+	return proto.ErrLimitExceeded("inputRate", fmt.Sprintf(
 		"input over %.0f bytes per second (bursts of %.0f) for this session; nothing was written",
 		l.Rate(), l.Burst()))
 }
 
 // errOpenRate is the refusal of a session.open over l (data.limit "openRate").
-func errOpenRate(l *RateLimiter) *Error {
-	return ErrLimitExceeded("openRate", fmt.Sprintf(
+func errOpenRate(l *RateLimiter) *proto.Error {
+	return proto.ErrLimitExceeded("openRate", fmt.Sprintf(
 		"more than %g session.open per second (bursts of %.0f) for this principal; nothing was started",
 		l.Rate(), l.Burst()))
 }
 
 // withChannel returns a copy of e whose data also names the channel of the frame it answers
 // (protocol.md §2: errors about a frame of a known channel carry data.channel).
-func withChannel(e *Error, ch uint32) *Error {
+func withChannel(e *proto.Error, ch uint32) *proto.Error {
 	data := make(map[string]any, len(e.Data)+1)
 	for k, v := range e.Data {
 		data[k] = v
 	}
 	data["channel"] = ch
-	return &Error{Code: e.Code, Message: e.Message, Data: data}
+	return &proto.Error{Code: e.Code, Message: e.Message, Data: data}
 }

@@ -3,7 +3,7 @@ package mux
 import (
 	"testing"
 
-	"muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/leakcheck"
 )
 
 // TestMain fails the package on a leaked goroutine, file descriptor or child process.

@@ -3,7 +3,7 @@ package reaper
 import (
 	"testing"
 
-	"muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/leakcheck"
 )
 
 // TestMain fails the package if a goroutine outlives the tests (a session's reader or waiter, a

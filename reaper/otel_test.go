@@ -8,8 +8,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"muxterm/otel"
-	"muxterm/session"
+	"github.com/muxterm/muxterm/otel"
+	"github.com/muxterm/muxterm/session"
 )
 
 // TestSweepSpanCounts: a sweep that selects two sessions, loses one to a reattach and reaps

@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	otelmetric "go.opentelemetry.io/otel/metric"
 
-	"muxterm/otel"
-	"muxterm/session"
+	"github.com/muxterm/muxterm/otel"
+	"github.com/muxterm/muxterm/session"
 )
 
 // Options configure a Reaper.

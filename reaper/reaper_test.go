@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"muxterm/session"
+	"github.com/muxterm/muxterm/session"
 )
 
 const (

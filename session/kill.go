@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
-	"muxterm/otel"
+	"github.com/muxterm/muxterm/otel"
 )
 
 // KillResult reports what a kill did.

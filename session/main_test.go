@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/leakcheck"
 )
 
 // TestMain fails the package if a goroutine or a file descriptor outlives the tests, or if a

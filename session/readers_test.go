@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/leakcheck"
 )
 
 func readersRunning() bool {

@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
-	"muxterm/otel"
+	"github.com/muxterm/muxterm/otel"
 )
 
 // Errors a caller can match with errors.Is.

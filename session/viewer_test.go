@@ -16,7 +16,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"muxterm/otel"
+	"github.com/muxterm/muxterm/otel"
 )
 
 // fakeSession is a session with no process and no reader: tests drive its ingest path directly.

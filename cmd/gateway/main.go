@@ -21,12 +21,12 @@ import (
 	"syscall"
 	"time"
 
-	"muxterm/frontend"
-	"muxterm/gateway"
-	"muxterm/mux"
-	"muxterm/otel"
-	"muxterm/reaper"
-	"muxterm/session"
+	"github.com/muxterm/muxterm/frontend"
+	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/mux"
+	"github.com/muxterm/muxterm/otel"
+	"github.com/muxterm/muxterm/reaper"
+	"github.com/muxterm/muxterm/session"
 )
 
 // version is set with -ldflags "-X main.version=...".

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"net"
 
-	"muxterm/gateway"
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/mux"
 )
 
 // securityConfig holds the flags of docs/security.md. Like every flag, each has a MUXTERM_*

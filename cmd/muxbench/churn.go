@@ -7,7 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/proto"
 )
 
 // churnState is the gateway's footprint that must not grow across open/kill cycles.
@@ -21,7 +22,7 @@ type churnState struct {
 	Sessions int   `json:"sessions"`
 }
 
-func churnSample(ctx context.Context, g *gatewayProc, c *mux.Client) (churnState, error) {
+func churnSample(ctx context.Context, g *gatewayProc, c *client.Client) (churnState, error) {
 	s, err := g.sample()
 	if err != nil {
 		return churnState{}, err
@@ -55,11 +56,25 @@ func (b *bench) runChurn(ctx context.Context) error {
 		return err
 	}
 	defer b.stopGatewayLater(g)
-	c, err := g.dial(ctx)
+	// Input refused with unknown_channel comes back as an id-less error naming the channel.
+	var refusedMu sync.Mutex
+	refusedOn := map[uint32]bool{}
+	c, err := g.dialWith(ctx, func(e *proto.Error) {
+		if ch, ok := e.Data["channel"].(float64); ok && e.Kind() == "unknown_channel" {
+			refusedMu.Lock()
+			refusedOn[uint32(ch)] = true
+			refusedMu.Unlock()
+		}
+	})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	refusedInput := func(id uint32) bool {
+		refusedMu.Lock()
+		defer refusedMu.Unlock()
+		return refusedOn[id]
+	}
 	// A cycle whose line never echoes because the gateway refused the input frame sent right
 	// after session.open's reply (unknown_channel) is counted, not fatal: it is a finding.
 	var refused atomic.Int64
@@ -79,7 +94,7 @@ func (b *bench) runChurn(ctx context.Context) error {
 		cancel()
 		if err != nil {
 			// readUntil killed the session to end the read.
-			if ctx.Err() == nil && refusedInput(c, ch.ID) {
+			if ctx.Err() == nil && refusedInput(ch.ID) {
 				refused.Add(1)
 				return time.Since(t), nil
 			}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
 )
 
 // readyScript prints one line and exits: its first output byte stands for the first prompt.
@@ -124,7 +124,7 @@ func (b *bench) runConnect(ctx context.Context) error {
 
 // firstByte opens `sh -c 'echo ready'` on c, returns the time from t to its first output byte,
 // then removes the session.
-func (b *bench) firstByte(ctx context.Context, c *mux.Client, t time.Time) (time.Duration, error) {
+func (b *bench) firstByte(ctx context.Context, c *client.Client, t time.Time) (time.Duration, error) {
 	ch, err := b.openSh(ctx, c, readyScript)
 	if err != nil {
 		return 0, err
@@ -133,7 +133,7 @@ func (b *bench) firstByte(ctx context.Context, c *mux.Client, t time.Time) (time
 }
 
 // firstRead returns the time from t to ch's first output byte, then removes the session.
-func firstRead(ctx context.Context, c *mux.Client, ch *mux.Channel, t time.Time) (time.Duration, error) {
+func firstRead(ctx context.Context, c *client.Client, ch *client.Channel, t time.Time) (time.Duration, error) {
 	buf := make([]byte, 4096)
 	stop := guard(ctx, c, ch)
 	_, rerr := ch.Read(buf)

@@ -19,7 +19,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/proto"
 )
 
 const listenPrefix = "muxterm: listening on http://"
@@ -108,17 +109,23 @@ var liftedLimits = [][2]string{{"max-open-rate", "0"}, {"max-input-rate", "0"}, 
 func (g *gatewayProc) URL() string { return "ws://" + g.Addr + "/ws" }
 
 // dial opens a muxterm socket to the gateway.
-func (g *gatewayProc) dial(ctx context.Context) (*mux.Client, error) {
-	c, err := mux.Dial(ctx, g.URL(), mux.DialOptions{Token: g.token, Name: "muxbench", Dialer: benchDialer()})
+func (g *gatewayProc) dial(ctx context.Context) (*client.Client, error) {
+	return g.dialWith(ctx, nil)
+}
+
+// dialWith dials like dial and hands the gateway's id-less errors to onErr.
+func (g *gatewayProc) dialWith(ctx context.Context, onErr func(*proto.Error)) (*client.Client, error) {
+	c, err := client.Dial(ctx, g.URL(), client.DialOptions{Token: g.token, Name: "muxbench", Dialer: benchDialer(),
+		OnServerError: onErr})
 	if err != nil {
 		return nil, fmt.Errorf("dial gateway %s: %w", g.Addr, err)
 	}
 	return c, nil
 }
 
-// dialOpen opens a muxterm socket and a session on it in one round trip (mux.DialOpen).
-func (g *gatewayProc) dialOpen(ctx context.Context, o mux.OpenOptions) (*mux.Client, *mux.Channel, error) {
-	c, ch, err := mux.DialOpen(ctx, g.URL(), mux.DialOptions{Token: g.token, Name: "muxbench", Dialer: benchDialer()}, o)
+// dialOpen opens a muxterm socket and a session on it in one round trip (client.DialOpen).
+func (g *gatewayProc) dialOpen(ctx context.Context, o client.OpenOptions) (*client.Client, *client.Channel, error) {
+	c, ch, err := client.DialOpen(ctx, g.URL(), client.DialOptions{Token: g.token, Name: "muxbench", Dialer: benchDialer()}, o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dial and open on gateway %s: %w", g.Addr, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
 )
 
 // killCase is a shell to kill. Each prints "ready" once it is in the state under test (the trap
@@ -106,7 +106,7 @@ func (b *bench) runKill(ctx context.Context) error {
 
 // killBatch opens kc.n sessions, waits until each is ready, and kills them: one at a time for
 // the fast cases, all at once for the slow one (its escalation is timer-bound).
-func (b *bench) killBatch(ctx context.Context, c *mux.Client, kc killCase) ([]killSample, error) {
+func (b *bench) killBatch(ctx context.Context, c *client.Client, kc killCase) ([]killSample, error) {
 	samples := make([]killSample, kc.n)
 	if kc.target {
 		for i := range kc.n {
@@ -120,7 +120,7 @@ func (b *bench) killBatch(ctx context.Context, c *mux.Client, kc killCase) ([]ki
 		}
 		return samples, nil
 	}
-	chs := make([]*mux.Channel, kc.n)
+	chs := make([]*client.Channel, kc.n)
 	err := parallel(ctx, kc.n, 16, func(i int) error {
 		var err error
 		chs[i], err = b.openReady(ctx, c, kc.script)
@@ -142,7 +142,7 @@ func (b *bench) killBatch(ctx context.Context, c *mux.Client, kc killCase) ([]ki
 	return samples, err
 }
 
-func (b *bench) openReady(ctx context.Context, c *mux.Client, script string) (*mux.Channel, error) {
+func (b *bench) openReady(ctx context.Context, c *client.Client, script string) (*client.Channel, error) {
 	ch, err := b.openSh(ctx, c, script)
 	if err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ func (b *bench) openReady(ctx context.Context, c *mux.Client, script string) (*m
 	return ch, nil
 }
 
-func killOne(ctx context.Context, c *mux.Client, ch *mux.Channel) (killSample, error) {
+func killOne(ctx context.Context, c *client.Client, ch *client.Channel) (killSample, error) {
 	t := time.Now()
 	res, err := c.Kill(ctx, ch.Session())
 	rtt := time.Since(t)

@@ -9,15 +9,15 @@ import (
 	"sync"
 	"time"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
 )
 
 // openSh opens a session running `sh -c script` on c, tagged with the run's id.
-func (b *bench) openSh(ctx context.Context, c *mux.Client, script string) (*mux.Channel, error) {
+func (b *bench) openSh(ctx context.Context, c *client.Client, script string) (*client.Channel, error) {
 	return b.openArgv(ctx, c, []string{"sh", "-c", script})
 }
 
-func (b *bench) openArgv(ctx context.Context, c *mux.Client, argv []string) (*mux.Channel, error) {
+func (b *bench) openArgv(ctx context.Context, c *client.Client, argv []string) (*client.Channel, error) {
 	ch, err := c.Open(ctx, b.openOptions(argv))
 	if err != nil {
 		return nil, fmt.Errorf("open %q: %w", argv, err)
@@ -26,17 +26,17 @@ func (b *bench) openArgv(ctx context.Context, c *mux.Client, argv []string) (*mu
 }
 
 // openOptions opens argv at 80×24, tagged with the run's id.
-func (b *bench) openOptions(argv []string) mux.OpenOptions {
-	return mux.OpenOptions{Cmd: argv, Cols: 80, Rows: 24, Env: map[string]string{b.tagKey: b.tagVal}}
+func (b *bench) openOptions(argv []string) client.OpenOptions {
+	return client.OpenOptions{Cmd: argv, Cols: 80, Rows: 24, Env: map[string]string{b.tagKey: b.tagVal}}
 }
 
 // shOptions opens `sh -c script`, tagged with the run's id.
-func (b *bench) shOptions(script string) mux.OpenOptions {
+func (b *bench) shOptions(script string) client.OpenOptions {
 	return b.openOptions([]string{"sh", "-c", script})
 }
 
 // killQuiet kills a session, bounded by a few seconds, for cleanup paths.
-func killQuiet(c *mux.Client, id string) {
+func killQuiet(c *client.Client, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _ = c.Kill(ctx, id)
@@ -45,7 +45,7 @@ func killQuiet(c *mux.Client, id string) {
 // guard unblocks a Read on ch if ctx ends first: it kills the session (its channel then gets
 // session.closed and Read returns io.EOF), and if the gateway does not answer, closes the
 // socket. Call the returned stop when the reads are done.
-func guard(ctx context.Context, c *mux.Client, ch *mux.Channel) (stop func() bool) {
+func guard(ctx context.Context, c *client.Client, ch *client.Channel) (stop func() bool) {
 	return context.AfterFunc(ctx, func() {
 		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -57,7 +57,7 @@ func guard(ctx context.Context, c *mux.Client, ch *mux.Channel) (stop func() boo
 
 // readAtLeast reads from ch until n bytes arrived, returning how many it read (the last read
 // may overshoot). buf is the read buffer.
-func readAtLeast(ctx context.Context, c *mux.Client, ch *mux.Channel, n int64, buf []byte) (int64, error) {
+func readAtLeast(ctx context.Context, c *client.Client, ch *client.Channel, n int64, buf []byte) (int64, error) {
 	stop := guard(ctx, c, ch)
 	defer stop()
 	var got int64
@@ -79,7 +79,7 @@ const readUntilTimeout = 30 * time.Second
 
 // readUntil reads from ch until the output contains want and returns everything read. If it
 // fails, the session has been killed (or the socket closed) to unblock the read.
-func readUntil(ctx context.Context, c *mux.Client, ch *mux.Channel, want string) ([]byte, error) {
+func readUntil(ctx context.Context, c *client.Client, ch *client.Channel, want string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, readUntilTimeout)
 	defer cancel()
 	stop := guard(ctx, c, ch)
@@ -99,20 +99,9 @@ func readUntil(ctx context.Context, c *mux.Client, ch *mux.Channel, want string)
 	return out, nil
 }
 
-// refusedInput reports whether the gateway answered an input frame on channel id with
-// unknown_channel (an id-less error; the client keeps them).
-func refusedInput(c *mux.Client, id uint32) bool {
-	for _, e := range c.ServerErrors() {
-		if ch, ok := e.Data["channel"].(float64); ok && e.Kind() == "unknown_channel" && uint32(ch) == id {
-			return true
-		}
-	}
-	return false
-}
-
 // waitClosed waits for the channel's session.closed (or the socket's end), which follows a
 // kill; output still buffered in the channel is dropped with it.
-func waitClosed(ch *mux.Channel) error {
+func waitClosed(ch *client.Channel) error {
 	t := time.NewTimer(10 * time.Second)
 	defer t.Stop()
 	select {
@@ -188,12 +177,12 @@ func windowOf[F interface{ self() *tally }](fl []F) ([]<-chan struct{}, []func()
 // flood reads ch until it ends, counting bytes.
 type flood struct {
 	*tally
-	ch   *mux.Channel
+	ch   *client.Channel
 	done chan struct{}
 	err  error
 }
 
-func startFlood(ch *mux.Channel) *flood {
+func startFlood(ch *client.Channel) *flood {
 	f := &flood{tally: newTally(), ch: ch, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)

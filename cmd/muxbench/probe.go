@@ -12,7 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/proto"
 )
 
 // probe is a minimal muxterm.v1 client for measuring the gateway alone: one goroutine reads the
@@ -36,12 +36,12 @@ type probe struct {
 
 type probeResponse struct {
 	Result json.RawMessage
-	Error  *mux.Error
+	Error  *proto.Error
 }
 
 func dialProbe(ctx context.Context, g *gatewayProc) (*probe, error) {
 	d := benchDialer()
-	d.Subprotocols = []string{mux.Subprotocol}
+	d.Subprotocols = []string{proto.Subprotocol}
 	ws, _, err := d.DialContext(ctx, g.URL(), http.Header{"Authorization": {"Bearer " + g.token}})
 	if err != nil {
 		return nil, fmt.Errorf("probe dial %s: %w", g.Addr, err)
@@ -99,7 +99,7 @@ func (p *probe) open(ctx context.Context, ch uint32, script string, env map[stri
 	if err != nil {
 		return "", err
 	}
-	var r mux.OpenResult
+	var r proto.OpenResult
 	if err := json.Unmarshal(res, &r); err != nil {
 		return "", fmt.Errorf("session.open result: %w", err)
 	}
@@ -134,8 +134,8 @@ func (p *probe) readLoop() {
 			return
 		}
 		if typ == websocket.BinaryMessage {
-			f, err := mux.ParseFrame(b)
-			if err != nil || f.Type != mux.FrameOutput {
+			f, err := proto.ParseFrame(b)
+			if err != nil || f.Type != proto.FrameOutput {
 				continue
 			}
 			p.mu.Lock()
@@ -149,7 +149,7 @@ func (p *probe) readLoop() {
 				seen[f.Channel] = true
 				close(first)
 			}
-			ack = mux.AppendAck(ack[:0], f.Channel, uint32(len(f.Payload)))
+			ack = proto.AppendAck(ack[:0], f.Channel, uint32(len(f.Payload)))
 			if err := p.write(websocket.BinaryMessage, ack); err != nil {
 				p.err = err
 				return
@@ -159,7 +159,7 @@ func (p *probe) readLoop() {
 		var m struct {
 			ID     json.RawMessage `json:"id"`
 			Result json.RawMessage `json:"result"`
-			Error  *mux.Error      `json:"error"`
+			Error  *proto.Error    `json:"error"`
 		}
 		if json.Unmarshal(b, &m) != nil || len(m.ID) == 0 || string(m.ID) == "null" {
 			continue // notifications and id-less errors

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/proto"
 )
 
 // seqScript prints the numbered stream "1\n2\n3\n…" on a raw terminal (no \r added), long
@@ -240,7 +240,7 @@ func (b *bench) resumeRun(ctx context.Context, gw *gatewayProc, script string, t
 		} else if err := ch.Detach(ctx); err != nil {
 			return r, fmt.Errorf("cycle %d: detach: %w", cycle, err)
 		}
-		var res mux.AttachResult
+		var res proto.AttachResult
 		ch, res, err = c.Attach(ctx, id, &from)
 		if err != nil {
 			return r, fmt.Errorf("cycle %d: attach from %d: %w", cycle, from, err)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"muxterm/mux"
+	"github.com/muxterm/muxterm/client"
 )
 
 type scalePoint struct {
@@ -40,7 +40,7 @@ func (b *bench) runScale(ctx context.Context) error {
 		return err
 	}
 	points := []scalePoint{{0, base.RSSKiB, base.Threads, base.FDs}}
-	chs := make([]*mux.Channel, 0, n)
+	chs := make([]*client.Channel, 0, n)
 	defer func() {
 		_ = parallel(context.Background(), len(chs), 16, func(i int) error {
 			killQuiet(c, chs[i].Session())
@@ -53,7 +53,7 @@ func (b *bench) runScale(ctx context.Context) error {
 		if upto <= from {
 			continue
 		}
-		batch := make([]*mux.Channel, upto-from)
+		batch := make([]*client.Channel, upto-from)
 		err := parallel(ctx, len(batch), scaleOpenInFlight, func(i int) error {
 			ch, err := b.openArgv(ctx, c, []string{"sleep", "3600"})
 			batch[i] = ch

@@ -1,4 +1,4 @@
-package mux
+package proto
 
 import (
 	"bytes"
@@ -7,8 +7,9 @@ import (
 	"math"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // rpcTestLimits are the limits of protocol.md's initialize example.
@@ -282,9 +283,9 @@ func decodeByMethod(method string, raw json.RawMessage, lim Limits) *Error {
 		}
 	case "session.signal":
 		var p SignalParams
-		var sig syscall.Signal
+		var sig string
 		p, sig, e = DecodeSignal(raw)
-		if e == nil && (p.Channel == 0 || sig == 0) {
+		if e == nil && (p.Channel == 0 || sig == "") {
 			panic(fmt.Sprintf("DecodeSignal accepted %+v as %v", p, sig))
 		}
 	case "session.kill":
@@ -518,16 +519,11 @@ func TestDecodeDetach(t *testing.T) {
 }
 
 func TestDecodeSignal(t *testing.T) {
-	want := map[string]syscall.Signal{
-		"INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "TERM": syscall.SIGTERM, "HUP": syscall.SIGHUP,
-		"KILL": syscall.SIGKILL, "TSTP": syscall.SIGTSTP, "CONT": syscall.SIGCONT,
-		"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "WINCH": syscall.SIGWINCH,
-	}
-	for name, sig := range want {
+	for _, name := range []string{"INT", "QUIT", "TERM", "HUP", "KILL", "TSTP", "CONT", "USR1", "USR2", "WINCH"} {
 		for _, sent := range []string{name, "SIG" + name} {
 			p, got, e := DecodeSignal(json.RawMessage(`{"channel":1,"signal":"` + sent + `"}`))
-			if e != nil || got != sig || p.Signal != sent || p.Channel != 1 {
-				t.Errorf("DecodeSignal(%s) = %+v, %v, %v; want %v", sent, p, got, e, sig)
+			if e != nil || got != name || p.Signal != sent || p.Channel != 1 {
+				t.Errorf("DecodeSignal(%s) = %+v, %v, %v; want %v", sent, p, got, e, name)
 			}
 		}
 	}
@@ -538,8 +534,8 @@ func TestDecodeSignal(t *testing.T) {
 	} {
 		_, sig, e := DecodeSignal(json.RawMessage(params))
 		wantRPCError(t, e, "invalid_params", "signal")
-		if sig != 0 {
-			t.Errorf("DecodeSignal(%s) signal = %v, want 0", params, sig)
+		if sig != "" {
+			t.Errorf("DecodeSignal(%s) signal = %q, want none", params, sig)
 		}
 	}
 	_, _, e := DecodeSignal(json.RawMessage(`{"channel":0,"signal":"INT"}`))
@@ -750,7 +746,7 @@ func TestMarshalNotification(t *testing.T) {
 			t.Errorf("MarshalNotification(%s) = %s, want %s", tt.method, got, tt.want)
 		}
 	}
-	if !muxCallPanics(func() { MarshalNotification("x", make(chan int)) }) {
+	if !testutil.Panics(func() { MarshalNotification("x", make(chan int)) }) {
 		t.Errorf("MarshalNotification of an unmarshalable value did not panic, want a panic")
 	}
 }

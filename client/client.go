@@ -1,4 +1,4 @@
-package mux
+package client
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/muxterm/muxterm/proto"
 )
 
 // DialOptions configure a Client.
@@ -21,13 +23,17 @@ type DialOptions struct {
 	Name   string      // client name sent with initialize (default "muxterm-go")
 	// Dialer defaults to a copy of websocket.DefaultDialer with the subprotocol set.
 	Dialer *websocket.Dialer
+	// OnServerError, if set, receives each error the server sent without a request id (about a
+	// binary frame or a message it could not parse; docs/protocol.md §5). It runs on the
+	// client's reader goroutine and must not block.
+	OnServerError func(*proto.Error)
 }
 
 // Client speaks muxterm.v1 over one WebSocket. Its methods are safe for concurrent use; each
 // Channel's Read is meant for one goroutine.
 type Client struct {
 	ws   *websocket.Conn
-	Init InitializeResult
+	Init proto.InitializeResult
 
 	// wmu serialises writes (gorilla allows one writer at a time).
 	wmu sync.Mutex
@@ -38,8 +44,9 @@ type Client struct {
 	calls    map[string]chan response
 	channels map[uint32]*Channel
 	nextCh   uint32
-	errs     []*Error // id-less errors from the server, for tests
 	closeErr error
+
+	onServerError func(*proto.Error) // DialOptions.OnServerError; set before readLoop starts
 
 	done chan struct{} // closed when readLoop ends
 
@@ -53,7 +60,7 @@ type Client struct {
 
 type response struct {
 	Result json.RawMessage
-	Err    *Error
+	Err    *proto.Error
 }
 
 // Dial connects, negotiates muxterm.v1 and calls initialize.
@@ -101,7 +108,7 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 	ch.mu.Lock()
 	ch.ackEvery = max(c.Init.Flow.AckBytes, 1)
 	ch.mu.Unlock()
-	var res OpenResult
+	var res proto.OpenResult
 	if err := openCall.wait(ctx, &res); err != nil {
 		c.dropChannel(ch)
 		c.Close()
@@ -118,7 +125,7 @@ func connect(ctx context.Context, url string, opts DialOptions) (*Client, error)
 		d = opts.Dialer
 	}
 	dd := *d
-	dd.Subprotocols = []string{Subprotocol}
+	dd.Subprotocols = []string{proto.Subprotocol}
 	h := http.Header{}
 	for k, v := range opts.Header {
 		h[k] = v
@@ -137,7 +144,8 @@ func connect(ctx context.Context, url string, opts DialOptions) (*Client, error)
 		return nil, fmt.Errorf("dial %s: %w", url, err)
 	}
 	c := &Client{ws: ws, calls: make(map[string]chan response), channels: make(map[uint32]*Channel),
-		done: make(chan struct{}), ackWake: make(chan struct{}, 1), ackDone: make(chan struct{})}
+		done: make(chan struct{}), ackWake: make(chan struct{}, 1), ackDone: make(chan struct{}),
+		onServerError: opts.OnServerError}
 	go c.readLoop()
 	go c.ackLoop()
 	return c, nil
@@ -212,16 +220,8 @@ func (c *Client) Err() error {
 	return c.closeErr
 }
 
-// ServerErrors returns the id-less errors the server sent (about binary frames or unparseable
-// messages).
-func (c *Client) ServerErrors() []*Error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]*Error(nil), c.errs...)
-}
-
-// WriteRaw sends a raw WebSocket message, for tests of bad input.
-func (c *Client) WriteRaw(typ int, b []byte) error {
+// writeMessage sends one WebSocket message.
+func (c *Client) writeMessage(typ int, b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	return c.ws.WriteMessage(typ, b)
@@ -259,7 +259,7 @@ func (c *Client) send(method string, params any) (*pending, error) {
 	c.mu.Unlock()
 	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(p.id), "method": method, "params": params})
 	if err == nil {
-		err = c.WriteRaw(websocket.TextMessage, msg)
+		err = c.writeMessage(websocket.TextMessage, msg)
 	}
 	if err != nil {
 		p.forget()
@@ -371,14 +371,14 @@ type OpenOptions struct {
 }
 
 // params are session.open's params for o on channel.
-func (o OpenOptions) params(channel uint32) OpenParams {
-	return OpenParams{Channel: channel, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env, Cols: o.Cols, Rows: o.Rows, Name: o.Name}
+func (o OpenOptions) params(channel uint32) proto.OpenParams {
+	return proto.OpenParams{Channel: channel, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env, Cols: o.Cols, Rows: o.Rows, Name: o.Name}
 }
 
 // Open starts a session and returns its channel.
 func (c *Client) Open(ctx context.Context, o OpenOptions) (*Channel, error) {
 	ch := c.newChannel()
-	var res OpenResult
+	var res proto.OpenResult
 	if err := c.Call(ctx, "session.open", o.params(ch.ID), &res); err != nil {
 		c.dropChannel(ch)
 		return nil, err
@@ -388,13 +388,13 @@ func (c *Client) Open(ctx context.Context, o OpenOptions) (*Channel, error) {
 }
 
 // Attach binds a new channel to session id, replaying from from (nil: the oldest retained byte).
-func (c *Client) Attach(ctx context.Context, id string, from *int64) (*Channel, AttachResult, error) {
+func (c *Client) Attach(ctx context.Context, id string, from *int64) (*Channel, proto.AttachResult, error) {
 	ch := c.newChannel()
 	params := map[string]any{"channel": ch.ID, "session": id}
 	if from != nil {
 		params["from"] = *from
 	}
-	var res AttachResult
+	var res proto.AttachResult
 	if err := c.Call(ctx, "session.attach", params, &res); err != nil {
 		c.dropChannel(ch)
 		return nil, res, err
@@ -404,15 +404,15 @@ func (c *Client) Attach(ctx context.Context, id string, from *int64) (*Channel, 
 }
 
 // Kill kills session id.
-func (c *Client) Kill(ctx context.Context, id string) (KillResult, error) {
-	var res KillResult
+func (c *Client) Kill(ctx context.Context, id string) (proto.KillResult, error) {
+	var res proto.KillResult
 	err := c.Call(ctx, "session.kill", map[string]any{"session": id}, &res)
 	return res, err
 }
 
 // List lists the caller's sessions.
-func (c *Client) List(ctx context.Context) ([]SessionInfo, error) {
-	var res ListResult
+func (c *Client) List(ctx context.Context) ([]proto.SessionInfo, error) {
+	var res proto.ListResult
 	err := c.Call(ctx, "session.list", map[string]any{}, &res)
 	return res.Sessions, err
 }
@@ -422,7 +422,7 @@ func (c *Client) List(ctx context.Context) ([]SessionInfo, error) {
 func (c *Client) readLoop() {
 	defer close(c.done)
 	// Output frames are read into one reused buffer and copied once, into their channel.
-	scratch := make([]byte, HeaderLen+MaxOutputPayload)
+	scratch := make([]byte, proto.HeaderLen+proto.MaxOutputPayload)
 	for {
 		typ, b, err := c.readMessage(scratch)
 		if err != nil {
@@ -439,8 +439,8 @@ func (c *Client) readLoop() {
 			return
 		}
 		if typ == websocket.BinaryMessage {
-			f, err := ParseFrame(b)
-			if err != nil || f.Type != FrameOutput {
+			f, err := proto.ParseFrame(b)
+			if err != nil || f.Type != proto.FrameOutput {
 				continue
 			}
 			c.mu.Lock()
@@ -456,7 +456,7 @@ func (c *Client) readLoop() {
 			Method string          `json:"method"`
 			Params json.RawMessage `json:"params"`
 			Result json.RawMessage `json:"result"`
-			Error  *Error          `json:"error"`
+			Error  *proto.Error    `json:"error"`
 		}
 		if json.Unmarshal(b, &m) != nil {
 			continue
@@ -466,10 +466,8 @@ func (c *Client) readLoop() {
 			continue
 		}
 		if len(m.ID) == 0 || string(m.ID) == "null" {
-			if m.Error != nil {
-				c.mu.Lock()
-				c.errs = append(c.errs, m.Error)
-				c.mu.Unlock()
+			if m.Error != nil && c.onServerError != nil {
+				c.onServerError(m.Error)
 			}
 			continue
 		}
@@ -503,7 +501,7 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 	case "session.gap":
 		ch.gap(p.Lost)
 	case "session.exit":
-		ch.setExit(ExitInfo{Code: p.Code, Signal: p.Signal})
+		ch.setExit(proto.ExitInfo{Code: p.Code, Signal: p.Signal})
 	case "session.closed":
 		c.dropChannel(ch)
 		ch.setClosed(p.Reason)
@@ -541,7 +539,7 @@ type Channel struct {
 	ackQueued bool
 	detaching bool // Detach is sending its request: no more acks
 	lost      int64
-	exit      *ExitInfo
+	exit      *proto.ExitInfo
 	reason    string
 	endErr    error
 }
@@ -592,7 +590,7 @@ func (ch *Channel) Lost() int64 {
 func (ch *Channel) Exited() <-chan struct{} { return ch.exited }
 
 // ExitInfo returns the exit, or nil.
-func (ch *Channel) ExitInfo() *ExitInfo {
+func (ch *Channel) ExitInfo() *proto.ExitInfo {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	return ch.exit
@@ -627,7 +625,14 @@ func (ch *Channel) gap(n int64) {
 	ch.mu.Unlock()
 }
 
-// buffered returns the bytes received and not yet read. ch.mu must be held.
+// Buffered returns the bytes received and not yet returned by Read.
+func (ch *Channel) Buffered() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.bufferedLocked()
+}
+
+// bufferedLocked returns the bytes received and not yet read. ch.mu must be held.
 func (ch *Channel) bufferedLocked() int {
 	n := 0
 	for _, s := range ch.segs {
@@ -636,7 +641,7 @@ func (ch *Channel) bufferedLocked() int {
 	return n
 }
 
-func (ch *Channel) setExit(e ExitInfo) {
+func (ch *Channel) setExit(e proto.ExitInfo) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	if ch.exit == nil {
@@ -731,13 +736,13 @@ func (ch *Channel) flushAck() {
 	ch.unacked, ch.ackQueued = 0, false
 	ch.mu.Unlock()
 	if ack > 0 {
-		_ = ch.c.ws.WriteMessage(websocket.BinaryMessage, AppendAck(nil, ch.ID, uint32(ack)))
+		_ = ch.c.ws.WriteMessage(websocket.BinaryMessage, proto.AppendAck(nil, ch.ID, uint32(ack)))
 	}
 }
 
 // Write sends input.
 func (ch *Channel) Write(p []byte) (int, error) {
-	if err := ch.c.WriteRaw(websocket.BinaryMessage, AppendFrame(nil, FrameInput, ch.ID, p)); err != nil {
+	if err := ch.c.writeMessage(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameInput, ch.ID, p)); err != nil {
 		return 0, err
 	}
 	return len(p), nil

@@ -1,10 +1,4 @@
-package mux
-
-import (
-	"time"
-
-	"muxterm/session"
-)
+package proto
 
 // The results of the protocol's methods, as the server sends them and the client decodes them
 // (protocol.md §4): one definition of the wire format for both sides.
@@ -106,37 +100,4 @@ type LeaseResult struct {
 // ListResult is session.list's result.
 type ListResult struct {
 	Sessions []SessionInfo `json:"sessions"`
-}
-
-// exitInfo is the wire form of an exit; nil stays nil.
-func exitInfo(e *session.ExitStatus) *ExitInfo {
-	if e == nil {
-		return nil
-	}
-	out := &ExitInfo{Code: e.Code}
-	if n := e.SignalName(); n != "" {
-		out.Signal = &n
-	}
-	return out
-}
-
-// killResult is the wire form of a kill result.
-func killResult(id string, res session.KillResult) KillResult {
-	out := KillResult{Session: id, Status: res.Status,
-		DurationMs: float64(res.Duration.Microseconds()) / 1000, Signals: res.Signals,
-		Escapees: res.Escapees, Survivors: res.Survivors, Offset: res.Offset}
-	if res.Reaped {
-		out.Exit = exitInfo(&res.Exit)
-	}
-	if out.Signals == nil {
-		out.Signals = []string{}
-	}
-	return out
-}
-
-// sessionInfo is the wire form of a listing entry.
-func sessionInfo(in session.Info) SessionInfo {
-	return SessionInfo{Session: in.ID, Name: in.Name, Pid: in.Pid, Cmd: in.Argv,
-		Created: in.Created.UTC().Format(time.RFC3339Nano), Cols: in.Cols, Rows: in.Rows,
-		Viewers: in.Viewers, End: in.End, Exit: exitInfo(in.Exit)}
 }

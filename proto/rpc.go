@@ -1,4 +1,4 @@
-package mux
+package proto
 
 import (
 	"bytes"
@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
-	"syscall"
 )
 
 // This file holds the JSON-RPC 2.0 side of muxterm.v1 (protocol.md §4, §5):
@@ -415,20 +415,9 @@ const (
 	maxWinsizeDim = math.MaxUint16
 )
 
-// wireSignals maps the signal names of session.signal (without the optional
-// SIG prefix) to signals. Names are matched exactly, upper case.
-var wireSignals = map[string]syscall.Signal{
-	"INT":   syscall.SIGINT,
-	"QUIT":  syscall.SIGQUIT,
-	"TERM":  syscall.SIGTERM,
-	"HUP":   syscall.SIGHUP,
-	"KILL":  syscall.SIGKILL,
-	"TSTP":  syscall.SIGTSTP,
-	"CONT":  syscall.SIGCONT,
-	"USR1":  syscall.SIGUSR1,
-	"USR2":  syscall.SIGUSR2,
-	"WINCH": syscall.SIGWINCH,
-}
+// Signals are the signal names session.signal accepts, without the optional SIG prefix, in
+// upper case (protocol.md §4). The server maps each to its own platform's signal.
+var Signals = []string{"INT", "QUIT", "TERM", "HUP", "KILL", "TSTP", "CONT", "USR1", "USR2", "WINCH"}
 
 // DecodeInitialize decodes and validates the params of initialize. All members
 // are optional; client must be an object whose name and version are strings,
@@ -558,29 +547,28 @@ func DecodeResize(raw json.RawMessage, lim Limits) (ResizeParams, *Error) {
 }
 
 // DecodeSignal decodes and validates the params of session.signal and
-// returns the signal named: one of INT, QUIT, TERM, HUP, KILL, TSTP, CONT,
-// USR1, USR2, WINCH, each optionally prefixed with SIG, in upper case.
-func DecodeSignal(raw json.RawMessage) (SignalParams, syscall.Signal, *Error) {
+// returns the signal's name from Signals: the param is one of them, optionally
+// prefixed with SIG, in upper case.
+func DecodeSignal(raw json.RawMessage) (SignalParams, string, *Error) {
 	var p SignalParams
 	m, e := paramsObject(raw)
 	if e != nil {
-		return p, 0, e
+		return p, "", e
 	}
 	p.Meta = decodeMeta(m)
 	if p.Channel, e = requiredChannel(m); e != nil {
-		return p, 0, e
+		return p, "", e
 	}
 	s, present, e := stringMember(m, "signal", "signal")
 	if e != nil {
-		return p, 0, e
+		return p, "", e
 	}
-	sig, known := wireSignals[strings.TrimPrefix(s, "SIG")]
-	if !present || !known {
-		return p, 0, ErrInvalidParams("signal",
-			"signal must be one of INT, QUIT, TERM, HUP, KILL, TSTP, CONT, USR1, USR2, WINCH")
+	name := strings.TrimPrefix(s, "SIG")
+	if !present || !slices.Contains(Signals, name) {
+		return p, "", ErrInvalidParams("signal", "signal must be one of "+strings.Join(Signals, ", "))
 	}
 	p.Signal = s
-	return p, sig, nil
+	return p, name, nil
 }
 
 // DecodeKill decodes and validates the params of session.kill.

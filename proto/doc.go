@@ -1,0 +1,13 @@
+// Package proto is the muxterm.v1 wire protocol described in docs/protocol.md, shared by the
+// server side (package mux) and the Go client (package client): the binary frame codec
+// (frame.go), the JSON-RPC 2.0 envelope with its errors and kinds and the strict parameter
+// decoders (rpc.go), and the results every method returns (results.go).
+//
+// Everything here is a pure function of its input or plain data, with no I/O and no state, so
+// every function is safe to call from any goroutine and can be fuzzed on its own. The package
+// imports the standard library only and builds on every GOOS: a program that only speaks the
+// protocol pulls in neither PTYs nor telemetry.
+package proto
+
+// Subprotocol is the WebSocket subprotocol of this protocol version.
+const Subprotocol = "muxterm.v1"
