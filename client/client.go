@@ -1,19 +1,33 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/proto"
 )
+
+// Defaults for DialOptions.
+const (
+	DefaultWriteTimeout    = 10 * time.Second
+	DefaultMaxMessageBytes = 16 << 20
+)
+
+// ErrClosed is the cause of a Client ended by Close.
+var ErrClosed = errors.New("client closed")
+
+// ErrConnectionLost is returned by a call whose request went out on a connection that ended
+// before its response came back: whether the server acted on it is unknown.
+var ErrConnectionLost = errors.New("connection lost before the response")
 
 // DialOptions configure a Client.
 type DialOptions struct {
@@ -23,32 +37,62 @@ type DialOptions struct {
 	Name   string      // client name sent with initialize (default "muxterm-go")
 	// Dialer defaults to a copy of websocket.DefaultDialer with the subprotocol set.
 	Dialer *websocket.Dialer
+	// WriteTimeout bounds each write to the socket (default DefaultWriteTimeout). A write that
+	// times out ends the connection: a peer that stops reading cannot block a writer for ever.
+	WriteTimeout time.Duration
+	// MaxMessageBytes bounds each message read from the server (default
+	// DefaultMaxMessageBytes); a larger one ends the connection.
+	MaxMessageBytes int64
 	// OnServerError, if set, receives each error the server sent without a request id (about a
 	// binary frame or a message it could not parse; docs/protocol.md §5). It runs on the
 	// client's reader goroutine and must not block.
 	OnServerError func(*proto.Error)
+	// Reconnect, if set, makes the client survive a dropped connection: it redials, calls
+	// initialize and re-attaches every bound channel from the offset it received up to, so a
+	// Channel's Read goes on byte-exact (or with a gap it reports, if the gateway no longer had
+	// the bytes). Without it, a dropped connection ends the client and every channel.
+	Reconnect *ReconnectOptions
 }
 
-// Client speaks muxterm.v1 over one WebSocket. Its methods are safe for concurrent use; each
-// Channel's Read is meant for one goroutine.
-type Client struct {
-	ws   *websocket.Conn
-	Init proto.InitializeResult
+func (o DialOptions) withDefaults() DialOptions {
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.Name == "" {
+		o.Name = "muxterm-go"
+	}
+	return o
+}
 
-	// wmu serialises writes (gorilla allows one writer at a time).
+// Client speaks muxterm.v1 over one WebSocket at a time (a new one after each reconnect). Its
+// methods are safe for concurrent use; each Channel's Read is meant for one goroutine at a
+// time. On any error that ends the connection without Reconnect, the client is done: Done is
+// closed and Err says why.
+type Client struct {
+	url  string
+	opts DialOptions // immutable after Dial
+
+	// wmu serialises writes to the current socket (gorilla allows one writer at a time). It is
+	// taken before mu, and held across one socket write, which WriteTimeout bounds.
 	wmu sync.Mutex
 
 	// mu guards the fields below.
 	mu       sync.Mutex
+	cur      *link // the connection in use; nil while reconnecting
+	up       chan struct{}
+	init     proto.InitializeResult
 	nextID   int64
-	calls    map[string]chan response
+	calls    map[string]*pending
 	channels map[uint32]*Channel
 	nextCh   uint32
-	closeErr error
+	dialing  *link // a link a reconnect opened and has not made current yet
+	closing  bool  // Close was called or the client ended
+	closeErr error // why the client ended; set once, before done is closed
 
-	onServerError func(*proto.Error) // DialOptions.OnServerError; set before readLoop starts
-
-	done chan struct{} // closed when readLoop ends
+	done chan struct{} // closed when the client has ended for good
 
 	// ackMu guards ackDue, the channels whose reader drained its buffer with bytes left
 	// unacknowledged; ackLoop sends those acks, so they are never on the path of the output.
@@ -56,22 +100,46 @@ type Client struct {
 	ackDue  []*Channel
 	ackWake chan struct{} // capacity 1
 	ackDone chan struct{} // closed when ackLoop ends
+	// readers counts readLoops (a reconnect runs on the reader of the link that ended, so it
+	// is counted too); Close waits for it.
+	readers sync.WaitGroup
+}
+
+// link is one WebSocket connection of a Client.
+type link struct {
+	ws   *websocket.Conn
+	done chan struct{} // closed when its readLoop has ended
+	// ended is set, under Client.mu, when its readLoop has stopped reading; err says why. A
+	// link that ended is never made current.
+	ended bool
+	err   error
+}
+
+// pending is a request sent and not yet answered.
+type pending struct {
+	c      *Client
+	id     string
+	method string
+	on     *link
+	res    chan response // capacity 1
+	// apply, if set, runs on the reader goroutine with the response before the reader reads
+	// the next message: it binds a channel before any of the channel's output is handled.
+	apply func(response)
 }
 
 type response struct {
 	Result json.RawMessage
 	Err    *proto.Error
+	lost   error // the connection ended first
+	on     *link // the link the request went out on
 }
 
 // Dial connects, negotiates muxterm.v1 and calls initialize.
 func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
-	c, err := connect(ctx, url, opts)
-	if err != nil {
+	c := newClient(url, opts)
+	if err := c.connect(ctx); err != nil {
+		c.abort(nil, err)
 		return nil, err
-	}
-	if err := c.Call(ctx, "initialize", initializeParams(opts), &c.Init); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("initialize: %w", err)
 	}
 	return c, nil
 }
@@ -81,82 +149,134 @@ func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
 // (the server handles a socket's messages in order; see docs/protocol.md). On any error the
 // client is closed.
 func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) (*Client, *Channel, error) {
-	c, err := connect(ctx, url, opts)
+	c := newClient(url, opts)
+	l, err := c.dialLink(ctx)
 	if err != nil {
+		c.abort(nil, err)
 		return nil, nil, err
 	}
-	initCall, err := c.send("initialize", initializeParams(opts))
+	initCall, err := c.sendOn(l, "initialize", c.initializeParams(), nil)
 	if err != nil {
-		c.Close()
+		c.abort(l, err)
 		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
 	ch := c.newChannel()
-	openCall, err := c.send("session.open", o.params(ch.ID))
+	openCall, err := c.sendOn(l, "session.open", o.params(ch.ID), ch.bindOpen)
 	if err != nil {
-		initCall.forget()
-		c.dropChannel(ch)
-		c.Close()
+		c.abort(l, err)
 		return nil, nil, err
 	}
-	if err := initCall.wait(ctx, &c.Init); err != nil {
-		openCall.forget()
-		c.dropChannel(ch)
-		c.Close()
+	var init proto.InitializeResult
+	if err := initCall.wait(ctx, &init); err != nil {
+		c.abort(l, err)
 		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
-	// The channel was made before the flow parameters were known; nothing has read it yet.
-	ch.mu.Lock()
-	ch.ackEvery = max(c.Init.Flow.AckBytes, 1)
-	ch.mu.Unlock()
-	var res proto.OpenResult
-	if err := openCall.wait(ctx, &res); err != nil {
-		c.dropChannel(ch)
+	if err := c.setUp(l, init); err != nil {
+		c.abort(l, err)
+		return nil, nil, err
+	}
+	if err := openCall.wait(ctx, nil); err != nil {
 		c.Close()
 		return nil, nil, err
 	}
-	ch.setBound(res.Session, res.Offset, res.Pid)
 	return c, ch, nil
 }
 
-// connect opens the socket and starts the client's goroutines; the caller initializes.
-func connect(ctx context.Context, url string, opts DialOptions) (*Client, error) {
+// abort ends a client that never got a current link, closing l if it was dialed, and waits for
+// its goroutines.
+func (c *Client) abort(l *link, err error) {
+	if l != nil {
+		l.ws.Close()
+	}
+	c.finish(err)
+	c.readers.Wait()
+	<-c.ackDone
+}
+
+func newClient(url string, opts DialOptions) *Client {
+	c := &Client{url: url, opts: opts.withDefaults(), calls: make(map[string]*pending),
+		channels: make(map[uint32]*Channel), up: make(chan struct{}), done: make(chan struct{}),
+		ackWake: make(chan struct{}, 1), ackDone: make(chan struct{})}
+	go c.ackLoop()
+	return c
+}
+
+// connect dials a new link, initializes it and makes it current.
+func (c *Client) connect(ctx context.Context) error {
+	l, err := c.dialLink(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := c.sendOn(l, "initialize", c.initializeParams(), nil)
+	if err != nil {
+		l.ws.Close()
+		<-l.done
+		return fmt.Errorf("initialize: %w", err)
+	}
+	var init proto.InitializeResult
+	if err := p.wait(ctx, &init); err != nil {
+		l.ws.Close()
+		<-l.done
+		return fmt.Errorf("initialize: %w", err)
+	}
+	if err := c.setUp(l, init); err != nil {
+		l.ws.Close()
+		<-l.done
+		return err
+	}
+	return nil
+}
+
+// setUp makes l the current link; calls and writes waiting for one go on. It fails, changing
+// nothing, if the client has ended or l has ended meanwhile: the caller closes l.
+func (c *Client) setUp(l *link, init proto.InitializeResult) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closing:
+		return ErrClosed
+	case l.ended:
+		return fmt.Errorf("connection ended after initialize: %w", l.err)
+	}
+	c.cur, c.init = l, init
+	close(c.up)
+	return nil
+}
+
+// dialLink opens a socket and starts its reader; the caller initializes it.
+func (c *Client) dialLink(ctx context.Context) (*link, error) {
 	d := websocket.DefaultDialer
-	if opts.Dialer != nil {
-		d = opts.Dialer
+	if c.opts.Dialer != nil {
+		d = c.opts.Dialer
 	}
 	dd := *d
 	dd.Subprotocols = []string{proto.Subprotocol}
 	h := http.Header{}
-	for k, v := range opts.Header {
+	for k, v := range c.opts.Header {
 		h[k] = v
 	}
-	if opts.Token != "" {
-		h.Set("Authorization", "Bearer "+opts.Token)
+	if c.opts.Token != "" {
+		h.Set("Authorization", "Bearer "+c.opts.Token)
 	}
-	if opts.Origin != "" {
-		h.Set("Origin", opts.Origin)
+	if c.opts.Origin != "" {
+		h.Set("Origin", c.opts.Origin)
 	}
-	ws, resp, err := dd.DialContext(ctx, url, h)
+	ws, resp, err := dd.DialContext(ctx, c.url, h)
 	if err != nil {
 		if resp != nil {
 			return nil, &DialError{Status: resp.StatusCode, Err: err}
 		}
-		return nil, fmt.Errorf("dial %s: %w", url, err)
+		return nil, fmt.Errorf("dial %s: %w", c.url, err)
 	}
-	c := &Client{ws: ws, calls: make(map[string]chan response), channels: make(map[uint32]*Channel),
-		done: make(chan struct{}), ackWake: make(chan struct{}, 1), ackDone: make(chan struct{}),
-		onServerError: opts.OnServerError}
-	go c.readLoop()
-	go c.ackLoop()
-	return c, nil
+	ws.SetReadLimit(c.opts.MaxMessageBytes)
+	l := &link{ws: ws, done: make(chan struct{})}
+	c.readers.Add(1)
+	go c.readLoop(l)
+	return l, nil
 }
 
-func initializeParams(opts DialOptions) map[string]any {
-	name := opts.Name
-	if name == "" {
-		name = "muxterm-go"
-	}
-	return map[string]any{"client": map[string]any{"name": name, "version": "1"}, "capabilities": map[string]any{}}
+func (c *Client) initializeParams() map[string]any {
+	return map[string]any{"client": map[string]any{"name": c.opts.Name, "version": "1"}, "capabilities": map[string]any{}}
 }
 
 // DialError is a refused upgrade.
@@ -170,14 +290,65 @@ func (e *DialError) Error() string {
 }
 func (e *DialError) Unwrap() error { return e.Err }
 
-// Close closes the socket; sessions keep running on the server. It does not detach: to the
-// gateway this is a dropped socket, and it holds each read-write session's output for its
-// resume hold (InitializeResult.Flow.ResumeHoldMs). Detach first when leaving for good.
+// Init returns the result of the current connection's initialize: the server, its limits and
+// its flow control.
+func (c *Client) Init() proto.InitializeResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.init
+}
+
+// Close closes the socket and ends the client; sessions keep running on the server. It does
+// not detach: to the gateway this is a dropped socket, and it holds each read-write session's
+// output for its resume hold (Init().Flow.ResumeHoldMs). Detach first when leaving for good.
+// Close may be called more than once; every call returns the cause the client ended with,
+// which is nil when Close itself ended it.
 func (c *Client) Close() error {
-	err := c.ws.Close()
-	<-c.done
+	c.finish(ErrClosed)
+	c.readers.Wait()
 	<-c.ackDone
-	return err
+	if err := c.Err(); !errors.Is(err, ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// finish ends the client with cause, unless it has ended already, and ends every channel.
+// A reconnect in progress sees closing and stops.
+func (c *Client) finish(cause error) {
+	c.mu.Lock()
+	if c.closeErr != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.closing = true
+	c.closeErr = cause
+	links := []*link{c.cur, c.dialing}
+	chs := make([]*Channel, 0, len(c.channels))
+	for _, ch := range c.channels {
+		chs = append(chs, ch)
+	}
+	c.mu.Unlock()
+	for _, l := range links {
+		if l != nil {
+			l.ws.Close()
+		}
+	}
+	for _, ch := range chs {
+		ch.end(io.ErrUnexpectedEOF)
+	}
+	close(c.done)
+}
+
+// Done is closed when the client has ended for good; Err then says why.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err returns why the client ended: ErrClosed after Close, a *websocket.CloseError for a close
+// frame, or the error that ended the connection (or the last reconnect attempt).
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeErr
 }
 
 // queueAck has ackLoop acknowledge what ch's reader has consumed.
@@ -191,7 +362,7 @@ func (c *Client) queueAck(ch *Channel) {
 	}
 }
 
-// ackLoop sends the acks queueAck asked for, until the connection ends.
+// ackLoop sends the acks queueAck asked for, until the client ends.
 func (c *Client) ackLoop() {
 	defer close(c.ackDone)
 	for {
@@ -210,43 +381,69 @@ func (c *Client) ackLoop() {
 	}
 }
 
-// Done is closed when the connection has ended; Err then says why.
-func (c *Client) Done() <-chan struct{} { return c.done }
-
-// Err returns why the connection ended (a *websocket.CloseError for a close frame).
-func (c *Client) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closeErr
+// link waits for a current connection, or ctx or the client's end.
+func (c *Client) link(ctx context.Context) (*link, error) {
+	for {
+		c.mu.Lock()
+		l, up, err := c.cur, c.up, c.closeErr
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if l != nil {
+			return l, nil
+		}
+		select {
+		case <-up:
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
-// writeMessage sends one WebSocket message.
-func (c *Client) writeMessage(typ int, b []byte) error {
+// writeOn sends one message on l, bounded by WriteTimeout; a failed write ends l (its reader
+// then ends, and a reconnect starts if configured).
+func (c *Client) writeOn(l *link, typ int, b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return c.ws.WriteMessage(typ, b)
+	return c.writeOnLocked(l, typ, b)
+}
+
+// writeOnLocked is writeOn with c.wmu held.
+func (c *Client) writeOnLocked(l *link, typ int, b []byte) error {
+	if err := l.ws.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout)); err != nil {
+		l.ws.Close()
+		return err
+	}
+	if err := l.ws.WriteMessage(typ, b); err != nil {
+		l.ws.Close()
+		return err
+	}
+	return nil
 }
 
 // Call sends a request and decodes its result into out (if non-nil). A JSON-RPC error is
-// returned as *Error.
+// returned as *proto.Error. While the client reconnects, Call waits for the new connection
+// (or ctx).
 func (c *Client) Call(ctx context.Context, method string, params any, out any) error {
-	p, err := c.send(method, params)
+	return c.call(ctx, method, params, out, nil)
+}
+
+func (c *Client) call(ctx context.Context, method string, params any, out any, apply func(response)) error {
+	l, err := c.link(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	p, err := c.sendOn(l, method, params, apply)
 	if err != nil {
 		return err
 	}
 	return p.wait(ctx, out)
 }
 
-// pending is a request sent and not yet answered.
-type pending struct {
-	c      *Client
-	id     string
-	method string
-	res    chan response
-}
-
-// send sends a request without waiting for its response; wait collects it.
-func (c *Client) send(method string, params any) (*pending, error) {
+// sendOn sends a request on l without waiting for its response; wait collects it.
+func (c *Client) sendOn(l *link, method string, params any, apply func(response)) (*pending, error) {
 	c.mu.Lock()
 	if c.closeErr != nil {
 		err := c.closeErr
@@ -254,12 +451,13 @@ func (c *Client) send(method string, params any) (*pending, error) {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	c.nextID++
-	p := &pending{c: c, id: strconv.FormatInt(c.nextID, 10), method: method, res: make(chan response, 1)}
-	c.calls[p.id] = p.res
+	p := &pending{c: c, id: strconv.FormatInt(c.nextID, 10), method: method, on: l,
+		res: make(chan response, 1), apply: apply}
+	c.calls[p.id] = p
 	c.mu.Unlock()
 	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(p.id), "method": method, "params": params})
 	if err == nil {
-		err = c.writeMessage(websocket.TextMessage, msg)
+		err = c.writeOn(l, websocket.TextMessage, msg)
 	}
 	if err != nil {
 		p.forget()
@@ -279,6 +477,9 @@ func (p *pending) wait(ctx context.Context, out any) error {
 	defer p.forget()
 	select {
 	case r := <-p.res:
+		if r.lost != nil {
+			return fmt.Errorf("%s: %w: %w", p.method, ErrConnectionLost, r.lost)
+		}
 		if r.Err != nil {
 			return r.Err
 		}
@@ -288,27 +489,17 @@ func (p *pending) wait(ctx context.Context, out any) error {
 			}
 		}
 		return nil
-	case <-p.c.done:
-		// The reader delivers a response before it ends: one that came just before the close
-		// (an initialize error ahead of a 1008) is the answer, not the close.
-		select {
-		case r := <-p.res:
-			if r.Err != nil {
-				return r.Err
-			}
-		default:
-		}
-		return fmt.Errorf("%s: %w", p.method, p.c.Err())
 	case <-ctx.Done():
 		return fmt.Errorf("%s: %w", p.method, ctx.Err())
 	}
 }
 
-// readMessage reads the next message. A binary message is read into scratch (and only grows
-// past it if the server sent a frame longer than any output frame), so its bytes are valid until
-// the next call; a text message gets a buffer of its own.
-func (c *Client) readMessage(scratch []byte) (int, []byte, error) {
-	typ, r, err := c.ws.NextReader()
+// readMessage reads the next message from ws. A binary message is read into scratch (and only
+// grows past it if the server sent a frame longer than any output frame), so its bytes are
+// valid until the next call; a text message gets a buffer of its own. The socket's read limit
+// bounds both.
+func readMessage(ws *websocket.Conn, scratch []byte) (int, []byte, error) {
+	typ, r, err := ws.NextReader()
 	if err != nil {
 		return typ, nil, err
 	}
@@ -345,8 +536,7 @@ func (c *Client) newChannel() *Channel {
 			break
 		}
 	}
-	ch := &Channel{c: c, ID: c.nextCh, ackEvery: max(c.Init.Flow.AckBytes, 1),
-		exited: make(chan struct{}), closed: make(chan struct{})}
+	ch := &Channel{c: c, ID: c.nextCh, exited: make(chan struct{}), closed: make(chan struct{})}
 	ch.cond = sync.NewCond(&ch.mu)
 	c.channels[ch.ID] = ch
 	return ch
@@ -358,6 +548,23 @@ func (c *Client) dropChannel(ch *Channel) {
 		delete(c.channels, ch.ID)
 	}
 	c.mu.Unlock()
+}
+
+// ackEvery is how many consumed bytes a channel acknowledges at once.
+func (c *Client) ackEvery() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return max(c.init.Flow.AckBytes, 1)
+}
+
+// maxInput is the largest input payload one frame may carry.
+func (c *Client) maxInput() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.init.Limits.MaxInputBytes; n > 0 {
+		return n
+	}
+	return 64 << 10
 }
 
 // OpenOptions are session.open's params other than the channel.
@@ -378,12 +585,10 @@ func (o OpenOptions) params(channel uint32) proto.OpenParams {
 // Open starts a session and returns its channel.
 func (c *Client) Open(ctx context.Context, o OpenOptions) (*Channel, error) {
 	ch := c.newChannel()
-	var res proto.OpenResult
-	if err := c.Call(ctx, "session.open", o.params(ch.ID), &res); err != nil {
+	if err := c.call(ctx, "session.open", o.params(ch.ID), nil, ch.bindOpen); err != nil {
 		c.dropChannel(ch)
 		return nil, err
 	}
-	ch.setBound(res.Session, res.Offset, res.Pid)
 	return ch, nil
 }
 
@@ -395,11 +600,10 @@ func (c *Client) Attach(ctx context.Context, id string, from *int64) (*Channel, 
 		params["from"] = *from
 	}
 	var res proto.AttachResult
-	if err := c.Call(ctx, "session.attach", params, &res); err != nil {
+	if err := c.call(ctx, "session.attach", params, &res, ch.bindAttach(from)); err != nil {
 		c.dropChannel(ch)
 		return nil, res, err
 	}
-	ch.setBound(res.Session, res.Offset, res.Pid)
 	return ch, res, nil
 }
 
@@ -417,26 +621,19 @@ func (c *Client) List(ctx context.Context) ([]proto.SessionInfo, error) {
 	return res.Sessions, err
 }
 
-// readLoop is the client's only reader. It routes responses to callers and output and
-// notifications to channels, in order.
-func (c *Client) readLoop() {
-	defer close(c.done)
+// readLoop is l's only reader. It routes responses to callers and output and notifications to
+// channels, in order. When l ends it fails l's pending calls and either starts a reconnect or
+// ends the client.
+func (c *Client) readLoop(l *link) {
+	defer c.readers.Done()
 	// Output frames are read into one reused buffer and copied once, into their channel.
 	scratch := make([]byte, proto.HeaderLen+proto.MaxOutputPayload)
+	var err error
 	for {
-		typ, b, err := c.readMessage(scratch)
-		if err != nil {
-			c.mu.Lock()
-			c.closeErr = err
-			chs := make([]*Channel, 0, len(c.channels))
-			for _, ch := range c.channels {
-				chs = append(chs, ch)
-			}
-			c.mu.Unlock()
-			for _, ch := range chs {
-				ch.end(io.ErrUnexpectedEOF)
-			}
-			return
+		var typ int
+		var b []byte
+		if typ, b, err = readMessage(l.ws, scratch); err != nil {
+			break
 		}
 		if typ == websocket.BinaryMessage {
 			f, err := proto.ParseFrame(b)
@@ -451,33 +648,74 @@ func (c *Client) readLoop() {
 			}
 			continue
 		}
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params json.RawMessage `json:"params"`
-			Result json.RawMessage `json:"result"`
-			Error  *proto.Error    `json:"error"`
+		c.handleText(b)
+	}
+	l.ws.Close()
+	c.linkEnded(l, err)
+}
+
+// handleText handles one text message: a response or a notification.
+func (c *Client) handleText(b []byte) {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+		Result json.RawMessage `json:"result"`
+		Error  *proto.Error    `json:"error"`
+	}
+	if json.Unmarshal(b, &m) != nil {
+		return
+	}
+	if m.Method != "" {
+		c.notification(m.Method, m.Params)
+		return
+	}
+	if len(m.ID) == 0 || string(m.ID) == "null" {
+		if m.Error != nil && c.opts.OnServerError != nil {
+			c.opts.OnServerError(m.Error)
 		}
-		if json.Unmarshal(b, &m) != nil {
-			continue
-		}
-		if m.Method != "" {
-			c.notification(m.Method, m.Params)
-			continue
-		}
-		if len(m.ID) == 0 || string(m.ID) == "null" {
-			if m.Error != nil && c.onServerError != nil {
-				c.onServerError(m.Error)
+		return
+	}
+	c.mu.Lock()
+	p := c.calls[string(m.ID)]
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	r := response{Result: m.Result, Err: m.Error, on: p.on}
+	if p.apply != nil {
+		p.apply(r)
+	}
+	p.res <- r
+}
+
+// linkEnded fails the calls that went out on l; if l was the current link, it reconnects or
+// ends the client. A link that never became current (a reconnect attempt) ends alone: its
+// initialize fails and the attempt handles that.
+func (c *Client) linkEnded(l *link, err error) {
+	defer close(l.done)
+	c.mu.Lock()
+	l.ended, l.err = true, err
+	for _, p := range c.calls {
+		if p.on == l {
+			select {
+			case p.res <- response{lost: err}:
+			default:
 			}
-			continue
-		}
-		c.mu.Lock()
-		call := c.calls[string(m.ID)]
-		c.mu.Unlock()
-		if call != nil {
-			call <- response{Result: m.Result, Err: m.Error}
 		}
 	}
+	if c.cur != l {
+		c.mu.Unlock()
+		return
+	}
+	c.cur, c.up = nil, make(chan struct{})
+	retry := !c.closing && c.opts.Reconnect != nil && retryable(err)
+	c.mu.Unlock()
+	if !retry {
+		c.finish(err)
+		return
+	}
+	c.reconnect(err)
 }
 
 func (c *Client) notification(method string, raw json.RawMessage) {
@@ -505,316 +743,5 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 	case "session.closed":
 		c.dropChannel(ch)
 		ch.setClosed(p.Reason)
-	}
-}
-
-// Channel is one bound channel. Read returns its output in order and acknowledges what it
-// returns (see Read for when); a Channel that is not read stops receiving once the server's
-// window is full.
-type Channel struct {
-	c        *Client
-	ID       uint32
-	ackEvery int // from initialize's flow; DialOpen sets it once the result is in, before returning
-
-	exited chan struct{} // closed on session.exit
-	closed chan struct{} // closed on session.closed or connection end
-
-	// mu guards the fields below; cond signals new data or the end.
-	mu      sync.Mutex
-	cond    *sync.Cond
-	session string
-	pid     int
-	// offset is the resume offset: the attach offset plus the bytes Read returned plus the
-	// gaps Read passed. Bytes received but not yet read do not count: a client resumes from
-	// what it consumed.
-	offset int64
-	segs   []segment // received, not yet read, in order
-	// unacked counts bytes Read returned and not yet acknowledged. Read acknowledges them
-	// itself once they reach ackEvery; when it drains the buffer with fewer, the client's
-	// ackLoop acknowledges them right after Read returns, so the ack is not on the path of the
-	// output it follows (an echo). Read also acknowledges anything left before it waits.
-	unacked int
-	// ackQueued: queued in Client.ackDue and not flushed since. A flush by Read's idle path
-	// clears it with the channel still queued; that stale entry later sends nothing.
-	ackQueued bool
-	detaching bool // Detach is sending its request: no more acks
-	lost      int64
-	exit      *proto.ExitInfo
-	reason    string
-	endErr    error
-}
-
-// segment is received output, or a gap of lost bytes, in stream order.
-type segment struct {
-	gap  int64
-	data []byte
-}
-
-func (ch *Channel) setBound(id string, offset int64, pid int) {
-	ch.mu.Lock()
-	ch.session, ch.pid = id, pid
-	// Output may already have arrived; Read counts it from here.
-	ch.offset = offset
-	ch.mu.Unlock()
-}
-
-// Session returns the session id.
-func (ch *Channel) Session() string {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	return ch.session
-}
-
-// Pid returns the session's process id.
-func (ch *Channel) Pid() int {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	return ch.pid
-}
-
-// Offset is where a new attach resumes so that nothing already received repeats.
-func (ch *Channel) Offset() int64 {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	return ch.offset
-}
-
-// Lost returns the bytes announced lost by session.gap.
-func (ch *Channel) Lost() int64 {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	return ch.lost
-}
-
-// Exited is closed when the session's process exited; ExitInfo then holds its status.
-func (ch *Channel) Exited() <-chan struct{} { return ch.exited }
-
-// ExitInfo returns the exit, or nil.
-func (ch *Channel) ExitInfo() *proto.ExitInfo {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	return ch.exit
-}
-
-// Closed is closed on session.closed or when the connection ends; Reason says which.
-func (ch *Channel) Closed() <-chan struct{} { return ch.closed }
-
-// Reason returns the session.closed reason, or "" if the connection ended instead.
-func (ch *Channel) Reason() string {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	return ch.reason
-}
-
-func (ch *Channel) push(p []byte) {
-	ch.mu.Lock()
-	if n := len(ch.segs); n > 0 && ch.segs[n-1].gap == 0 {
-		ch.segs[n-1].data = append(ch.segs[n-1].data, p...)
-	} else {
-		ch.segs = append(ch.segs, segment{data: append([]byte(nil), p...)})
-	}
-	ch.cond.Broadcast()
-	ch.mu.Unlock()
-}
-
-func (ch *Channel) gap(n int64) {
-	ch.mu.Lock()
-	ch.lost += n
-	ch.segs = append(ch.segs, segment{gap: n})
-	ch.cond.Broadcast()
-	ch.mu.Unlock()
-}
-
-// Buffered returns the bytes received and not yet returned by Read.
-func (ch *Channel) Buffered() int {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	return ch.bufferedLocked()
-}
-
-// bufferedLocked returns the bytes received and not yet read. ch.mu must be held.
-func (ch *Channel) bufferedLocked() int {
-	n := 0
-	for _, s := range ch.segs {
-		n += len(s.data)
-	}
-	return n
-}
-
-func (ch *Channel) setExit(e proto.ExitInfo) {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.exit == nil {
-		ch.exit = &e
-		close(ch.exited)
-	}
-}
-
-func (ch *Channel) setClosed(reason string) {
-	ch.mu.Lock()
-	ch.reason = reason
-	ch.mu.Unlock()
-	ch.end(io.EOF)
-}
-
-func (ch *Channel) end(err error) {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.endErr == nil {
-		ch.endErr = err
-		close(ch.closed)
-		ch.cond.Broadcast()
-	}
-}
-
-// Read returns buffered output, waiting for some; it returns io.EOF after session.closed and
-// io.ErrUnexpectedEOF when the connection ended. Bytes returned are acknowledged: in the same
-// call once flow.ackBytes have accumulated, else as soon as Read has drained the buffer (by the
-// client's ack goroutine, right after Read returns).
-func (ch *Channel) Read(p []byte) (int, error) {
-	ch.mu.Lock()
-	for {
-		// Pass gaps at the head: they advance the offset.
-		for len(ch.segs) > 0 && ch.segs[0].gap > 0 {
-			ch.offset += ch.segs[0].gap
-			ch.segs = ch.segs[1:]
-		}
-		if len(ch.segs) > 0 || ch.endErr != nil {
-			break
-		}
-		if ch.unacked > 0 && !ch.detaching {
-			// Idle before the ack goroutine got to it: acknowledge before waiting.
-			ch.mu.Unlock()
-			ch.flushAck()
-			ch.mu.Lock()
-			continue
-		}
-		ch.cond.Wait()
-	}
-	if len(ch.segs) == 0 {
-		err := ch.endErr
-		ch.mu.Unlock()
-		return 0, err
-	}
-	n := copy(p, ch.segs[0].data)
-	ch.segs[0].data = ch.segs[0].data[n:]
-	if len(ch.segs[0].data) == 0 {
-		ch.segs = ch.segs[1:]
-	}
-	ch.offset += int64(n)
-	ch.unacked += n
-	flush, queue := false, false
-	switch {
-	case ch.detaching:
-	case ch.unacked >= ch.ackEvery:
-		flush = true
-	case ch.bufferedLocked() == 0 && !ch.ackQueued:
-		ch.ackQueued, queue = true, true
-	}
-	ch.mu.Unlock()
-	if flush {
-		ch.flushAck()
-	}
-	if queue {
-		ch.c.queueAck(ch)
-	}
-	return n, nil
-}
-
-// flushAck acknowledges every byte Read has returned and not yet acknowledged, unless the
-// binding is ending: detached, or closed by the server (which no longer knows the channel).
-// It takes the count under the client's write lock, which Detach's request also needs, so an
-// ack either goes out before the detach request or sees detaching and sends nothing.
-func (ch *Channel) flushAck() {
-	ch.c.wmu.Lock()
-	defer ch.c.wmu.Unlock()
-	ch.mu.Lock()
-	ack := ch.unacked
-	if ch.detaching || ch.endErr != nil {
-		ack = 0
-	}
-	ch.unacked, ch.ackQueued = 0, false
-	ch.mu.Unlock()
-	if ack > 0 {
-		_ = ch.c.ws.WriteMessage(websocket.BinaryMessage, proto.AppendAck(nil, ch.ID, uint32(ack)))
-	}
-}
-
-// Write sends input.
-func (ch *Channel) Write(p []byte) (int, error) {
-	if err := ch.c.writeMessage(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameInput, ch.ID, p)); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// Resize resizes the terminal.
-func (ch *Channel) Resize(ctx context.Context, cols, rows int) error {
-	return ch.c.Call(ctx, "session.resize", map[string]any{"channel": ch.ID, "cols": cols, "rows": rows}, nil)
-}
-
-// Signal sends a signal ("INT", ...) to the foreground process group.
-func (ch *Channel) Signal(ctx context.Context, sig string) error {
-	return ch.c.Call(ctx, "session.signal", map[string]any{"channel": ch.ID, "signal": sig}, nil)
-}
-
-// Detach unbinds the channel; the session keeps running.
-func (ch *Channel) Detach(ctx context.Context) error {
-	ch.mu.Lock()
-	ch.detaching = true // from here on flushAck sends nothing (see there)
-	ch.mu.Unlock()
-	err := ch.c.Call(ctx, "session.detach", map[string]any{"channel": ch.ID}, nil)
-	ch.c.dropChannel(ch)
-	ch.end(io.EOF)
-	return err
-}
-
-// ReadUntil reads until the accumulated output contains want, or ctx ends. It returns all
-// that was read.
-func (ch *Channel) ReadUntil(ctx context.Context, want string) (string, error) {
-	var out []byte
-	buf := make([]byte, 32<<10)
-	type result struct {
-		n   int
-		err error
-	}
-	for {
-		res := make(chan result, 1)
-		go func() {
-			n, err := ch.Read(buf)
-			res <- result{n, err}
-		}()
-		select {
-		case r := <-res:
-			out = append(out, buf[:r.n]...)
-			if bytes.Contains(out, []byte(want)) {
-				return string(out), nil
-			}
-			if r.err != nil {
-				return string(out), fmt.Errorf("read until %q: %w", want, r.err)
-			}
-		case <-ctx.Done():
-			// Unblock the pending Read; the channel is unusable afterwards.
-			ch.end(ctx.Err())
-			<-res
-			return string(out), fmt.Errorf("read until %q: %w (got %q)", want, ctx.Err(), tail(out))
-		}
-	}
-}
-
-func tail(b []byte) string {
-	if len(b) > 200 {
-		b = b[len(b)-200:]
-	}
-	return string(b)
-}
-
-// Wait waits for the channel to close or ctx to end.
-func (ch *Channel) Wait(ctx context.Context) error {
-	select {
-	case <-ch.closed:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

@@ -1202,7 +1202,7 @@ func TestSecurityLimitInputRate(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	var cErrs serverErrors
 	c := dialAsWith(t, g, client.DialOptions{Token: g.Token, OnServerError: cErrs.record})
-	if got, want := c.Init.Limits, (proto.Limits{InputRate: 1024, InputBurst: 65536, OpenRate: 10, OpenBurst: 20}); got.InputRate != want.InputRate ||
+	if got, want := c.Init().Limits, (proto.Limits{InputRate: 1024, InputBurst: 65536, OpenRate: 10, OpenBurst: 20}); got.InputRate != want.InputRate ||
 		got.InputBurst != want.InputBurst || got.OpenRate != want.OpenRate || got.OpenBurst != want.OpenBurst {
 		t.Errorf("initialize limits: got %+v, want the rates %+v", got, want)
 	}

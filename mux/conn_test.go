@@ -574,8 +574,8 @@ func TestDialOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if c.Init.Flow.Window != 64<<10 {
-		t.Errorf("flow: window %d, want 65536", c.Init.Flow.Window)
+	if c.Init().Flow.Window != 64<<10 {
+		t.Errorf("flow: window %d, want 65536", c.Init().Flow.Window)
 	}
 	if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
 		t.Fatal(err)

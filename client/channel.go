@@ -1,0 +1,426 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/muxterm/muxterm/proto"
+)
+
+// Channel is one bound channel. Read returns its output in order and acknowledges what it
+// returns (see Read for when); a Channel that is not read stops receiving once the server's
+// window is full. Its methods are safe for concurrent use, but Read and ReadContext are meant
+// for one goroutine at a time.
+type Channel struct {
+	c  *Client
+	ID uint32
+
+	exited chan struct{} // closed on session.exit
+	closed chan struct{} // closed on session.closed, Detach, or the client's end
+
+	// mu guards the fields below; cond signals new data, the end, or a ctx's end to Read.
+	mu      sync.Mutex
+	cond    *sync.Cond
+	session string
+	pid     int
+	// on is the link the current binding lives on; acks go there.
+	on *link
+	// epoch counts bindings (the first, then one per reconnect). Output is acknowledged only
+	// to the binding that sent it: bytes of an earlier binding still buffered are read without
+	// an ack.
+	epoch int
+	// offset is the resume offset of what was consumed: the attach offset plus the bytes Read
+	// returned plus the gaps Read passed.
+	offset int64
+	// next is the offset of the next byte to arrive: what a reconnect resumes from, since the
+	// bytes received and not yet read are kept.
+	next int64
+	segs []segment // received, not yet read, in order
+	// unacked counts bytes of the current binding Read returned and not yet acknowledged. Read
+	// acknowledges them itself once they reach the server's ackBytes; when it drains the buffer
+	// with fewer, the client's ackLoop acknowledges them right after Read returns, so the ack
+	// is not on the path of the output it follows (an echo). Read also acknowledges anything
+	// left before it waits.
+	unacked int
+	// ackQueued: queued in Client.ackDue and not flushed since. A flush by Read's idle path
+	// clears it with the channel still queued; that stale entry later sends nothing.
+	ackQueued bool
+	detaching bool // Detach is sending its request: no more acks
+	lost      int64
+	exit      *proto.ExitInfo
+	reason    string
+	endErr    error
+}
+
+// segment is received output, or a gap of lost bytes, in stream order.
+type segment struct {
+	gap   int64
+	data  []byte
+	epoch int
+}
+
+// bindOpen binds ch from session.open's response. It runs on the reader goroutine before the
+// next message, so the binding precedes the session's first output.
+func (ch *Channel) bindOpen(r response) {
+	var res proto.OpenResult
+	if r.Err != nil || r.lost != nil || json.Unmarshal(r.Result, &res) != nil {
+		return
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.session, ch.pid, ch.on = res.Session, res.Pid, r.on
+	ch.offset, ch.next = res.Offset, res.Offset
+}
+
+// bindAttach returns the binder of session.attach's response (see bindOpen).
+func (ch *Channel) bindAttach(from *int64) func(response) {
+	return func(r response) {
+		var res proto.AttachResult
+		if r.Err != nil || r.lost != nil || json.Unmarshal(r.Result, &res) != nil {
+			return
+		}
+		ch.mu.Lock()
+		ch.session, ch.pid, ch.on = res.Session, res.Pid, r.on
+		ch.offset, ch.next = res.Offset, res.Offset
+		ch.mu.Unlock()
+		if res.Exit != nil {
+			ch.setExit(*res.Exit)
+		}
+	}
+}
+
+// bindResume returns the binder of a reconnect's session.attach from ch's next offset: a new
+// epoch, and a gap if the gateway no longer had every byte from there.
+func (ch *Channel) bindResume(from int64) func(response) {
+	return func(r response) {
+		var res proto.AttachResult
+		if r.Err != nil || r.lost != nil || json.Unmarshal(r.Result, &res) != nil {
+			return
+		}
+		ch.mu.Lock()
+		ch.on = r.on
+		ch.epoch++
+		ch.unacked, ch.ackQueued = 0, false
+		if lost := res.Offset - from; lost > 0 {
+			ch.lost += lost
+			ch.segs = append(ch.segs, segment{gap: lost})
+			ch.cond.Broadcast()
+		}
+		ch.next = res.Offset
+		ch.mu.Unlock()
+		if res.Exit != nil {
+			ch.setExit(*res.Exit)
+		}
+	}
+}
+
+// resumable reports ch's session and next offset if a reconnect should re-attach it.
+func (ch *Channel) resumable() (string, int64, bool) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.session, ch.next, ch.session != "" && !ch.detaching && ch.endErr == nil
+}
+
+// Session returns the session id.
+func (ch *Channel) Session() string {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.session
+}
+
+// Pid returns the session's process id.
+func (ch *Channel) Pid() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.pid
+}
+
+// Offset is where a new attach resumes so that nothing already consumed repeats.
+func (ch *Channel) Offset() int64 {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.offset
+}
+
+// Lost returns the bytes announced lost: by session.gap, and by a reconnect that resumed past
+// where it asked.
+func (ch *Channel) Lost() int64 {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.lost
+}
+
+// Buffered returns the bytes received and not yet returned by Read.
+func (ch *Channel) Buffered() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.bufferedLocked()
+}
+
+// bufferedLocked returns the bytes received and not yet read. ch.mu must be held.
+func (ch *Channel) bufferedLocked() int {
+	n := 0
+	for _, s := range ch.segs {
+		n += len(s.data)
+	}
+	return n
+}
+
+// Exited is closed when the session's process exited; ExitInfo then holds its status.
+func (ch *Channel) Exited() <-chan struct{} { return ch.exited }
+
+// ExitInfo returns the exit, or nil.
+func (ch *Channel) ExitInfo() *proto.ExitInfo {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.exit
+}
+
+// Closed is closed on session.closed, Detach, or when the client ends; Reason says which.
+func (ch *Channel) Closed() <-chan struct{} { return ch.closed }
+
+// Reason returns the session.closed reason, or "" if the channel ended otherwise.
+func (ch *Channel) Reason() string {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.reason
+}
+
+func (ch *Channel) push(p []byte) {
+	ch.mu.Lock()
+	if n := len(ch.segs); n > 0 && ch.segs[n-1].gap == 0 && ch.segs[n-1].epoch == ch.epoch {
+		ch.segs[n-1].data = append(ch.segs[n-1].data, p...)
+	} else {
+		ch.segs = append(ch.segs, segment{data: append([]byte(nil), p...), epoch: ch.epoch})
+	}
+	ch.next += int64(len(p))
+	ch.cond.Broadcast()
+	ch.mu.Unlock()
+}
+
+func (ch *Channel) gap(n int64) {
+	ch.mu.Lock()
+	ch.lost += n
+	ch.next += n
+	ch.segs = append(ch.segs, segment{gap: n})
+	ch.cond.Broadcast()
+	ch.mu.Unlock()
+}
+
+func (ch *Channel) setExit(e proto.ExitInfo) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.exit == nil {
+		ch.exit = &e
+		close(ch.exited)
+	}
+}
+
+func (ch *Channel) setClosed(reason string) {
+	ch.mu.Lock()
+	ch.reason = reason
+	ch.mu.Unlock()
+	ch.end(io.EOF)
+}
+
+func (ch *Channel) end(err error) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.endErr == nil {
+		ch.endErr = err
+		close(ch.closed)
+		ch.cond.Broadcast()
+	}
+}
+
+// Read returns buffered output, waiting for some; it returns io.EOF after session.closed or
+// Detach and io.ErrUnexpectedEOF when the client ended (a resume that found the session gone
+// returns that error). Bytes returned are acknowledged: in the same call once the server's
+// ackBytes have accumulated, else as soon as Read has drained the buffer (by the client's ack
+// goroutine, right after Read returns). Buffered bytes are returned even after the end.
+func (ch *Channel) Read(p []byte) (int, error) {
+	return ch.ReadContext(context.Background(), p)
+}
+
+// ReadContext is Read that gives up when ctx ends, returning ctx's error; the channel stays
+// usable.
+func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			ch.mu.Lock()
+			ch.cond.Broadcast()
+			ch.mu.Unlock()
+		})
+		defer stop()
+	}
+	ch.mu.Lock()
+	for {
+		// Pass gaps at the head: they advance the offset.
+		for len(ch.segs) > 0 && ch.segs[0].gap > 0 {
+			ch.offset += ch.segs[0].gap
+			ch.segs = ch.segs[1:]
+		}
+		if len(ch.segs) > 0 || ch.endErr != nil {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			ch.mu.Unlock()
+			return 0, err
+		}
+		if ch.unacked > 0 && !ch.detaching {
+			// Idle before the ack goroutine got to it: acknowledge before waiting.
+			ch.mu.Unlock()
+			ch.flushAck()
+			ch.mu.Lock()
+			continue
+		}
+		ch.cond.Wait()
+	}
+	if len(ch.segs) == 0 {
+		err := ch.endErr
+		ch.mu.Unlock()
+		return 0, err
+	}
+	seg := &ch.segs[0]
+	n := copy(p, seg.data)
+	current := seg.epoch == ch.epoch
+	seg.data = seg.data[n:]
+	if len(seg.data) == 0 {
+		ch.segs = ch.segs[1:]
+	}
+	ch.offset += int64(n)
+	if current {
+		ch.unacked += n
+	}
+	flush, queue := false, false
+	switch {
+	case ch.detaching || ch.unacked == 0:
+	case ch.unacked >= ch.c.ackEvery():
+		flush = true
+	case ch.bufferedLocked() == 0 && !ch.ackQueued:
+		ch.ackQueued, queue = true, true
+	}
+	ch.mu.Unlock()
+	if flush {
+		ch.flushAck()
+	}
+	if queue {
+		ch.c.queueAck(ch)
+	}
+	return n, nil
+}
+
+// flushAck acknowledges every byte of the current binding Read has returned and not yet
+// acknowledged, unless the binding is ending: detached, or closed by the server (which no
+// longer knows the channel). It takes the count under the client's write lock, which Detach's
+// request also needs, so an ack either goes out before the detach request or sees detaching
+// and sends nothing.
+func (ch *Channel) flushAck() {
+	ch.c.wmu.Lock()
+	defer ch.c.wmu.Unlock()
+	ch.mu.Lock()
+	ack, l := ch.unacked, ch.on
+	if ch.detaching || ch.endErr != nil || l == nil {
+		ack = 0
+	}
+	ch.unacked, ch.ackQueued = 0, false
+	ch.mu.Unlock()
+	if ack > 0 {
+		// A failed write ends the link; the next binding starts a new count.
+		_ = ch.c.writeOnLocked(l, websocket.BinaryMessage, proto.AppendAck(nil, ch.ID, uint32(ack)))
+	}
+}
+
+// Write sends input, split into frames of at most the server's limits.maxInputBytes. While the
+// client reconnects it waits for the new connection, at most DialOptions.WriteTimeout, like
+// each frame's write.
+func (ch *Channel) Write(p []byte) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ch.c.opts.WriteTimeout)
+	defer cancel()
+	return ch.WriteContext(ctx, p)
+}
+
+// WriteContext is Write that waits for a connection at most until ctx ends.
+func (ch *Channel) WriteContext(ctx context.Context, p []byte) (int, error) {
+	written := 0
+	for first := true; first || written < len(p); first = false {
+		ch.mu.Lock()
+		err := ch.endErr
+		ch.mu.Unlock()
+		if err != nil {
+			return written, fmt.Errorf("write to channel %d: %w", ch.ID, err)
+		}
+		l, err := ch.c.link(ctx)
+		if err != nil {
+			return written, fmt.Errorf("write to channel %d: %w", ch.ID, err)
+		}
+		n := min(len(p)-written, ch.c.maxInput())
+		frame := proto.AppendFrame(nil, proto.FrameInput, ch.ID, p[written:written+n])
+		if err := ch.c.writeOn(l, websocket.BinaryMessage, frame); err != nil {
+			return written, fmt.Errorf("write to channel %d: %w", ch.ID, err)
+		}
+		written += n
+	}
+	return written, nil
+}
+
+// Resize resizes the terminal.
+func (ch *Channel) Resize(ctx context.Context, cols, rows int) error {
+	return ch.c.Call(ctx, "session.resize", map[string]any{"channel": ch.ID, "cols": cols, "rows": rows}, nil)
+}
+
+// Signal sends a signal ("INT", ...) to the foreground process group.
+func (ch *Channel) Signal(ctx context.Context, sig string) error {
+	return ch.c.Call(ctx, "session.signal", map[string]any{"channel": ch.ID, "signal": sig}, nil)
+}
+
+// Detach unbinds the channel; the session keeps running.
+func (ch *Channel) Detach(ctx context.Context) error {
+	ch.mu.Lock()
+	ch.detaching = true // from here on flushAck sends nothing (see there)
+	ch.mu.Unlock()
+	err := ch.c.Call(ctx, "session.detach", map[string]any{"channel": ch.ID}, nil)
+	ch.c.dropChannel(ch)
+	ch.end(io.EOF)
+	return err
+}
+
+// ReadUntil reads until the accumulated output contains want, or ctx ends. It returns all
+// that was read; the channel stays usable either way.
+func (ch *Channel) ReadUntil(ctx context.Context, want string) (string, error) {
+	var out []byte
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := ch.ReadContext(ctx, buf)
+		out = append(out, buf[:n]...)
+		if bytes.Contains(out, []byte(want)) {
+			return string(out), nil
+		}
+		if err != nil {
+			return string(out), fmt.Errorf("read until %q: %w (got %q)", want, err, tail(out))
+		}
+	}
+}
+
+func tail(b []byte) string {
+	if len(b) > 200 {
+		b = b[len(b)-200:]
+	}
+	return string(b)
+}
+
+// Wait waits for the channel to close or ctx to end.
+func (ch *Channel) Wait(ctx context.Context) error {
+	select {
+	case <-ch.closed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

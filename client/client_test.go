@@ -1,0 +1,430 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/mux"
+	"github.com/muxterm/muxterm/proto"
+	"github.com/muxterm/muxterm/session"
+)
+
+// TestMain fails the package on a leaked goroutine, file descriptor or child process.
+func TestMain(m *testing.M) {
+	leakcheck.Main(m, leakcheck.Options{FDs: true, Children: true})
+}
+
+// gateway is mux.Serve behind a loopback HTTP server with a real registry: the server side of
+// the protocol, as the binary runs it, with a hook on each accepted socket.
+type gateway struct {
+	reg *session.Registry
+	url string
+
+	mu      sync.Mutex
+	sockets []*websocket.Conn // every socket accepted, in order
+}
+
+func newGateway(t *testing.T, opts mux.ServerOptions) *gateway {
+	t.Helper()
+	g := &gateway{reg: session.NewRegistry(session.Options{Shell: "/bin/sh", KillGrace: 100 * time.Millisecond,
+		ResumeHold: 10 * time.Second}, nil)}
+	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	var wg sync.WaitGroup
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		defer wg.Done()
+		g.mu.Lock()
+		g.sockets = append(g.sockets, ws)
+		g.mu.Unlock()
+		o := opts
+		o.Registry, o.Principal = g.reg, "tester"
+		o.AllowCmd = func([]string) bool { return true }
+		_ = mux.Serve(ctx, ws, o)
+	}))
+	g.url = "ws" + strings.TrimPrefix(hs.URL, "http")
+	t.Cleanup(func() {
+		cancel(mux.ErrShutdown)
+		wg.Wait()
+		hs.Close()
+		sctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c2()
+		if err := g.reg.Shutdown(sctx); err != nil {
+			t.Errorf("registry shutdown: %v", err)
+		}
+	})
+	return g
+}
+
+// drop cuts the TCP connection under the n-th accepted socket, as a network failure would: no
+// close frame, so the client sees an abnormal end (1006).
+func (g *gateway) drop(t *testing.T, n int) {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if n >= len(g.sockets) {
+		t.Fatalf("socket %d: only %d accepted", n, len(g.sockets))
+	}
+	if err := g.sockets[n].NetConn().Close(); err != nil {
+		t.Fatalf("drop socket %d: %v", n, err)
+	}
+}
+
+func (g *gateway) accepted() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.sockets)
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func dial(t *testing.T, url string, opts DialOptions) *Client {
+	t.Helper()
+	c, err := Dial(testCtx(t), url, opts)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// seqOutput is what `seq 1 n` prints through a PTY (onlcr turns each \n into \r\n).
+func seqOutput(n int) []byte {
+	var b bytes.Buffer
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%d\r\n", i)
+	}
+	return b.Bytes()
+}
+
+// readAll reads ch until it has n bytes or ctx ends.
+func readAll(ctx context.Context, t *testing.T, ch *Channel, n int) []byte {
+	t.Helper()
+	out := make([]byte, 0, n)
+	buf := make([]byte, 4096)
+	for len(out) < n {
+		m, err := ch.ReadContext(ctx, buf)
+		out = append(out, buf[:m]...)
+		if err != nil {
+			t.Fatalf("read after %d of %d bytes: %v", len(out), n, err)
+		}
+	}
+	return out
+}
+
+// The stream goes on byte-exact across two dropped connections: the client re-attaches from
+// the offset it received up to, keeps what it had received and not yet read, and acknowledges
+// only to the binding that sent the bytes (a wrong ack would be a bad_frame and stall).
+func TestReconnectResumesByteExact(t *testing.T) {
+	g := newGateway(t, mux.ServerOptions{Window: 16 << 10})
+	var evMu sync.Mutex
+	var events []ReconnectEvent
+	c := dial(t, g.url, DialOptions{Reconnect: &ReconnectOptions{OnEvent: func(e ReconnectEvent) {
+		evMu.Lock()
+		events = append(events, e)
+		evMu.Unlock()
+	}}, OnServerError: func(e *proto.Error) { t.Errorf("server error: %v", e) }})
+	ctx := testCtx(t)
+	const n = 30000
+	want := seqOutput(n)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", fmt.Sprintf("stty -echo; echo READY; read go; seq 1 %d; read end", n)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "READY\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(ctx, t, ch, len(want)/3)
+	g.drop(t, 0)
+	got = append(got, readAll(ctx, t, ch, len(want)/3)...)
+	g.drop(t, 1)
+	got = append(got, readAll(ctx, t, ch, len(want)-len(got))...)
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("stream differs at byte %d of %d: got %q, want %q", i, len(want), tail(got[:min(i+40, len(got))]), tail(want[:i+40]))
+	}
+	if ch.Lost() != 0 {
+		t.Errorf("lost: got %d, want 0", ch.Lost())
+	}
+	// The channel still takes input on the third socket.
+	if _, err := ch.Write([]byte("end\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch.Exited():
+	case <-ctx.Done():
+		t.Fatal("no exit after the last input")
+	}
+	evMu.Lock()
+	defer evMu.Unlock()
+	if len(events) != 4 || events[0].Resumed || !events[1].Resumed || events[2].Resumed || !events[3].Resumed {
+		t.Errorf("events: got %+v, want drop, resume, drop, resume", events)
+	}
+	if got := g.accepted(); got != 3 {
+		t.Errorf("sockets accepted: got %d, want 3", got)
+	}
+}
+
+// A session killed while the client was away ends its channel at the resume, with the error
+// saying so; the client and its other channels go on.
+func TestReconnectEndsChannelOfGoneSession(t *testing.T) {
+	g := newGateway(t, mux.ServerOptions{})
+	var gone, kept *Channel
+	resumed := make(chan ReconnectEvent, 1)
+	c := dial(t, g.url, DialOptions{Reconnect: &ReconnectOptions{OnEvent: func(e ReconnectEvent) {
+		if !e.Resumed {
+			// Runs before the first attempt: the session is gone by the time it re-attaches.
+			if _, err := g.reg.Kill(context.Background(), gone.Session(), "tester"); err != nil {
+				t.Errorf("kill while away: %v", err)
+			}
+			return
+		}
+		resumed <- e
+	}}})
+	ctx := testCtx(t)
+	var err error
+	if gone, err = c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"cat"}}); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err = c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty raw -echo; exec cat"}}); err != nil {
+		t.Fatal(err)
+	}
+	g.drop(t, 0)
+	var ev ReconnectEvent
+	select {
+	case ev = <-resumed:
+	case <-ctx.Done():
+		t.Fatal("no resume")
+	}
+	if len(ev.Ended) != 1 || ev.Ended[0] != gone.ID {
+		t.Errorf("ended at the resume: got %v, want [%d]", ev.Ended, gone.ID)
+	}
+	<-gone.Closed()
+	if _, err := gone.Read(make([]byte, 1)); !strings.Contains(fmt.Sprint(err), "resume session") {
+		t.Errorf("read of the gone session's channel: got %v, want the resume's error", err)
+	}
+	if _, err := kept.Write([]byte("still-here")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kept.ReadUntil(ctx, "still-here"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Without Reconnect a drop ends the client, every channel, and every call in flight.
+func TestDropWithoutReconnectEndsClient(t *testing.T) {
+	g := newGateway(t, mux.ServerOptions{})
+	c := dial(t, g.url, DialOptions{})
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.drop(t, 0)
+	<-c.Done()
+	if _, err := ch.Read(make([]byte, 1)); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("read after the drop: got %v, want io.ErrUnexpectedEOF", err)
+	}
+	if err := c.Call(ctx, "session.list", nil, nil); err == nil {
+		t.Error("a call after the drop succeeded")
+	}
+	if c.Err() == nil || errors.Is(c.Err(), ErrClosed) {
+		t.Errorf("Err after a drop: got %v, want the connection's end", c.Err())
+	}
+}
+
+// Close can be called twice; both return nil when Close ended the client, and Err says so.
+func TestCloseIdempotent(t *testing.T) {
+	g := newGateway(t, mux.ServerOptions{})
+	c, err := Dial(testCtx(t), g.url, DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("first Close: got %v, want nil", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: got %v, want nil", err)
+	}
+	if !errors.Is(c.Err(), ErrClosed) {
+		t.Errorf("Err: got %v, want ErrClosed", c.Err())
+	}
+	if _, err := c.List(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("List after Close: got %v, want ErrClosed", err)
+	}
+}
+
+// silentServer upgrades, answers initialize, and then never reads again: its socket's buffers
+// fill and a client's write can only time out.
+func silentServer(t *testing.T, afterInit func(ws *websocket.Conn)) string {
+	t.Helper()
+	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		defer wg.Done()
+		defer ws.Close()
+		_, b, err := ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		var req struct {
+			ID json.RawMessage `json:"id"`
+		}
+		_ = json.Unmarshal(b, &req)
+		_ = ws.WriteMessage(websocket.TextMessage, proto.MarshalResponse(req.ID, proto.InitializeResult{Protocol: proto.Subprotocol}, nil))
+		if afterInit != nil {
+			afterInit(ws)
+		}
+		<-release
+	}))
+	t.Cleanup(func() {
+		close(release)
+		wg.Wait()
+		hs.Close()
+	})
+	return "ws" + strings.TrimPrefix(hs.URL, "http")
+}
+
+// A peer that stops reading cannot block a writer for ever: the write fails after WriteTimeout
+// and ends the client.
+func TestWriteTimesOut(t *testing.T) {
+	url := silentServer(t, nil)
+	c := dial(t, url, DialOptions{WriteTimeout: 300 * time.Millisecond,
+		Dialer: &websocket.Dialer{NetDialContext: smallBuffers}})
+	ch := c.newChannel() // a channel number is all Write needs
+	chunk := bytes.Repeat([]byte("x"), 60<<10)
+	var err error
+	for range 1000 {
+		if _, err = ch.Write(chunk); err != nil {
+			break
+		}
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("write to a peer that never reads: got %v, want a timeout", err)
+	}
+	<-c.Done()
+}
+
+// smallBuffers dials with small socket buffers, so a peer that does not read blocks writes soon.
+func smallBuffers(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(16 << 10)
+	}
+	return conn, err
+}
+
+// A text message over MaxMessageBytes ends the client instead of being read into memory.
+func TestMaxMessageBytes(t *testing.T) {
+	url := silentServer(t, func(ws *websocket.Conn) {
+		if _, _, err := ws.ReadMessage(); err != nil { // the client's next request
+			return
+		}
+		_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","method":"x","params":"`+strings.Repeat("y", 64<<10)+`"}`))
+	})
+	c := dial(t, url, DialOptions{MaxMessageBytes: 4 << 10})
+	if err := c.Call(testCtx(t), "session.list", nil, nil); !errors.Is(err, ErrConnectionLost) || !errors.Is(err, websocket.ErrReadLimit) {
+		t.Errorf("call answered by an oversize message: got %v, want ErrConnectionLost and websocket.ErrReadLimit", err)
+	}
+	<-c.Done()
+	if !errors.Is(c.Err(), websocket.ErrReadLimit) {
+		t.Errorf("Err: got %v, want websocket.ErrReadLimit", c.Err())
+	}
+}
+
+// ReadContext gives up when its ctx ends and leaves the channel usable.
+func TestReadContextKeepsChannel(t *testing.T) {
+	g := newGateway(t, mux.ServerOptions{})
+	c := dial(t, g.url, DialOptions{})
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty raw -echo; exec cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := ch.ReadContext(short, make([]byte, 10)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ReadContext with an ended ctx: got %v, want context.Canceled", err)
+	}
+	if _, err := ch.Write([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "after"); err != nil {
+		t.Fatalf("the channel after a given-up read: %v", err)
+	}
+}
+
+// Input larger than limits.maxInputBytes is split into frames the gateway accepts, in order.
+func TestWriteSplitsLargeInput(t *testing.T) {
+	g := newGateway(t, mux.ServerOptions{MaxInputBytes: 1 << 10})
+	c := dial(t, g.url, DialOptions{OnServerError: func(e *proto.Error) { t.Errorf("server error: %v", e) }})
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty raw -echo; echo READY; exec cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "READY\n"); err != nil {
+		t.Fatal(err)
+	}
+	in := bytes.Repeat([]byte("0123456789abcdef"), 512) // 8 KiB: 9 frames at 1 KiB minus the header
+	if n, err := ch.Write(in); err != nil || n != len(in) {
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	if got := readAll(ctx, t, ch, len(in)); !bytes.Equal(got, in) {
+		t.Errorf("echo of a split input differs")
+	}
+}
+
+// DialOpen opens a session in the same round trip as initialize, and the channel acknowledges
+// with the flow parameters initialize returned.
+func TestDialOpen(t *testing.T) {
+	g := newGateway(t, mux.ServerOptions{Window: 64 << 10})
+	ctx := testCtx(t)
+	c, ch, err := DialOpen(ctx, g.url, DialOptions{}, OpenOptions{Cols: 80, Rows: 24,
+		Cmd: []string{"sh", "-c", "stty -echo; echo READY; exec cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if got := c.Init().Flow; got.Window != 64<<10 || c.ackEvery() != got.AckBytes {
+		t.Errorf("flow: window %d, acks every %d; want 65536 and ackBytes %d", got.Window, c.ackEvery(), got.AckBytes)
+	}
+	if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
+		t.Fatal(err)
+	}
+}
