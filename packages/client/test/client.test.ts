@@ -17,7 +17,7 @@ import {
   type ExitStatus,
   type JsonRpcRequest,
   type WebSocketLike,
-} from '../src/client';
+} from '../src/index';
 
 // ---------------------------------------------------------------------------------------------
 // fake socket

@@ -414,7 +414,17 @@ export interface NotificationMap {
 // ---------------------------------------------------------------------------------------------
 // WebSocket abstraction
 
-/** The subset of the WHATWG WebSocket this client uses. */
+/**
+ * An event handler slot. Its parameter is checked bivariantly (method syntax), so a socket whose
+ * handlers take a richer event type (the browser's `Event`, the `ws` package's `WebSocket.Event`)
+ * is a WebSocketLike as it is.
+ */
+export type EventHandler<E> = { bivarianceHack(ev: E): void }['bivarianceHack'];
+
+/**
+ * The subset of the WHATWG WebSocket this client uses. The browser's `WebSocket` and the `ws`
+ * package's `WebSocket` (Node) both satisfy it.
+ */
 export interface WebSocketLike {
   binaryType: string;
   readonly readyState: number;
@@ -422,10 +432,10 @@ export interface WebSocketLike {
   readonly bufferedAmount?: number;
   send(data: string | Uint8Array<ArrayBuffer>): void;
   close(code?: number, reason?: string): void;
-  onopen: ((ev: unknown) => void) | null;
-  onmessage: ((ev: { data: unknown }) => void) | null;
-  onclose: ((ev: { code?: number; reason?: string; wasClean?: boolean }) => void) | null;
-  onerror: ((ev: unknown) => void) | null;
+  onopen: EventHandler<unknown> | null;
+  onmessage: EventHandler<{ data: unknown }> | null;
+  onclose: EventHandler<{ code?: number; reason?: string; wasClean?: boolean }> | null;
+  onerror: EventHandler<unknown> | null;
 }
 
 export type WebSocketFactory = (url: string, protocols: string | string[]) => WebSocketLike;
