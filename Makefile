@@ -50,7 +50,7 @@ deps-browser:
 	@echo "==> chromium (Debian package)"
 	@command -v chromium >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
-test: test-unit test-fuzz test-e2e test-browser test-npm
+test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode
 
 test-unit: frontend deps
 	@echo "==> go test -race (unit and e2e packages)"
@@ -87,9 +87,9 @@ $(VSCODE)/node_modules/.package-lock.json: $(VSCODE)/package.json $(VSCODE)/pack
 	@echo "==> npm ci ($(VSCODE))"
 	cd $(VSCODE) && npm ci --no-audit --no-fund
 
-test-vscode: client $(VSCODE)/node_modules/.package-lock.json
-	@echo "==> examples/vscode: typecheck against @types/vscode and adapter tests"
-	cd $(VSCODE) && npm run --silent typecheck && npm test --silent
+test-vscode: build $(VSCODE)/node_modules/.package-lock.json
+	@echo "==> examples/vscode: typecheck against @types/vscode, adapter tests, the built extension against the binary"
+	cd $(VSCODE) && npm run --silent typecheck && MUXTERM_BIN=$(CURDIR)/$(BIN) npm test --silent
 
 bench: build
 	@echo "==> session benchmarks and muxbench -short (about 3 minutes)"
