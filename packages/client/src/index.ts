@@ -990,6 +990,11 @@ export class MuxClient {
     return this.encoder.encode(s);
   }
 
+  /** @internal `initialize` answered and every re-attach settled on the current socket. */
+  get _ready(): boolean {
+    return this.ready;
+  }
+
   /** @internal */
   get _maxQueuedInputBytes(): number {
     return this.opts.maxQueuedInputBytes;
@@ -1229,15 +1234,26 @@ export class Channel {
   }
 
   /** session.resize; waits for the channel to be bound. */
-  async resize(cols: number, rows: number): Promise<SessionResizeResult> {
-    await this.whenBound();
-    return this.client.request('session.resize', { channel: this.id, cols, rows });
+  /**
+   * Bound on a ready socket, the request is sent before this returns, so input written after the
+   * call reaches the PTY after the new size (`stty size` typed right after a resize sees it).
+   */
+  resize(cols: number, rows: number): Promise<SessionResizeResult> {
+    const params = { channel: this.id, cols, rows };
+    if (this._state === 'bound' && this.client._ready) return this.client._sendRequestNow('session.resize', params);
+    return this.whenBound().then(() => this.client.request('session.resize', params));
   }
 
   /** session.signal to the foreground process group. */
+  /** Sent before this returns when bound on a ready socket, as `resize`. */
   async signal(signal: SessionSignalParams['signal']): Promise<void> {
+    const params = { channel: this.id, signal };
+    if (this._state === 'bound' && this.client._ready) {
+      await this.client._sendRequestNow('session.signal', params);
+      return;
+    }
     await this.whenBound();
-    await this.client.request('session.signal', { channel: this.id, signal });
+    await this.client.request('session.signal', params);
   }
 
   /** session.kill of this channel's session. */

@@ -439,6 +439,24 @@ describe('flow control', () => {
     assert.deepEqual(bigFrames.flatMap((f) => f.payload), [...big]);
     client.close();
   });
+
+  it('a resize or signal of a bound channel goes out before input written after it', async () => {
+    const { client, sock, ch } = await opened();
+    const r = ch.resize(100, 30);
+    ch.write('stty size\r');
+    const s = ch.signal('INT');
+    ch.write('x');
+    const order = sock().sent.slice(-4).map((m) =>
+      typeof m === 'string' ? (JSON.parse(m) as JsonRpcRequest).method : String.fromCharCode(...decodeFrame(m)!.payload),
+    );
+    assert.deepEqual(order, ['session.resize', 'stty size\r', 'session.signal', 'x']);
+    assert.deepEqual(sock().request('session.resize').params, { channel: 1, cols: 100, rows: 30 });
+    sock().respond('session.resize', { cols: 100, rows: 30 });
+    sock().respond('session.signal', {});
+    assert.deepEqual(await r, { cols: 100, rows: 30 });
+    await s;
+    client.close();
+  });
 });
 
 describe('leaving', () => {

@@ -22,6 +22,7 @@ describe('@muxterm/client against the gateway binary', { skip: bin ? false : 'MU
   });
   after(async () => {
     for (const c of clients) c.close();
+    if (!g) return; // before failed: Gateway.start stopped it
     const code = await g.stop();
     assert.equal(code, 0, `gateway exit code after SIGTERM\n${g.output()}`);
     assert.ok(!g.output().includes(g.token), 'the gateway printed its token');
