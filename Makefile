@@ -10,15 +10,27 @@ GOFLAGS_T := -race -count=1
 FUZZTIME  ?= 100000x
 PORT      ?= 8222
 
-.PHONY: all run build frontend test test-unit test-race test-fuzz test-e2e test-browser bench bench-full lint deps deps-browser clean
+CLIENT    := packages/client
+VSCODE    := examples/vscode
+
+.PHONY: all run build client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode bench bench-full lint deps deps-browser clean
 
 all: build
+
+$(CLIENT)/node_modules/.package-lock.json: $(CLIENT)/package.json $(CLIENT)/package-lock.json
+	@echo "==> npm ci ($(CLIENT))"
+	cd $(CLIENT) && npm ci --no-audit --no-fund
+
+# @muxterm/client: the frontend imports its dist/ through node_modules (file:../packages/client).
+client: $(CLIENT)/node_modules/.package-lock.json
+	@echo "==> @muxterm/client: typecheck and build $(CLIENT)/dist"
+	cd $(CLIENT) && npm run --silent typecheck && npm run --silent build
 
 frontend/node_modules/.package-lock.json: frontend/package.json frontend/package-lock.json
 	@echo "==> npm ci (frontend)"
 	cd frontend && npm ci --no-audit --no-fund
 
-frontend: frontend/node_modules/.package-lock.json
+frontend: client frontend/node_modules/.package-lock.json
 	@echo "==> frontend: typecheck and build"
 	cd frontend && npm run --silent typecheck && npm run --silent build
 
@@ -38,13 +50,13 @@ deps-browser:
 	@echo "==> chromium (Debian package)"
 	@command -v chromium >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
-test: test-unit test-fuzz test-e2e test-browser
+test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode
 
 test-unit: frontend deps
 	@echo "==> go test -race (unit and e2e packages)"
 	$(GO) test $(GOFLAGS_T) ./...
-	@echo "==> frontend unit tests"
-	cd frontend && npm test --silent
+	@echo "==> @muxterm/client unit tests (fake WebSocket)"
+	cd $(CLIENT) && npm test --silent
 
 test-race: test-unit
 
@@ -65,6 +77,20 @@ test-browser: build deps-browser
 	@echo "==> browser tests in headless Chromium"
 	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_BROWSER=1 $(GO) test -count=1 -tags e2e -run 'Browser' ./e2e/
 
+test-npm: build
+	@echo "==> @muxterm/client against the built binary (node --test, ws)"
+	cd $(CLIENT) && MUXTERM_BIN=$(CURDIR)/$(BIN) npm run --silent test:gateway
+	@echo "==> @muxterm/client: npm pack, install the tarball outside the repo, import and type-check it"
+	cd $(CLIENT) && npm run --silent test:pack
+
+$(VSCODE)/node_modules/.package-lock.json: $(VSCODE)/package.json $(VSCODE)/package-lock.json
+	@echo "==> npm ci ($(VSCODE))"
+	cd $(VSCODE) && npm ci --no-audit --no-fund
+
+test-vscode: build $(VSCODE)/node_modules/.package-lock.json
+	@echo "==> examples/vscode: typecheck against @types/vscode, adapter tests, the built extension against the binary"
+	cd $(VSCODE) && npm run --silent typecheck && MUXTERM_BIN=$(CURDIR)/$(BIN) npm test --silent
+
 bench: build
 	@echo "==> session benchmarks and muxbench -short (about 3 minutes)"
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./session/
@@ -82,5 +108,5 @@ lint: frontend
 
 clean:
 	@echo "==> clean"
-	rm -rf bin frontend/node_modules
+	rm -rf bin frontend/node_modules $(CLIENT)/node_modules $(CLIENT)/dist $(VSCODE)/node_modules $(VSCODE)/dist
 	find frontend/dist -mindepth 1 ! -name .gitkeep -delete

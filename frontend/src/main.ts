@@ -5,7 +5,7 @@ import { SearchAddon } from '@xterm/addon-search';
 import { Unicode11Addon } from '@xterm/addon-unicode11';
 import { WebLinksAddon } from '@xterm/addon-web-links';
 import { WebglAddon } from '@xterm/addon-webgl';
-import { MuxClient, MuxError, type Channel, type ConnectionState, type ExitStatus, type SessionInfo } from './client';
+import { MuxClient, MuxError, type Channel, type ConnectionState, type ExitStatus, type SessionInfo } from '@muxterm/client';
 
 // ---------------------------------------------------------------------------------------------
 // configuration

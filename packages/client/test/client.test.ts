@@ -17,7 +17,7 @@ import {
   type ExitStatus,
   type JsonRpcRequest,
   type WebSocketLike,
-} from '../src/client';
+} from '../src/index';
 
 // ---------------------------------------------------------------------------------------------
 // fake socket
@@ -437,6 +437,24 @@ describe('flow control', () => {
     const bigFrames = sock().frames(FrameType.Input).slice(before);
     assert.deepEqual(bigFrames.map((f) => f.payload.length), [65531, 65531, 18938]);
     assert.deepEqual(bigFrames.flatMap((f) => f.payload), [...big]);
+    client.close();
+  });
+
+  it('a resize or signal of a bound channel goes out before input written after it', async () => {
+    const { client, sock, ch } = await opened();
+    const r = ch.resize(100, 30);
+    ch.write('stty size\r');
+    const s = ch.signal('INT');
+    ch.write('x');
+    const order = sock().sent.slice(-4).map((m) =>
+      typeof m === 'string' ? (JSON.parse(m) as JsonRpcRequest).method : String.fromCharCode(...decodeFrame(m)!.payload),
+    );
+    assert.deepEqual(order, ['session.resize', 'stty size\r', 'session.signal', 'x']);
+    assert.deepEqual(sock().request('session.resize').params, { channel: 1, cols: 100, rows: 30 });
+    sock().respond('session.resize', { cols: 100, rows: 30 });
+    sock().respond('session.signal', {});
+    assert.deepEqual(await r, { cols: 100, rows: 30 });
+    await s;
     client.close();
   });
 });

@@ -414,7 +414,17 @@ export interface NotificationMap {
 // ---------------------------------------------------------------------------------------------
 // WebSocket abstraction
 
-/** The subset of the WHATWG WebSocket this client uses. */
+/**
+ * An event handler slot. Its parameter is checked bivariantly (method syntax), so a socket whose
+ * handlers take a richer event type (the browser's `Event`, the `ws` package's `WebSocket.Event`)
+ * is a WebSocketLike as it is.
+ */
+export type EventHandler<E> = { bivarianceHack(ev: E): void }['bivarianceHack'];
+
+/**
+ * The subset of the WHATWG WebSocket this client uses. The browser's `WebSocket` and the `ws`
+ * package's `WebSocket` (Node) both satisfy it.
+ */
 export interface WebSocketLike {
   binaryType: string;
   readonly readyState: number;
@@ -422,10 +432,10 @@ export interface WebSocketLike {
   readonly bufferedAmount?: number;
   send(data: string | Uint8Array<ArrayBuffer>): void;
   close(code?: number, reason?: string): void;
-  onopen: ((ev: unknown) => void) | null;
-  onmessage: ((ev: { data: unknown }) => void) | null;
-  onclose: ((ev: { code?: number; reason?: string; wasClean?: boolean }) => void) | null;
-  onerror: ((ev: unknown) => void) | null;
+  onopen: EventHandler<unknown> | null;
+  onmessage: EventHandler<{ data: unknown }> | null;
+  onclose: EventHandler<{ code?: number; reason?: string; wasClean?: boolean }> | null;
+  onerror: EventHandler<unknown> | null;
 }
 
 export type WebSocketFactory = (url: string, protocols: string | string[]) => WebSocketLike;
@@ -980,6 +990,11 @@ export class MuxClient {
     return this.encoder.encode(s);
   }
 
+  /** @internal `initialize` answered and every re-attach settled on the current socket. */
+  get _ready(): boolean {
+    return this.ready;
+  }
+
   /** @internal */
   get _maxQueuedInputBytes(): number {
     return this.opts.maxQueuedInputBytes;
@@ -1219,15 +1234,26 @@ export class Channel {
   }
 
   /** session.resize; waits for the channel to be bound. */
-  async resize(cols: number, rows: number): Promise<SessionResizeResult> {
-    await this.whenBound();
-    return this.client.request('session.resize', { channel: this.id, cols, rows });
+  /**
+   * Bound on a ready socket, the request is sent before this returns, so input written after the
+   * call reaches the PTY after the new size (`stty size` typed right after a resize sees it).
+   */
+  resize(cols: number, rows: number): Promise<SessionResizeResult> {
+    const params = { channel: this.id, cols, rows };
+    if (this._state === 'bound' && this.client._ready) return this.client._sendRequestNow('session.resize', params);
+    return this.whenBound().then(() => this.client.request('session.resize', params));
   }
 
   /** session.signal to the foreground process group. */
+  /** Sent before this returns when bound on a ready socket, as `resize`. */
   async signal(signal: SessionSignalParams['signal']): Promise<void> {
+    const params = { channel: this.id, signal };
+    if (this._state === 'bound' && this.client._ready) {
+      await this.client._sendRequestNow('session.signal', params);
+      return;
+    }
     await this.whenBound();
-    await this.client.request('session.signal', { channel: this.id, signal });
+    await this.client.request('session.signal', params);
   }
 
   /** session.kill of this channel's session. */

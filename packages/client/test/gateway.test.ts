@@ -1,0 +1,158 @@
+// Integration tests of the client against the real gateway binary (MUXTERM_BIN), in Node, with
+// the `ws` package as the WebSocket: what a plugin or a script sees.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { MuxClient, isMuxError } from '../src/index';
+import { Gateway, Output, expectedSeq } from './harness';
+
+const bin = process.env['MUXTERM_BIN'];
+
+describe('@muxterm/client against the gateway binary', { skip: bin ? false : 'MUXTERM_BIN is unset (build with `make build`, then MUXTERM_BIN=$PWD/bin/gateway)' }, () => {
+  let g: Gateway;
+  const clients: MuxClient[] = [];
+  const connect = async (): Promise<{ client: MuxClient; sockets: import('ws').WebSocket[] }> => {
+    const c = g.client();
+    clients.push(c.client);
+    await c.client.connect();
+    return c;
+  };
+
+  before(async () => {
+    g = await Gateway.start(bin!, '--allow-cmd', 'sh');
+  });
+  after(async () => {
+    for (const c of clients) c.close();
+    if (!g) return; // before failed: Gateway.start stopped it
+    const code = await g.stop();
+    assert.equal(code, 0, `gateway exit code after SIGTERM\n${g.output()}`);
+    assert.ok(!g.output().includes(g.token), 'the gateway printed its token');
+  });
+
+  it('opens a shell, types into it and reads its output', async () => {
+    const { client } = await connect();
+    assert.equal(client.state, 'connected');
+    assert.ok(client.server, 'initialize result carries the server');
+    const ch = await client.open({ cols: 80, rows: 24 });
+    assert.match(ch.session, /\S/);
+    assert.equal(ch.state, 'bound');
+    const out = new Output(ch);
+    // The echo shows `$((6*7))`; only the shell's output has 42.
+    ch.write('echo "mux$((6*7))term"\r');
+    await out.until('the shell to print mux42term', () => out.text().includes('mux42term'));
+    assert.equal(ch.offset, out.length, 'offset counts the bytes received');
+    await ch.kill();
+  });
+
+  it('resizes the PTY: stty size follows', async () => {
+    const { client } = await connect();
+    const ch = await client.open({ cols: 80, rows: 24 });
+    const out = new Output(ch);
+    ch.write('stty size\r');
+    await out.until('stty size = 24 80', () => /\b24 80\r?\n/.test(out.text()));
+    const r = await ch.resize(132, 37);
+    assert.deepEqual(r, { cols: 132, rows: 37 });
+    ch.write('stty size\r');
+    await out.until('stty size = 37 132', () => /\b37 132\r?\n/.test(out.text()));
+    await ch.kill();
+  });
+
+  it('detaches (the session keeps running) and reattaches with a replay', async () => {
+    const { client } = await connect();
+    const ch = await client.open({ cols: 80, rows: 24, name: 'detach-me' });
+    const out = new Output(ch);
+    ch.write('echo "before $((40+2))"\r');
+    await out.until('before 42', () => out.text().includes('before 42'));
+    await ch.detach();
+    assert.equal(ch.state, 'detached');
+    const info = (await client.list()).find((s) => s.session === ch.session);
+    assert.ok(info, 'session.list still has the detached session');
+    assert.equal(info.name, 'detach-me');
+    assert.equal(info.viewers, 0);
+    assert.equal(info.exit, null);
+
+    // From another connection, as a second window would.
+    const { client: other } = await connect();
+    const ch2 = await other.attach(ch.session, 0);
+    assert.equal(ch2.attachResult?.lost, 0);
+    assert.equal(ch2.attachResult?.cols, 80);
+    const out2 = new Output(ch2);
+    await out2.until('the replay to hold before 42', () => out2.text().includes('before 42'));
+    ch2.write('echo "after $((40+3))"\r');
+    await out2.until('after 43', () => out2.text().includes('after 43'));
+    await ch2.kill();
+  });
+
+  it('resumes byte-exact after a dropped socket (seq split across the drop)', async () => {
+    const { client, sockets } = await connect();
+    const lines = 100_000;
+    const want = expectedSeq(lines); // 588,895 bytes: within the default 1 MiB ring
+    const ch = await client.open({
+      cols: 80,
+      rows: 24,
+      cmd: ['sh', '-c', `stty raw -echo && seq 1 ${lines} && exec sleep 30`],
+    });
+    const out = new Output(ch);
+    await out.until('100,000 bytes before the drop', () => out.length >= 100_000);
+    const before = out.length;
+    assert.ok(before < want.length, 'the drop is mid-stream');
+    const first = sockets[0]!;
+    first.terminate(); // no close handshake: as a lost network would
+    await out.until('the re-attach', () => out.reattaches.length > 0);
+    const r = out.reattaches[0]!;
+    assert.equal(r.offset, before, 'resumed at what was received');
+    assert.equal(r.lost, 0, 'nothing lost across the drop');
+    assert.ok(sockets.length >= 2, 'the client opened a new socket');
+    await out.until('all of seq', () => out.length >= want.length, 30_000);
+    assert.equal(out.length, want.length);
+    assert.ok(out.bytes().equals(want), 'the resumed stream is byte-exact');
+    assert.equal(out.gaps, 0);
+    assert.equal(ch.offset, want.length);
+    await ch.kill();
+  });
+
+  it('kills a session: the result and session.closed', async () => {
+    const { client } = await connect();
+    const ch = await client.open({ cols: 80, rows: 24, cmd: ['sh', '-c', 'echo ready; exec sleep 60'] });
+    const out = new Output(ch);
+    await out.until('ready', () => out.text().includes('ready'));
+    const r = await ch.kill();
+    assert.equal(r.session, ch.session);
+    assert.equal(r.status, 'killed');
+    assert.deepEqual(r.exit, { code: -1, signal: 'HUP' });
+    assert.deepEqual(r.signals, ['HUP']);
+    assert.equal(r.escapees, 0);
+    assert.equal(r.survivors, 0);
+    assert.ok(r.duration_ms >= 0);
+    assert.ok(r.offset >= out.length, `offset ${r.offset} >= ${out.length} bytes received`);
+    await out.until('session.closed', () => out.closed !== null);
+    assert.equal(out.closed, 'killed');
+    assert.equal(ch.state, 'closed');
+    assert.equal((await client.list()).find((s) => s.session === ch.session), undefined);
+    await assert.rejects(client.kill('no-such-session'), (e: unknown) => isMuxError(e, 'unknown_session'));
+  });
+
+  it('reports the exit code of a program that ends', async () => {
+    const { client } = await connect();
+    const ch = await client.open({ cols: 80, rows: 24, cmd: ['sh', '-c', 'echo bye; exit 3'] });
+    const out = new Output(ch);
+    await out.until('session.exit', () => out.exit !== null);
+    assert.deepEqual(out.exit, { code: 3, signal: null });
+    assert.ok(out.text().includes('bye'), 'the output before the exit arrived first');
+    const r = await ch.kill();
+    assert.equal(r.status, 'exited');
+    assert.deepEqual(r.exit, { code: 3, signal: null });
+  });
+
+  it('close() detaches: the session survives the client', async () => {
+    const { client } = await connect();
+    const ch = await client.open({ cols: 80, rows: 24 });
+    const id = ch.session;
+    client.close();
+    assert.equal(client.state, 'closed');
+    const { client: other } = await connect();
+    const info = (await other.list()).find((s) => s.session === id);
+    assert.ok(info, 'the session outlives the closed client');
+    await other.kill(id);
+  });
+});
+
