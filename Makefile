@@ -9,6 +9,9 @@ GOFLAGS_T := -race -count=1
 # "context deadline exceeded" at the deadline (golang/go#75804, fixed in Go 1.27).
 FUZZTIME  ?= 100000x
 PORT      ?= 8222
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 CLIENT    := packages/client
 VSCODE    := examples/vscode
@@ -36,7 +39,7 @@ frontend: client frontend/node_modules/.package-lock.json
 
 build: frontend
 	@echo "==> build $(BIN)"
-	$(GO) build -o $(BIN) ./cmd/gateway
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/gateway
 
 run: build
 	@echo "==> run on 127.0.0.1:$(PORT) (Ctrl-C stops it)"

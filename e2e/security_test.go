@@ -706,7 +706,7 @@ func TestSecurityURLNeverReachesArgvOrEnv(t *testing.T) {
 	pid := g.cmd.Process.Pid
 
 	// The socket: query parameters are ignored, the session runs the configured shell with
-	// the gateway's minimal environment.
+	// the gateway's environment without the gateway's own variables.
 	c, err := client.Dial(ctx, g.WS+"?"+inject, client.DialOptions{Token: g.Token})
 	if err != nil {
 		t.Fatal(err)

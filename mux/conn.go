@@ -167,9 +167,12 @@ type channel struct {
 	// channel. An ack for a channel that is not starved wakes nobody.
 	starved atomic.Bool
 
-	// owned by writeLoop:
+	// owned by writeLoop once active (set before, by the goroutine that binds the channel):
 	exitSent   bool
 	closedSent bool
+	// sizeGen is the session's size generation this channel's client last learned (in the
+	// open/attach result or a session.size notification).
+	sizeGen uint64
 }
 
 // conn is the multiplexer of one socket.
@@ -508,6 +511,14 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	if !ch.active.Load() || ch.detached.Load() || ch.closedSent {
 		return false, nil
 	}
+	if ch.sess.SizeGen() != ch.sizeGen {
+		// The applied size changed: a control message, never held back by credit.
+		size, gen := ch.sess.Size()
+		ch.sizeGen = gen
+		if err := c.write(websocket.TextMessage, sizeNote(ch, size)); err != nil {
+			return false, fmt.Errorf("write size: %w", err)
+		}
+	}
 	// A read within no credit still moves a viewer that fell behind past its gap and tells
 	// what is left: notifications are never held back by credit, only output is.
 	n := int(min(max(ch.credit.available(), 0), proto.MaxOutputPayload))
@@ -571,6 +582,11 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 		return true, nil
 	}
 	return lost > 0, nil
+}
+
+func sizeNote(ch *channel, size session.Size) []byte {
+	return proto.MarshalNotification("session.size", map[string]any{
+		"channel": ch.id, "session": ch.sess.ID(), "cols": size.Cols, "rows": size.Rows})
 }
 
 func exitNote(ch *channel, e session.ExitStatus) []byte {
@@ -872,6 +888,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 		}
 		span.SetAttributes(attribute.String(otel.AttrSessionID, s.ID()), semconv.ProcessPID(s.Pid()))
 		ch.sess, ch.v = s, v
+		_, ch.sizeGen = s.Size() // the opener's own size, which it knows
 		ch.ready.Store(true)
 		queued := c.reply(req.ID, proto.OpenResult{Session: s.ID(), Channel: ch.id, Pid: s.Pid()})
 		if h := c.opts.testHookBeforeActivate; h != nil {
@@ -885,7 +902,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 }
 
 func (c *conn) handleAttach(req *proto.Request) {
-	p, e := proto.DecodeAttach(req.Params)
+	p, e := proto.DecodeAttach(req.Params, c.opts.limits())
 	if e != nil {
 		c.replyErr(req.ID, e)
 		return
@@ -913,14 +930,23 @@ func (c *conn) handleAttach(req *proto.Request) {
 		return
 	}
 	ch.sess, ch.v = v.Session(), v
+	if p.Cols > 0 && !c.opts.ReadOnly {
+		// The viewer's own size counts for the window-size policy; a read-only viewer's is
+		// ignored. A failure is the session closing, which the viewer learns from its binding.
+		_, _ = v.Resize(p.Cols, p.Rows)
+	}
+	size, gen := ch.sess.Size()
+	ch.sizeGen = gen
 	ch.ready.Store(true)
 	if h := c.opts.testHookAfterSubscribe; h != nil {
 		h()
 	}
 	in := ch.sess.Info()
+	// Live is where the attach took effect: bytes below it were in the ring then (printed
+	// before the attach), every later byte was read from the PTY after it.
 	queued := c.reply(req.ID, proto.AttachResult{Session: ch.sess.ID(), Channel: ch.id,
-		Offset: info.Offset, Lost: info.Lost, End: info.End, Pid: in.Pid, Cols: in.Cols,
-		Rows: in.Rows, Exit: exitInfo(in.Exit)})
+		Offset: info.Offset, Live: info.End, Lost: info.Lost, End: info.End, Pid: in.Pid,
+		Cols: size.Cols, Rows: size.Rows, Exit: exitInfo(in.Exit)})
 	c.activate(ch, queued, true)
 }
 
@@ -956,12 +982,12 @@ func (c *conn) handleResize(req *proto.Request) {
 		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot resize"))
 		return
 	}
-	cols, rows, err := ch.sess.Resize(p.Cols, p.Rows)
+	size, err := ch.v.Resize(p.Cols, p.Rows)
 	if err != nil {
 		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
 		return
 	}
-	c.reply(req.ID, proto.ResizeResult{Cols: cols, Rows: rows})
+	c.reply(req.ID, proto.ResizeResult{Cols: size.Cols, Rows: size.Rows})
 }
 
 func (c *conn) handleSignal(req *proto.Request) {
@@ -1077,7 +1103,7 @@ func (c *conn) handleBinary(b []byte) {
 			return
 		}
 		c.tel.Instruments.BytesIn.Add(c.ctx, int64(len(f.Payload)))
-		if _, err := ch.sess.Write(f.Payload); err != nil {
+		if _, err := ch.v.Write(f.Payload); err != nil {
 			e := sessionError(err, ch.sess.ID())
 			if e.Data == nil {
 				e.Data = map[string]any{}

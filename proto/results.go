@@ -32,19 +32,23 @@ type ExitInfo struct {
 	Signal *string `json:"signal"`
 }
 
-// OpenResult is session.open's result.
+// OpenResult is session.open's result. Live is always 0: a new session has no replay.
 type OpenResult struct {
 	Session string `json:"session"`
 	Channel uint32 `json:"channel"`
 	Pid     int    `json:"pid"`
 	Offset  int64  `json:"offset"`
+	Live    int64  `json:"live"`
 }
 
-// AttachResult is session.attach's result.
+// AttachResult is session.attach's result. Output below offset Live is the replay: printed
+// before the attach; a client never sends its terminal's automatic replies to it (protocol.md
+// §3, replay and live output).
 type AttachResult struct {
 	Session string    `json:"session"`
 	Channel uint32    `json:"channel"`
 	Offset  int64     `json:"offset"`
+	Live    int64     `json:"live"`
 	Lost    int64     `json:"lost"`
 	End     int64     `json:"end"`
 	Pid     int       `json:"pid"`

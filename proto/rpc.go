@@ -358,11 +358,14 @@ type OpenParams struct {
 }
 
 // AttachParams are the params of session.attach. From is nil when absent
-// (replay from the oldest retained byte).
+// (replay from the oldest retained byte). Cols and Rows are the attaching
+// viewer's terminal size, both 0 when it declares none.
 type AttachParams struct {
 	Channel uint32 `json:"channel"`
 	Session string `json:"session"`
 	From    *int64 `json:"from,omitempty"`
+	Cols    int    `json:"cols,omitempty"`
+	Rows    int    `json:"rows,omitempty"`
 	Meta    *Meta  `json:"_meta,omitempty"`
 }
 
@@ -491,9 +494,10 @@ func DecodeOpen(raw json.RawMessage, lim Limits) (OpenParams, *Error) {
 
 // DecodeAttach decodes and validates the params of session.attach: channel
 // in 1..4294967295, session a well-formed id (anything else is
-// unknown_session, as for an id that does not exist), from absent or >= 0.
+// unknown_session, as for an id that does not exist), from absent or >= 0,
+// cols and rows both absent or both within the limits as for session.open.
 // Whether from lies beyond the session's end is for the caller to check.
-func DecodeAttach(raw json.RawMessage) (AttachParams, *Error) {
+func DecodeAttach(raw json.RawMessage, lim Limits) (AttachParams, *Error) {
 	var p AttachParams
 	m, e := paramsObject(raw)
 	if e != nil {
@@ -512,6 +516,13 @@ func DecodeAttach(raw json.RawMessage) (AttachParams, *Error) {
 	}
 	if present {
 		p.From = &from
+	}
+	_, hasCols := m["cols"]
+	_, hasRows := m["rows"]
+	if hasCols || hasRows {
+		if p.Cols, p.Rows, e = requiredSize(m, lim); e != nil {
+			return p, e
+		}
 	}
 	return p, nil
 }

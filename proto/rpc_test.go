@@ -264,8 +264,10 @@ func decodeByMethod(method string, raw json.RawMessage, lim Limits) *Error {
 		}
 	case "session.attach":
 		var p AttachParams
-		p, e = DecodeAttach(raw)
-		if e == nil && (p.Channel == 0 || !wellFormedSessionID(p.Session) || (p.From != nil && *p.From < 0)) {
+		p, e = DecodeAttach(raw, lim)
+		if e == nil && (p.Channel == 0 || !wellFormedSessionID(p.Session) || (p.From != nil && *p.From < 0) ||
+			(p.Cols == 0) != (p.Rows == 0) || p.Cols < 0 || p.Cols > min(lim.MaxCols, 65535) ||
+			p.Rows < 0 || p.Rows > min(lim.MaxRows, 65535)) {
 			panic(fmt.Sprintf("DecodeAttach accepted out-of-range params %+v", p))
 		}
 	case "session.detach":
@@ -469,31 +471,39 @@ func TestDecodeAttach(t *testing.T) {
 		wantFrom  *int64
 		wantKind  string
 		wantParam string
+		wantSize  [2]int
 	}{
-		{"no from", `{"channel":2,"session":"` + rpcTestSession + `"}`, nil, "", ""},
-		{"null from", `{"channel":2,"session":"` + rpcTestSession + `","from":null}`, nil, "", ""},
-		{"from 0", `{"channel":2,"session":"` + rpcTestSession + `","from":0}`, from(0), "", ""},
-		{"from 1024", `{"channel":2,"session":"` + rpcTestSession + `","from":1024}`, from(1024), "", ""},
-		{"from max int64", `{"channel":2,"session":"` + rpcTestSession + `","from":9223372036854775807}`, from(math.MaxInt64), "", ""},
+		{"with a size", `{"channel":2,"session":"` + rpcTestSession + `","cols":132,"rows":43}`, nil, "", "", [2]int{132, 43}},
+		{"size at the limits", `{"channel":2,"session":"` + rpcTestSession + `","cols":1000,"rows":1}`, nil, "", "", [2]int{1000, 1}},
+		{"cols without rows", `{"channel":2,"session":"` + rpcTestSession + `","cols":80}`, nil, "invalid_params", "rows", [2]int{}},
+		{"rows without cols", `{"channel":2,"session":"` + rpcTestSession + `","rows":24}`, nil, "invalid_params", "cols", [2]int{}},
+		{"cols 0", `{"channel":2,"session":"` + rpcTestSession + `","cols":0,"rows":24}`, nil, "invalid_params", "cols", [2]int{}},
+		{"rows over the limit", `{"channel":2,"session":"` + rpcTestSession + `","cols":80,"rows":1001}`, nil, "invalid_params", "rows", [2]int{}},
+		{"cols fractional", `{"channel":2,"session":"` + rpcTestSession + `","cols":80.5,"rows":24}`, nil, "invalid_params", "cols", [2]int{}},
+		{"no from", `{"channel":2,"session":"` + rpcTestSession + `"}`, nil, "", "", [2]int{}},
+		{"null from", `{"channel":2,"session":"` + rpcTestSession + `","from":null}`, nil, "", "", [2]int{}},
+		{"from 0", `{"channel":2,"session":"` + rpcTestSession + `","from":0}`, from(0), "", "", [2]int{}},
+		{"from 1024", `{"channel":2,"session":"` + rpcTestSession + `","from":1024}`, from(1024), "", "", [2]int{}},
+		{"from max int64", `{"channel":2,"session":"` + rpcTestSession + `","from":9223372036854775807}`, from(math.MaxInt64), "", "", [2]int{}},
 
-		{"from -1", `{"channel":2,"session":"` + rpcTestSession + `","from":-1}`, nil, "invalid_params", "from"},
-		{"from fractional", `{"channel":2,"session":"` + rpcTestSession + `","from":1.5}`, nil, "invalid_params", "from"},
-		{"from string", `{"channel":2,"session":"` + rpcTestSession + `","from":"0"}`, nil, "invalid_params", "from"},
-		{"from beyond int64", `{"channel":2,"session":"` + rpcTestSession + `","from":9223372036854775808}`, nil, "invalid_params", "from"},
-		{"missing params", ``, nil, "invalid_params", "channel"},
-		{"channel 0", `{"channel":0,"session":"` + rpcTestSession + `"}`, nil, "invalid_params", "channel"},
-		{"session missing", `{"channel":2}`, nil, "invalid_params", "session"},
-		{"session number", `{"channel":2,"session":5}`, nil, "invalid_params", "session"},
-		{"session elided as in protocol.md", `{"channel":2,"session":"9f0c…e1"}`, nil, "unknown_session", ""},
-		{"session upper case", `{"channel":2,"session":"` + strings.ToUpper(rpcTestSession) + `"}`, nil, "unknown_session", ""},
-		{"session short", `{"channel":2,"session":"` + rpcTestSession[:31] + `"}`, nil, "unknown_session", ""},
-		{"session long", `{"channel":2,"session":"` + rpcTestSession + `0"}`, nil, "unknown_session", ""},
-		{"session empty", `{"channel":2,"session":""}`, nil, "unknown_session", ""},
-		{"session path", `{"channel":2,"session":"../../../../etc/passwd000000000"}`, nil, "unknown_session", ""},
+		{"from -1", `{"channel":2,"session":"` + rpcTestSession + `","from":-1}`, nil, "invalid_params", "from", [2]int{}},
+		{"from fractional", `{"channel":2,"session":"` + rpcTestSession + `","from":1.5}`, nil, "invalid_params", "from", [2]int{}},
+		{"from string", `{"channel":2,"session":"` + rpcTestSession + `","from":"0"}`, nil, "invalid_params", "from", [2]int{}},
+		{"from beyond int64", `{"channel":2,"session":"` + rpcTestSession + `","from":9223372036854775808}`, nil, "invalid_params", "from", [2]int{}},
+		{"missing params", ``, nil, "invalid_params", "channel", [2]int{}},
+		{"channel 0", `{"channel":0,"session":"` + rpcTestSession + `"}`, nil, "invalid_params", "channel", [2]int{}},
+		{"session missing", `{"channel":2}`, nil, "invalid_params", "session", [2]int{}},
+		{"session number", `{"channel":2,"session":5}`, nil, "invalid_params", "session", [2]int{}},
+		{"session elided as in protocol.md", `{"channel":2,"session":"9f0c…e1"}`, nil, "unknown_session", "", [2]int{}},
+		{"session upper case", `{"channel":2,"session":"` + strings.ToUpper(rpcTestSession) + `"}`, nil, "unknown_session", "", [2]int{}},
+		{"session short", `{"channel":2,"session":"` + rpcTestSession[:31] + `"}`, nil, "unknown_session", "", [2]int{}},
+		{"session long", `{"channel":2,"session":"` + rpcTestSession + `0"}`, nil, "unknown_session", "", [2]int{}},
+		{"session empty", `{"channel":2,"session":""}`, nil, "unknown_session", "", [2]int{}},
+		{"session path", `{"channel":2,"session":"../../../../etc/passwd000000000"}`, nil, "unknown_session", "", [2]int{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, e := DecodeAttach(json.RawMessage(tt.params))
+			p, e := DecodeAttach(json.RawMessage(tt.params), rpcTestLimits)
 			if tt.wantKind != "" {
 				wantRPCError(t, e, tt.wantKind, tt.wantParam)
 				return
@@ -501,8 +511,9 @@ func TestDecodeAttach(t *testing.T) {
 			if e != nil {
 				t.Fatalf("DecodeAttach(%s) = %v, want nil", tt.params, e)
 			}
-			if p.Channel != 2 || p.Session != rpcTestSession || !reflect.DeepEqual(p.From, tt.wantFrom) {
-				t.Errorf("DecodeAttach(%s) = %+v, want channel 2, the session, from %v", tt.params, p, tt.wantFrom)
+			if p.Channel != 2 || p.Session != rpcTestSession || !reflect.DeepEqual(p.From, tt.wantFrom) ||
+				[2]int{p.Cols, p.Rows} != tt.wantSize {
+				t.Errorf("DecodeAttach(%s) = %+v, want channel 2, the session, from %v, size %v", tt.params, p, tt.wantFrom, tt.wantSize)
 			}
 		})
 	}
@@ -756,7 +767,7 @@ func TestMarshalNotification(t *testing.T) {
 func TestParamsRoundTrip(t *testing.T) {
 	from := int64(5)
 	open := OpenParams{Channel: 1, Cmd: []string{"sh"}, Cwd: "/", Env: map[string]string{"A": "b"}, Cols: 80, Rows: 24, Name: "n", Meta: &Meta{Traceparent: "t"}}
-	attach := AttachParams{Channel: 2, Session: rpcTestSession, From: &from}
+	attach := AttachParams{Channel: 2, Session: rpcTestSession, From: &from, Cols: 100, Rows: 40}
 	resize := ResizeParams{Channel: 3, Cols: 100, Rows: 50}
 	signal := SignalParams{Channel: 4, Signal: "SIGTERM"}
 	lease := LeaseParams{Session: rpcTestSession, TTLMs: 1000}
@@ -770,7 +781,7 @@ func TestParamsRoundTrip(t *testing.T) {
 	if got, e := DecodeOpen(mustJSON(open), rpcTestLimits); e != nil || !reflect.DeepEqual(got, open) {
 		t.Errorf("open round trip = %+v, %v; want %+v", got, e, open)
 	}
-	if got, e := DecodeAttach(mustJSON(attach)); e != nil || !reflect.DeepEqual(got, attach) {
+	if got, e := DecodeAttach(mustJSON(attach), rpcTestLimits); e != nil || !reflect.DeepEqual(got, attach) {
 		t.Errorf("attach round trip = %+v, %v; want %+v", got, e, attach)
 	}
 	if got, e := DecodeResize(mustJSON(resize), rpcTestLimits); e != nil || !reflect.DeepEqual(got, resize) {

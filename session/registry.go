@@ -104,6 +104,10 @@ func (r *Registry) Open(spec Spec, maxPerOwner int, wake func()) (*Session, *Vie
 	if wake != nil {
 		s.mu.Lock()
 		v, _, err = s.subscribeLocked(0, wake, false)
+		if err == nil {
+			v.size = Size{spec.Cols, spec.Rows} // the opener's size, which spawn applied
+			s.useLocked(v)
+		}
 		s.mu.Unlock()
 	}
 	r.mu.Unlock()

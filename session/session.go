@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -138,6 +139,12 @@ type Options struct {
 	// that is attached and reading still decides alone (backpressure follows the closest
 	// viewer). 0 turns it off.
 	ResumeHold time.Duration
+	// WindowSize is how the PTY's size follows the read-write viewers' sizes (size.go).
+	// Default: WindowLatest.
+	WindowSize WindowSize
+	// EnvDeny are names (FOO) and prefix patterns (FOO_*) of the gateway's environment
+	// variables that the sessions do not inherit, besides the gateway's own (see childEnv).
+	EnvDeny []string
 	// Logger receives diagnostics. Default: slog.Default().
 	Logger *slog.Logger
 	// Tracer receives the session.kill and session.reader spans. Default: a no-op tracer.
@@ -261,8 +268,9 @@ type Session struct {
 	viewers        map[*Viewer]struct{}
 	unwatchedSince time.Time // zero while a viewer is attached
 	leaseUntil     time.Time
-	cols, rows     int
-	paused         bool // backpressure: the master is not read
+	cols, rows     int    // the size applied to the PTY (see size.go)
+	sizeSeq        uint64 // counts viewers' uses (typing, declaring a size): Viewer.used
+	paused         bool   // backpressure: the master is not read
 	pausedAt       time.Time
 	// readState says who has the master: armed with readers, read by a worker, parked by
 	// backpressure (disarmed until wakeReaderLocked), or done. The zero value: no reader (a
@@ -281,8 +289,12 @@ type Session struct {
 	ptyMu      sync.Mutex
 	ptmxClosed bool
 
-	// resizeMu serialises resizes, so the size stored is the size applied.
+	// resizeMu serialises computing and applying the window size (size.go), so the size
+	// stored is the size applied and the last computation wins. Taken before mu, never under it.
 	resizeMu sync.Mutex
+	// sizeGen grows by one whenever the applied size changes; written under resizeMu and mu,
+	// read without a lock by the sockets' writers.
+	sizeGen atomic.Uint64
 
 	// inMu guards inQueue and inDraining: input the PTY could not take yet, and whether an
 	// inputLoop goroutine is writing it.
@@ -411,7 +423,7 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	if cmd.Dir == "" {
 		cmd.Dir = homeDir()
 	}
-	cmd.Env = childEnv(opts.Shell, spec.Env)
+	cmd.Env = childEnv(opts.Shell, opts.EnvDeny, spec.Env)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {
@@ -505,19 +517,53 @@ func homeDir() string {
 	return "/"
 }
 
-// childEnv is a small allow-list of the gateway's environment, the terminal type, then extra.
-func childEnv(shell string, extra []string) []string {
-	env := make([]string, 0, 16+len(extra))
+// ownEnv are the variables of the gateway's environment that are the gateway's own, or describe
+// the gateway's process or its terminal rather than the user's environment, so a session never
+// inherits them: muxterm's configuration (the token among it), the telemetry exporters',
+// systemd's notification and socket-activation hand-offs, and the outer terminal's size and
+// identity (a program would trust COLUMNS/LINES over the PTY's size, and TMUX or TERM_PROGRAM
+// over TERM). A trailing * matches a prefix.
+var ownEnv = []string{"MUXTERM_*", "OTEL_*", "NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS",
+	"LISTEN_FDNAMES", "COLUMNS", "LINES", "TERM", "COLORTERM", "TERM_PROGRAM",
+	"TERM_PROGRAM_VERSION", "TMUX", "TMUX_PANE", "STY", "WINDOW", "WINDOWID", "VTE_VERSION", "SHELL"}
+
+// envMatch reports whether the variable name matches pattern: a name, or a prefix ending in *.
+func envMatch(pattern, name string) bool {
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(name, prefix)
+	}
+	return pattern == name
+}
+
+// childEnv is the gateway's environment without its own variables (ownEnv) and those deny
+// matches, then SHELL and the terminal type muxterm sets, then extra (the client's, which win).
+func childEnv(shell string, deny, extra []string) []string {
+	env := make([]string, 0, len(os.Environ())+3+len(extra))
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		switch {
-		case k == "PATH", k == "HOME", k == "USER", k == "LOGNAME", k == "LANG", k == "TZ",
-			strings.HasPrefix(k, "LC_"):
-			env = append(env, kv)
+		denied := func(p string) bool { return envMatch(p, k) }
+		if slices.ContainsFunc(ownEnv, denied) || slices.ContainsFunc(deny, denied) {
+			continue
 		}
+		env = append(env, kv)
 	}
 	env = append(env, "SHELL="+shell, "TERM=xterm-256color", "COLORTERM=truecolor")
 	return append(env, extra...)
+}
+
+// CheckEnvPattern validates one EnvDeny entry: a variable name, or a prefix of one followed
+// by *.
+func CheckEnvPattern(p string) error {
+	name := strings.TrimSuffix(p, "*")
+	if name == "" && p != "*" {
+		return fmt.Errorf("env pattern %q: empty", p)
+	}
+	for i, r := range name {
+		if !(r == '_' || 'A' <= r && r <= 'Z' || 'a' <= r && r <= 'z' || i > 0 && '0' <= r && r <= '9') {
+			return fmt.Errorf("env pattern %q: want NAME or PREFIX* (letters, digits, _)", p)
+		}
+	}
+	return nil
 }
 
 func checkSize(cols, rows int) error {
@@ -550,17 +596,18 @@ func (s *Session) setSize(cols, rows int) error {
 	return nil
 }
 
-// Resize sets the terminal size and returns the size applied.
+// Resize sets the terminal size directly, whatever the viewers' sizes, and returns the size
+// applied. The window-size policy applies again at the next change among the viewers (one
+// declares a size, types under WindowLatest, or leaves); the protocol's resize is
+// Viewer.Resize.
 func (s *Session) Resize(cols, rows int) (int, int, error) {
 	s.resizeMu.Lock()
 	defer s.resizeMu.Unlock()
-	if err := s.setSize(cols, rows); err != nil {
-		return 0, 0, fmt.Errorf("resize %s: %w", s.id, s.closedErr(err))
+	size, err := s.setSizeLocked(Size{cols, rows})
+	if err != nil {
+		return 0, 0, err
 	}
-	s.mu.Lock()
-	s.cols, s.rows = cols, rows
-	s.mu.Unlock()
-	return cols, rows, nil
+	return size.Cols, size.Rows, nil
 }
 
 // Signal sends sig to the PTY's foreground process group (as the terminal's keys would), or to

@@ -20,6 +20,11 @@ type Viewer struct {
 	// guarded by s.mu:
 	next   int64 // offset of the next byte to deliver
 	closed bool
+	// size is the viewer's own terminal size (zero: none declared), which the window-size
+	// policy counts for a read-write viewer; used is s.sizeSeq when it last typed or declared
+	// its size (WindowLatest picks the highest).
+	size Size
+	used uint64
 }
 
 // Session returns the viewed session.
@@ -95,8 +100,11 @@ func (v *Viewer) Offset() int64 {
 func (v *Viewer) Close() {
 	s := v.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.unsubscribeLocked(v, false, 0)
+	resize := s.unsubscribeLocked(v, false, 0)
+	s.mu.Unlock()
+	if resize {
+		_, _ = s.applySize() // fails only when the session is closing: nothing to size then
+	}
 }
 
 // CloseHolding unsubscribes a viewer whose client was lost (its socket dropped) and may come
@@ -106,8 +114,11 @@ func (v *Viewer) Close() {
 func (v *Viewer) CloseHolding(unconfirmed int64) {
 	s := v.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.unsubscribeLocked(v, true, max(unconfirmed, 0))
+	resize := s.unsubscribeLocked(v, true, max(unconfirmed, 0))
+	s.mu.Unlock()
+	if resize {
+		_, _ = s.applySize()
+	}
 }
 
 // Subscribe attaches a viewer that starts at offset from (clamped to the oldest retained byte
@@ -157,10 +168,11 @@ func (s *Session) subscribeLocked(from int64, wake func(), passive bool) (*Viewe
 	return v, info, nil
 }
 
-// unsubscribeLocked removes v. s.mu must be held.
-func (s *Session) unsubscribeLocked(v *Viewer, hold bool, unconfirmed int64) {
+// unsubscribeLocked removes v. s.mu must be held. It reports whether v counted for the
+// window size, so the caller applies the size afresh once it has let go of s.mu.
+func (s *Session) unsubscribeLocked(v *Viewer, hold bool, unconfirmed int64) (resize bool) {
 	if v.closed {
-		return
+		return false
 	}
 	v.closed = true
 	delete(s.viewers, v)
@@ -172,4 +184,5 @@ func (s *Session) unsubscribeLocked(v *Viewer, hold bool, unconfirmed int64) {
 		s.unwatchedSince = s.now()
 	}
 	s.maybeResumeLocked()
+	return !v.passive && v.size != (Size{}) && s.state == StateRunning
 }

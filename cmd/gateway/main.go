@@ -29,15 +29,33 @@ import (
 	"github.com/muxterm/muxterm/session"
 )
 
-// version is set with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
+// version and commit are set by the Makefile with
+// -ldflags "-X main.version=$(git describe --always --dirty) -X main.commit=$(git rev-parse --short HEAD)".
+var (
+	version = "0.1.0-dev"
+	commit  = "unknown"
+)
+
+// errVersion says --version was given and answered.
+var errVersion = errors.New("version printed")
+
+// usageError is a command line the flag set could not parse: exit status 2 with a hint.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errVersion) {
 			return
+		}
+		var ue *usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(os.Stderr, "gateway: %v\nRun 'gateway --help' for usage.\n", ue.err)
+			os.Exit(2)
 		}
 		fmt.Fprintln(os.Stderr, "muxterm:", err)
 		os.Exit(1)
@@ -65,37 +83,56 @@ type config struct {
 	metrics      bool
 	metricsAddr  string
 	pprofAddr    string
+	windowSize   windowSizeFlag
+	envDeny      envDenyFlag
+	showVersion  bool
 	sec          securityConfig // security.go
 }
 
-func parse(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+// defaultText describes the defaults that are not a flag's zero-value text, for --help.
+var defaultText = map[string]string{
+	"token":           "generated and printed",
+	"shell":           "$SHELL, else /bin/sh",
+	"max-input-burst": "one second of --max-input-rate, at least 64KiB",
+}
+
+// parse reads the environment twins, then args. --help and --version print to stdout and
+// return flag.ErrHelp or errVersion; a command line the flag set refuses is a *usageError.
+func parse(args []string, getenv func(string) string, stdout io.Writer) (*config, error) {
 	c := &config{scrollback: 1 << 20, window: mux.DefaultWindow}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:8222", "address to listen on (host:port)")
-	fs.StringVar(&c.token, "token", "", "access token (default: generated and printed)")
-	fs.StringVar(&c.shell, "shell", "", "shell for new sessions (default: $SHELL, else /bin/sh)")
-	fs.Var(&c.scrollback, "scrollback", "scrollback ring per session, bytes (suffixes KiB, MiB)")
-	fs.Var(&c.window, "window", "flow-control window per channel, bytes (suffixes KiB, MiB)")
+	fs.SetOutput(io.Discard) // main prints one error line and a hint; --help prints usage
+	fs.Usage = func() {}
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8222", "address to listen on (`host:port`)")
+	fs.StringVar(&c.token, "token", "", "access `token` of principal default, read-write (MUXTERM_TOKEN keeps it out of ps)")
+	fs.StringVar(&c.shell, "shell", "", "`shell` for new sessions")
+	fs.Var(&c.scrollback, "scrollback", "scrollback ring per session, `bytes` (suffixes KiB, MiB)")
+	fs.Var(&c.window, "window", "flow-control window per channel, `bytes` (suffixes KiB, MiB)")
 	fs.DurationVar(&c.idleGrace, "idle-grace", 15*time.Minute, "reap sessions unwatched for longer than this")
 	fs.DurationVar(&c.reapInterval, "reap-interval", 30*time.Second, "time between reaper sweeps")
 	fs.DurationVar(&c.killGrace, "kill-grace", 250*time.Millisecond, "kill escalation step: HUP, wait, TERM, wait, KILL")
 	fs.DurationVar(&c.resumeHold, "resume-hold", 10*time.Second, "after a socket drops, hold each read-write session's output this long at the offset its client acknowledged, for a byte-exact reattach (0: off)")
-	fs.Var(&c.allowOrigin, "allow-origin", "extra origin allowed to open sockets (repeatable)")
-	fs.Var(&c.allowHost, "allow-host", "extra Host header value accepted (repeatable)")
-	fs.Var(&c.allowCmd, "allow-cmd", "command session.open may run besides the shell, or * for any (repeatable)")
+	fs.Var(&c.allowOrigin, "allow-origin", "extra `origin` allowed to open sockets (repeatable)")
+	fs.Var(&c.allowHost, "allow-host", "extra `host` accepted in the Host header (repeatable)")
+	fs.Var(&c.allowCmd, "allow-cmd", "`command` session.open may run besides the shell, or * for any (repeatable)")
 	fs.IntVar(&c.maxSessions, "max-sessions", mux.DefaultMaxSessions, "sessions per principal")
 	fs.IntVar(&c.maxChannels, "max-channels", mux.DefaultMaxChannels, "channels per socket")
 	fs.DurationVar(&c.shutdownWait, "shutdown-timeout", 5*time.Second, "bound on graceful shutdown")
-	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
 	fs.BoolVar(&c.metrics, "metrics", false, "serve Prometheus metrics at /metrics (behind the token)")
-	fs.StringVar(&c.metricsAddr, "metrics-listen", "", "serve /metrics on this address instead, without auth (implies --metrics)")
-	fs.StringVar(&c.pprofAddr, "pprof-listen", "", "serve net/http/pprof at /debug/pprof/ on this loopback address, without auth")
+	fs.StringVar(&c.metricsAddr, "metrics-listen", "", "serve /metrics on this `address` instead, without auth (implies --metrics)")
+	fs.StringVar(&c.pprofAddr, "pprof-listen", "", "serve net/http/pprof at /debug/pprof/ on this loopback `address`, without auth")
+	fs.Var(&c.windowSize, "window-size", "a session's size follows its read-write viewers by this `policy`: latest (the one that last typed or resized), smallest or largest")
+	fs.Var(&c.envDeny, "env-deny", "comma-separated `names` (FOO) or prefixes (FOO_*) of the gateway's environment that sessions do not inherit, e.g. secrets (MUXTERM_* and OTEL_* never are)")
+	fs.BoolVar(&c.showVersion, "version", false, "print the version and commit, then exit")
 	c.sec.register(fs)
 	// Environment first, so flags given on the command line win.
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "MUXTERM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if f.Name == "version" {
+			return // a command, not a setting
+		}
+		name := envName(f.Name)
 		v := getenv(name)
 		if v == "" {
 			return
@@ -116,10 +153,18 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 		return nil, envErr
 	}
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			usage(fs, stdout)
+			return nil, err
+		}
+		return nil, &usageError{err}
+	}
+	if c.showVersion {
+		fmt.Fprintf(stdout, "muxterm gateway %s (commit %s)\n", version, commit)
+		return nil, errVersion
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return nil, &usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
 	}
 	if c.idleGrace <= 0 || c.reapInterval <= 0 || c.killGrace <= 0 {
 		return nil, errors.New("--idle-grace, --reap-interval and --kill-grace must be positive")
@@ -145,7 +190,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	c, err := parse(args, getenv, stderr)
+	c, err := parse(args, getenv, stdout)
 	if err != nil {
 		return err
 	}
@@ -191,7 +236,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}()
 	reg := session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
-		KillGrace: c.killGrace, ResumeHold: c.resumeHold, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments}, nil)
+		KillGrace: c.killGrace, ResumeHold: c.resumeHold, WindowSize: c.windowSize.WindowSize,
+		EnvDeny: c.envDeny, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments}, nil)
 	if kept := reg.Options().KeptBehind(); c.resumeHold > 0 && int(c.window) > kept {
 		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold",
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
@@ -292,6 +338,79 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
+// envName is a flag's environment twin: --idle-grace is MUXTERM_IDLE_GRACE.
+func envName(flagName string) string {
+	return "MUXTERM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// usage prints --help: what muxterm is, every flag with its environment twin and default, and
+// two examples.
+func usage(fs *flag.FlagSet, w io.Writer) {
+	var b strings.Builder
+	b.WriteString("muxterm is a WebSocket gateway that multiplexes many terminal sessions (PTYs) over one socket, for browsers, IDE plugins and scripts.\n\n")
+	b.WriteString("Usage: gateway [flags]\n\n")
+	b.WriteString("Every flag has an environment twin (shown after it); the command line wins, and list flags add up.\n\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, text := flag.UnquoteUsage(f)
+		def := f.DefValue
+		if d, ok := defaultText[f.Name]; ok {
+			def = d
+		}
+		switch {
+		case arg == "" && def == "false": // a bool
+			def = "off"
+		case def == "":
+			def = "none"
+		}
+		head := "  --" + f.Name
+		if arg != "" {
+			head += " " + arg
+		}
+		twin := envName(f.Name)
+		if f.Name == "version" {
+			twin, def = "(no twin)", "-"
+		}
+		fmt.Fprintf(&b, "%-34s %-26s default: %s\n      %s\n", head, twin, def, text)
+	})
+	b.WriteString(`
+Examples:
+  # the web UI on this machine: prints the URL to open (with a generated token)
+  gateway
+  # a fixed token from the environment, sessions sized by their smallest viewer, cloud secrets kept out of the shells
+  MUXTERM_TOKEN=$(openssl rand -hex 24) gateway --window-size smallest --env-deny 'AWS_*,GITHUB_TOKEN'
+`)
+	_, _ = io.WriteString(w, b.String())
+}
+
+// windowSizeFlag is --window-size.
+type windowSizeFlag struct{ session.WindowSize }
+
+func (w *windowSizeFlag) Set(v string) error {
+	ws, err := session.ParseWindowSize(v)
+	if err != nil {
+		return err
+	}
+	w.WindowSize = ws
+	return nil
+}
+
+// envDenyFlag is --env-deny: comma-separated names and prefix patterns, which add up.
+type envDenyFlag []string
+
+func (e *envDenyFlag) String() string { return strings.Join(*e, ",") }
+func (e *envDenyFlag) Set(v string) error {
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		if err := session.CheckEnvPattern(item); err != nil {
+			return err
+		}
+		*e = append(*e, item)
+	}
+	return nil
+}
+
 // listFlag is a repeatable string flag.
 type listFlag []string
 
@@ -304,7 +423,16 @@ func (l *listFlag) Set(v string) error {
 // byteSize parses "1048576", "64KiB", "1MiB".
 type byteSize int64
 
-func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *byteSize) String() string {
+	switch n := int64(*b); {
+	case n != 0 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + "MiB"
+	case n != 0 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + "KiB"
+	default:
+		return strconv.FormatInt(n, 10)
+	}
+}
 func (b *byteSize) Set(v string) error {
 	mult := int64(1)
 	s := strings.TrimSpace(v)

@@ -35,13 +35,13 @@ const (
 
 func (s *securityConfig) register(fs *flag.FlagSet) {
 	s.maxInputRate = defaultMaxInputRate
-	fs.StringVar(&s.tokensFile, "tokens", "", "file of `principal role token [view-of=owner]` lines (mode 600); see docs/security.md")
-	fs.StringVar(&s.tlsCert, "tls-cert", "", "PEM certificate chain: serve https and wss")
-	fs.StringVar(&s.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&s.tokensFile, "tokens", "", "`file` of \"principal role token [view-of=owner]\" lines (mode 600); see docs/security.md")
+	fs.StringVar(&s.tlsCert, "tls-cert", "", "PEM certificate chain `file`: serve https and wss")
+	fs.StringVar(&s.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert")
 	fs.BoolVar(&s.insecureListen, "insecure-listen", false, "allow a non-loopback --listen without TLS (tokens and keystrokes cross the network in clear text)")
 	fs.IntVar(&s.maxSockets, "max-sockets", gateway.DefaultMaxSockets, "sockets per principal")
-	fs.Var(&s.maxInputRate, "max-input-rate", "input bytes per second per session (suffixes KiB, MiB; 0: unlimited)")
-	fs.Var(&s.maxInputBurst, "max-input-burst", "input burst per session, bytes (default: one second of --max-input-rate, at least one input frame)")
+	fs.Var(&s.maxInputRate, "max-input-rate", "input `bytes` per second per session (suffixes KiB, MiB; 0: unlimited)")
+	fs.Var(&s.maxInputBurst, "max-input-burst", "input burst per session, `bytes` (suffixes KiB, MiB)")
 	fs.Float64Var(&s.maxOpenRate, "max-open-rate", defaultMaxOpenRate, "session.open per second per principal (0: unlimited)")
 	fs.IntVar(&s.maxOpenBurst, "max-open-burst", defaultMaxOpenBurst, "session.open burst per principal")
 }

@@ -89,8 +89,8 @@ func gatewayFlags(path string) (map[string]bool, error) {
 	}
 	flags := map[string]bool{}
 	for line := range strings.SplitSeq(string(out), "\n") {
-		if rest, ok := strings.CutPrefix(line, "  -"); ok {
-			if f := strings.Fields(rest); len(f) > 0 {
+		if rest, ok := strings.CutPrefix(line, "  -"); ok { // "  -name" (Go's flag) or "  --name"
+			if f := strings.Fields(strings.TrimPrefix(rest, "-")); len(f) > 0 {
 				flags[f[0]] = true
 			}
 		}
