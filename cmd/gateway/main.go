@@ -171,7 +171,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("listen %s: %w", c.listen, err)
 	}
 	addr := ln.Addr().String()
-	sln, useTLS, err := c.sec.secureListener(ln, log)
+	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
+		MaxPendingPerAddr: c.sec.maxPendingPerAddr, TLS: c.sec.tlsCert != "", Logger: log})
+	if limit, reserve := guard.Reserve(); limit > 0 {
+		log.Debug("descriptor reserve", "limit", limit, "reserve", reserve)
+	}
+	sln, useTLS, err := c.sec.secureListener(guard.Listener(ln), log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -209,7 +214,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		mm := http.NewServeMux()
 		mm.Handle("GET /metrics", tel.Metrics)
-		msrv := &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
+		msrv := newServer(mm, c.sec.httpIdle)
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
 		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
@@ -217,7 +222,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		metricsOnMain = tel.Metrics
 	}
 	if c.pprofAddr != "" {
-		stop, err := servePprof(c.pprofAddr, stdout)
+		stop, err := servePprof(c.pprofAddr, c.sec.httpIdle, stdout)
 		if err != nil {
 			ln.Close()
 			return err
@@ -247,8 +252,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer stopReaper()
 	rp.Start(reapCtx)
 
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := newServer(gw, c.sec.httpIdle)
+	srv.ConnState = guard.ConnState
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -290,6 +296,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// HTTP timeouts of every server (main, metrics, pprof). A request head must arrive within
+// readHeaderTimeout and the whole request within readTimeout; an upgraded WebSocket clears them
+// (gorilla's Upgrade) and runs on mux's own deadlines.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 20 * time.Second
+)
+
+// newServer is an http.Server with read and idle timeouts: no connection stays open without
+// a request in flight for longer than idle.
+func newServer(h http.Handler, idle time.Duration) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		IdleTimeout: idle}
 }
 
 // listFlag is a repeatable string flag.
