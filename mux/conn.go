@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 	"go.opentelemetry.io/otel/attribute"
@@ -346,6 +347,13 @@ func (c *conn) closeAfterQueued(code int, text string) {
 	notify(c.wake)
 }
 
+// closing reports whether closeAfterQueued decided the socket's close.
+func (c *conn) closing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeAfter != nil
+}
+
 // closeWith sends a close frame and closes the socket at once; both loops then end.
 func (c *conn) closeWith(code int, text string) {
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text),
@@ -636,9 +644,19 @@ func (c *conn) readLoop() error {
 				return err
 			}
 		}
+		if typ == websocket.TextMessage && !over && !utf8.Valid(msg.Bytes()) {
+			// RFC 6455 §8.1: a text message that is not UTF-8 fails the connection (1007). It
+			// is never parsed, so no part of it (an id, a method) can be echoed back in a text
+			// frame that would not be UTF-8 either.
+			c.closeAfterQueued(websocket.CloseInvalidFramePayloadData, "text message is not valid UTF-8")
+			continue
+		}
 		if !c.initialized {
 			c.handleFirst(typ, msg.Bytes(), over)
 			continue
+		}
+		if c.closing() {
+			continue // the close is decided: nothing behind it starts work
 		}
 		switch {
 		case typ == websocket.TextMessage && over:
@@ -667,10 +685,7 @@ var nullID = json.RawMessage("null")
 // handleFirst accepts only initialize. Once the socket is closing for a message that was not,
 // it ignores whatever follows: the close is decided, and nothing behind it may start work.
 func (c *conn) handleFirst(typ int, b []byte, over bool) {
-	c.mu.Lock()
-	closing := c.closeAfter != nil
-	c.mu.Unlock()
-	if closing {
+	if c.closing() {
 		return
 	}
 	// The close waits for responses already queued: an initialize that failed, then a request
