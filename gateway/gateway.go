@@ -407,9 +407,15 @@ func (g *Gateway) enter() bool {
 	return true
 }
 
+// ErrSocketsOpen is Shutdown's error when every session was killed but some socket had not
+// ended by ctx's deadline: a client that does not read keeps its close frame from being written.
+// Nothing of a session is lost with it; the process's exit closes the socket.
+var ErrSocketsOpen = errors.New("sockets still open")
+
 // Shutdown refuses new sockets, tells every socket its channels are closed for shutdown and
 // closes it with 1001, kills every session in parallel, and waits for the sockets to end, all
-// within ctx.
+// within ctx. It returns the registry's error when a session could not be killed, else an error
+// wrapping ErrSocketsOpen when only sockets outlived ctx.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.drainMu.Lock()
 	g.draining.Store(true)
@@ -424,7 +430,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return fmt.Errorf("shutdown: sockets still open: %w", ctx.Err())
+		if errReg != nil {
+			return fmt.Errorf("%w (and sockets still open)", errReg)
+		}
+		return fmt.Errorf("shutdown: %w: %w", ErrSocketsOpen, ctx.Err())
 	}
 	return errReg
 }
