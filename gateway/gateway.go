@@ -63,6 +63,8 @@ type Principal struct {
 	// ViewOf names the principal whose sessions a read-only principal lists and attaches to
 	// (tokens.go); empty for a read-write principal, which sees its own.
 	ViewOf string
+	// Admin may read /metrics: the --token principal and the tokens file's admin lines.
+	Admin bool
 }
 
 // Options configure a Gateway.
@@ -94,8 +96,8 @@ type Options struct {
 	Version  string
 	// Telemetry receives spans and metrics. Default: otel.Noop().
 	Telemetry *otel.Telemetry
-	// Metrics, when non-nil, is served at GET /metrics behind the same auth as /ws (bearer
-	// token, or the cookie from a same-origin page).
+	// Metrics, when non-nil, is served at GET /metrics to an admin principal, authenticated as
+	// for /ws (bearer token, or the cookie from a same-origin page).
 	Metrics http.Handler
 }
 
@@ -149,7 +151,9 @@ type tracerProvider struct {
 
 func (p tracerProvider) Tracer(string, ...trace.TracerOption) trace.Tracer { return p.t }
 
-// metrics serves Prometheus text to an authenticated caller.
+// metrics serves Prometheus text to an authenticated admin principal: the counts are
+// gateway-wide (every principal's sessions and bytes), so a read-write or read-only principal
+// gets 403.
 func (g *Gateway) metrics(c echo.Context) error {
 	r := c.Request()
 	if !g.hostAllowed(r.Host) {
@@ -165,8 +169,13 @@ func (g *Gateway) metrics(c echo.Context) error {
 		// origin cannot read the answer.
 		tok = ck.Value
 	}
-	if _, ok := g.principal(tok); !ok {
+	p, ok := g.principal(tok)
+	if !ok {
 		refuse(c.Response(), http.StatusUnauthorized, "missing or invalid token")
+		return nil
+	}
+	if !p.Admin {
+		refuse(c.Response(), http.StatusForbidden, "metrics are for admin principals")
 		return nil
 	}
 	g.opts.Metrics.ServeHTTP(c.Response(), r)

@@ -88,7 +88,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	fs.IntVar(&c.maxChannels, "max-channels", mux.DefaultMaxChannels, "channels per socket")
 	fs.DurationVar(&c.shutdownWait, "shutdown-timeout", 5*time.Second, "bound on graceful shutdown")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&c.metrics, "metrics", false, "serve Prometheus metrics at /metrics (behind the token)")
+	fs.BoolVar(&c.metrics, "metrics", false, "serve Prometheus metrics at /metrics to admin principals (--token, or admin in --tokens)")
 	fs.StringVar(&c.metricsAddr, "metrics-listen", "", "serve /metrics on this address instead, without auth (implies --metrics)")
 	fs.StringVar(&c.pprofAddr, "pprof-listen", "", "serve net/http/pprof at /debug/pprof/ on this loopback address, without auth")
 	c.sec.register(fs)
