@@ -3,6 +3,7 @@ package mux
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1059,11 +1060,11 @@ func (c *conn) handleLease(req *proto.Request) {
 func (c *conn) handleBinary(b []byte) {
 	f, err := proto.ParseFrame(b)
 	if err != nil {
-		c.replyErr(nullID, proto.ErrBadFrame(err.Error()))
+		c.replyErr(nullID, c.onKnownChannel(proto.ErrBadFrame(err.Error()), b))
 		return
 	}
 	if f.Type == proto.FrameOutput {
-		c.replyErr(nullID, proto.ErrBadFrame("output frames go from server to client"))
+		c.replyErr(nullID, c.onKnownChannel(proto.ErrBadFrame("output frames go from server to client"), b))
 		return
 	}
 	c.mu.Lock()
@@ -1101,6 +1102,23 @@ func (c *conn) handleBinary(b []byte) {
 			c.replyErr(nullID, e)
 		}
 	}
+}
+
+// onKnownChannel adds data.channel to e, an error about frame b, when b's header is whole and
+// names a channel bound on this socket (protocol.md §2: every error about a frame of a known
+// channel carries it), so an unknown type or a malformed ack is still tied to its channel.
+func (c *conn) onKnownChannel(e *proto.Error, b []byte) *proto.Error {
+	if len(b) < proto.HeaderLen {
+		return e
+	}
+	num := binary.BigEndian.Uint32(b[1:proto.HeaderLen])
+	c.mu.Lock()
+	ch := c.channels[num]
+	c.mu.Unlock()
+	if num == 0 || ch == nil || !ch.ready.Load() {
+		return e
+	}
+	return withChannel(e, num)
 }
 
 // sessionError maps session errors to protocol errors.
