@@ -388,6 +388,7 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	opts.Logger = g.log.With("principal", p.Name, "remote", r.RemoteAddr)
 	opts.Version = g.opts.Version
 	opts.Telemetry = g.tel
+	opts.MaxSockets = g.maxSockets()
 	// After a successful upgrade the handler returns nil: Echo must not write to a hijacked
 	// connection.
 	if err := mux.Serve(g.baseCtx, ws, opts); err != nil {

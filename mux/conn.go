@@ -77,6 +77,9 @@ type ServerOptions struct {
 	// MaxChannels bounds channels per socket (default 64); MaxSessions bounds the principal's
 	// sessions (default 64).
 	MaxChannels, MaxSessions int
+	// MaxSockets is the gateway's bound on one principal's sockets, only reported in
+	// initialize's limits (the gateway enforces it before the upgrade); 0: not reported.
+	MaxSockets int
 	// MaxMessageBytes bounds text messages (default 64 KiB); MaxInputBytes bounds one input
 	// frame's payload (default 64 KiB).
 	MaxMessageBytes, MaxInputBytes int
@@ -146,7 +149,10 @@ func (o ServerOptions) limits() proto.Limits {
 		MaxChannels: o.MaxChannels, MaxSessions: o.MaxSessions, MaxCols: session.MaxCols,
 		MaxRows: session.MaxRows, MaxOutputFrameBytes: proto.MaxOutputPayload,
 		InputRate: int(o.InputRate.Rate()), InputBurst: int(o.InputRate.Burst()),
-		OpenRate: o.OpenRate.Rate(), OpenBurst: int(o.OpenRate.Burst())}
+		OpenRate: o.OpenRate.Rate(), OpenBurst: int(o.OpenRate.Burst()),
+		PendingRequests: maxPending, MaxUnreadResponses: maxQueuedCtrl,
+		InputQueueBytes: session.InputQueueBytes, MaxWireMessageBytes: hardReadLimit,
+		MaxSockets: o.MaxSockets}
 }
 
 // channel is one binding of a channel number to a session viewer on one socket.
