@@ -88,7 +88,8 @@ func NewConnGuard(o GuardOptions) *ConnGuard {
 func (g *ConnGuard) Reserve() (limit, reserve int) { return g.limit, g.reserve }
 
 // Listener wraps ln (a TCP listener, before any TLS) so that every connection it accepts is
-// counted until it is hijacked or closed.
+// counted until it is hijacked or closed. Closing it also releases the guard's spare descriptor;
+// a guard serves one listener.
 func (g *ConnGuard) Listener(ln net.Listener) net.Listener {
 	return &guardedListener{Listener: ln, g: g}
 }
@@ -250,6 +251,19 @@ func (g *ConnGuard) acceptAtEMFILE(ln net.Listener) {
 type guardedListener struct {
 	net.Listener
 	g *ConnGuard
+}
+
+// Close closes the listener and releases the guard's spare descriptor.
+func (l *guardedListener) Close() error {
+	err := l.Listener.Close()
+	l.g.mu.Lock()
+	spare := l.g.spare
+	l.g.spare = nil
+	l.g.mu.Unlock()
+	if spare != nil {
+		_ = spare.Close()
+	}
+	return err
 }
 
 func (l *guardedListener) Accept() (net.Conn, error) {
