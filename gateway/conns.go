@@ -160,7 +160,7 @@ func (g *ConnGuard) admit(gc *guardedConn, fd int) bool {
 		_ = victim.Conn.Close()
 	}
 	if !admitted {
-		g.log.Info("connection refused", "remote", gc.addr, "nearly_full", nearlyFull,
+		g.log.Debug("connection refused", "remote", gc.addr, "nearly_full", nearlyFull,
 			"over_total", overAll, "over_addr", overAddr, "pending", pending)
 	}
 	return admitted
