@@ -63,6 +63,8 @@ type Principal struct {
 	// ViewOf names the principal whose sessions a read-only principal lists and attaches to
 	// (tokens.go); empty for a read-write principal, which sees its own.
 	ViewOf string
+	// Admin may read /metrics: the --token principal and the tokens file's admin lines.
+	Admin bool
 }
 
 // Options configure a Gateway.
@@ -94,8 +96,8 @@ type Options struct {
 	Version  string
 	// Telemetry receives spans and metrics. Default: otel.Noop().
 	Telemetry *otel.Telemetry
-	// Metrics, when non-nil, is served at GET /metrics behind the same auth as /ws (bearer
-	// token, or the cookie from a same-origin page).
+	// Metrics, when non-nil, is served at GET /metrics to an admin principal, authenticated as
+	// for /ws (bearer token, or the cookie from a same-origin page).
 	Metrics http.Handler
 }
 
@@ -149,7 +151,9 @@ type tracerProvider struct {
 
 func (p tracerProvider) Tracer(string, ...trace.TracerOption) trace.Tracer { return p.t }
 
-// metrics serves Prometheus text to an authenticated caller.
+// metrics serves Prometheus text to an authenticated admin principal: the counts are
+// gateway-wide (every principal's sessions and bytes), so a read-write or read-only principal
+// gets 403.
 func (g *Gateway) metrics(c echo.Context) error {
 	r := c.Request()
 	if !g.hostAllowed(r.Host) {
@@ -165,8 +169,13 @@ func (g *Gateway) metrics(c echo.Context) error {
 		// origin cannot read the answer.
 		tok = ck.Value
 	}
-	if _, ok := g.principal(tok); !ok {
+	p, ok := g.principal(tok)
+	if !ok {
 		refuse(c.Response(), http.StatusUnauthorized, "missing or invalid token")
+		return nil
+	}
+	if !p.Admin {
+		refuse(c.Response(), http.StatusForbidden, "metrics are for admin principals")
 		return nil
 	}
 	g.opts.Metrics.ServeHTTP(c.Response(), r)
@@ -379,6 +388,7 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	opts.Logger = g.log.With("principal", p.Name, "remote", r.RemoteAddr)
 	opts.Version = g.opts.Version
 	opts.Telemetry = g.tel
+	opts.MaxSockets = g.maxSockets()
 	// After a successful upgrade the handler returns nil: Echo must not write to a hijacked
 	// connection.
 	if err := mux.Serve(g.baseCtx, ws, opts); err != nil {
@@ -407,9 +417,15 @@ func (g *Gateway) enter() bool {
 	return true
 }
 
+// ErrSocketsOpen is Shutdown's error when every session was killed but some socket had not
+// ended by ctx's deadline: a client that does not read keeps its close frame from being written.
+// Nothing of a session is lost with it; the process's exit closes the socket.
+var ErrSocketsOpen = errors.New("sockets still open")
+
 // Shutdown refuses new sockets, tells every socket its channels are closed for shutdown and
 // closes it with 1001, kills every session in parallel, and waits for the sockets to end, all
-// within ctx.
+// within ctx. It returns the registry's error when a session could not be killed, else an error
+// wrapping ErrSocketsOpen when only sockets outlived ctx.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.drainMu.Lock()
 	g.draining.Store(true)
@@ -424,7 +440,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return fmt.Errorf("shutdown: sockets still open: %w", ctx.Err())
+		if errReg != nil {
+			return fmt.Errorf("%w (and sockets still open)", errReg)
+		}
+		return fmt.Errorf("shutdown: %w: %w", ErrSocketsOpen, ctx.Err())
 	}
 	return errReg
 }

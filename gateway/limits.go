@@ -54,16 +54,21 @@ func (l *socketLimit) held(name string) int {
 	return l.n[name]
 }
 
+// maxSockets is the bound on one principal's sockets.
+func (g *Gateway) maxSockets() int {
+	if g.opts.MaxSockets <= 0 {
+		return DefaultMaxSockets
+	}
+	return g.opts.MaxSockets
+}
+
 // admitSocket takes one of p's sockets for an upgrade that passed every other check, or
 // refuses it with 429 Too Many Requests and Connection: close, naming the limit, and reports
 // false. The caller releases the socket (g.socketsOf.release(p.Name)) when the socket ends.
 // The count is per authenticated principal: a read-only viewer's sockets are its own, not its
 // owner's.
 func (g *Gateway) admitSocket(w http.ResponseWriter, r *http.Request, p Principal) bool {
-	limit := g.opts.MaxSockets
-	if limit <= 0 {
-		limit = DefaultMaxSockets
-	}
+	limit := g.maxSockets()
 	if g.socketsOf.acquire(p.Name, limit) {
 		return true
 	}

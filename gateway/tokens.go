@@ -17,6 +17,8 @@ import (
 const (
 	RoleReadWrite = "read-write"
 	RoleReadOnly  = "read-only"
+	// RoleAdmin is read-write and may also read /metrics (gateway-wide counts).
+	RoleAdmin = "admin"
 )
 
 // DefaultPrincipal is the principal of the single --token.
@@ -85,7 +87,8 @@ func validPrincipalName(s string) error {
 //
 //	<principal> <role> <token> [view-of=<owner>]
 //
-// separated by spaces or tabs; role is read-write or read-only; a read-only line must name,
+// separated by spaces or tabs; role is read-write, admin (read-write that may also read
+// /metrics) or read-only; a read-only line must name,
 // with view-of, the read-write principal whose sessions it views, and a read-write line must
 // not. Empty lines and lines starting with # are ignored, as is anything from a field starting
 // with # to the end of its line. Principal names and tokens must be unique. It checks each line
@@ -123,10 +126,12 @@ func ParseTokens(r io.Reader) ([]TokenEntry, error) {
 		}
 		switch fields[1] {
 		case RoleReadWrite:
+		case RoleAdmin:
+			e.Principal.Admin = true
 		case RoleReadOnly:
 			e.Principal.ReadOnly = true
 		default:
-			return nil, fmt.Errorf("line %d: role must be %s or %s", n, RoleReadWrite, RoleReadOnly)
+			return nil, fmt.Errorf("line %d: role must be %s, %s or %s", n, RoleReadWrite, RoleAdmin, RoleReadOnly)
 		}
 		if err := ValidToken(e.Token); err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
@@ -153,7 +158,7 @@ func ParseTokens(r io.Reader) ([]TokenEntry, error) {
 }
 
 // LoadPrincipals returns the token → principal map of the single token (principal "default",
-// read-write; "" for none) and the tokens file at path ("" for none), and checks the set as a
+// admin: the operator who started the gateway; "" for none) and the tokens file at path ("" for none), and checks the set as a
 // whole: principal names and tokens unique, every view-of naming a read-write principal, and
 // at least one token. The file must be a regular file that no other user can read or write
 // and that its group cannot write (the error says to chmod 600 it); a group-readable file is
@@ -167,7 +172,7 @@ func LoadPrincipals(token, path string, log *slog.Logger) (map[string]Principal,
 		if err := ValidToken(token); err != nil {
 			return nil, fmt.Errorf("--token: %w", err)
 		}
-		entries = append(entries, TokenEntry{Principal: Principal{Name: DefaultPrincipal}, Token: token})
+		entries = append(entries, TokenEntry{Principal: Principal{Name: DefaultPrincipal, Admin: true}, Token: token})
 	}
 	if path != "" {
 		fromFile, err := readTokenFile(path, log)

@@ -15,6 +15,7 @@ const (
 	tokA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 	tokB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 	tokV = "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv"
+	tokO = "oooooooooooooooooooooooooooooooo"
 )
 
 func TestParseTokens(t *testing.T) {
@@ -23,7 +24,8 @@ func TestParseTokens(t *testing.T) {
 		"alice  read-write " + tokA + "\r\n" +
 		"\tbob\tread-write\t" + tokB + "   # bob's laptop\n" +
 		"carol read-only " + tokV + " view-of=alice\n" +
-		"   # indented comment\n"
+		"   # indented comment\n" +
+		"ops admin " + tokO + "\n"
 	got, err := ParseTokens(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +34,7 @@ func TestParseTokens(t *testing.T) {
 		{Principal{Name: "alice"}, tokA, 3},
 		{Principal{Name: "bob"}, tokB, 4},
 		{Principal{Name: "carol", ReadOnly: true, ViewOf: "alice"}, tokV, 5},
+		{Principal{Name: "ops", Admin: true}, tokO, 7},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
@@ -45,7 +48,7 @@ func TestParseTokensRefusesWithoutEchoingTheToken(t *testing.T) {
 	}{
 		{"two fields", "alice read-write", "line 1: want <principal> <role> <token>"},
 		{"five fields", "alice read-write " + secret + " view-of=x extra", "line 1: want at most 4 fields"},
-		{"unknown role", "alice admin " + secret, "line 1: role must be read-write or read-only"},
+		{"unknown role", "alice root " + secret, "line 1: role must be read-write, admin or read-only"},
 		{"role case", "alice Read-Write " + secret, "line 1: role must be"},
 		{"short token", "alice read-write abc123", "line 1: token too short"},
 		{"token with a quote", "alice read-write " + secret + `"x`, "line 1: token has a character outside"},
@@ -107,13 +110,13 @@ func TestLoadPrincipals(t *testing.T) {
 		warn    bool
 	}{
 		{name: "single token", token: tokB,
-			want: map[string]Principal{tokB: {Name: "default"}}},
+			want: map[string]Principal{tokB: {Name: "default", Admin: true}}},
 		{name: "file only", mode: 0o600, body: good,
 			want: map[string]Principal{tokA: {Name: "alice"}, tokV: {Name: "carol", ReadOnly: true, ViewOf: "alice"}}},
 		{name: "both", token: tokB, mode: 0o400, body: good,
-			want: map[string]Principal{tokB: {Name: "default"}, tokA: {Name: "alice"}, tokV: {Name: "carol", ReadOnly: true, ViewOf: "alice"}}},
+			want: map[string]Principal{tokB: {Name: "default", Admin: true}, tokA: {Name: "alice"}, tokV: {Name: "carol", ReadOnly: true, ViewOf: "alice"}}},
 		{name: "viewer of default", token: tokB, mode: 0o600, body: "carol read-only " + tokV + " view-of=default\n",
-			want: map[string]Principal{tokB: {Name: "default"}, tokV: {Name: "carol", ReadOnly: true, ViewOf: "default"}}},
+			want: map[string]Principal{tokB: {Name: "default", Admin: true}, tokV: {Name: "carol", ReadOnly: true, ViewOf: "default"}}},
 		{name: "group-readable warns", mode: 0o640, body: good, warn: true,
 			want: map[string]Principal{tokA: {Name: "alice"}, tokV: {Name: "carol", ReadOnly: true, ViewOf: "alice"}}},
 		{name: "world-readable", mode: 0o644, body: good, wantErr: "mode 0644 lets other users read or change the tokens; chmod 600 it"},

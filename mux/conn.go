@@ -3,6 +3,7 @@ package mux
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 	"go.opentelemetry.io/otel/attribute"
@@ -75,6 +77,9 @@ type ServerOptions struct {
 	// MaxChannels bounds channels per socket (default 64); MaxSessions bounds the principal's
 	// sessions (default 64).
 	MaxChannels, MaxSessions int
+	// MaxSockets is the gateway's bound on one principal's sockets, only reported in
+	// initialize's limits (the gateway enforces it before the upgrade); 0: not reported.
+	MaxSockets int
 	// MaxMessageBytes bounds text messages (default 64 KiB); MaxInputBytes bounds one input
 	// frame's payload (default 64 KiB).
 	MaxMessageBytes, MaxInputBytes int
@@ -144,7 +149,10 @@ func (o ServerOptions) limits() proto.Limits {
 		MaxChannels: o.MaxChannels, MaxSessions: o.MaxSessions, MaxCols: session.MaxCols,
 		MaxRows: session.MaxRows, MaxOutputFrameBytes: proto.MaxOutputPayload,
 		InputRate: int(o.InputRate.Rate()), InputBurst: int(o.InputRate.Burst()),
-		OpenRate: o.OpenRate.Rate(), OpenBurst: int(o.OpenRate.Burst())}
+		OpenRate: o.OpenRate.Rate(), OpenBurst: int(o.OpenRate.Burst()),
+		PendingRequests: maxPending, MaxUnreadResponses: maxQueuedCtrl,
+		InputQueueBytes: session.InputQueueBytes, MaxWireMessageBytes: hardReadLimit,
+		MaxSockets: o.MaxSockets}
 }
 
 // channel is one binding of a channel number to a session viewer on one socket.
@@ -347,6 +355,13 @@ func (c *conn) closeAfterQueued(code int, text string) {
 	}
 	c.mu.Unlock()
 	notify(c.wake)
+}
+
+// closing reports whether closeAfterQueued decided the socket's close.
+func (c *conn) closing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeAfter != nil
 }
 
 // closeWith sends a close frame and closes the socket at once; both loops then end.
@@ -652,9 +667,19 @@ func (c *conn) readLoop() error {
 				return err
 			}
 		}
+		if typ == websocket.TextMessage && !over && !utf8.Valid(msg.Bytes()) {
+			// RFC 6455 §8.1: a text message that is not UTF-8 fails the connection (1007). It
+			// is never parsed, so no part of it (an id, a method) can be echoed back in a text
+			// frame that would not be UTF-8 either.
+			c.closeAfterQueued(websocket.CloseInvalidFramePayloadData, "text message is not valid UTF-8")
+			continue
+		}
 		if !c.initialized {
 			c.handleFirst(typ, msg.Bytes(), over)
 			continue
+		}
+		if c.closing() {
+			continue // the close is decided: nothing behind it starts work
 		}
 		switch {
 		case typ == websocket.TextMessage && over:
@@ -683,10 +708,7 @@ var nullID = json.RawMessage("null")
 // handleFirst accepts only initialize. Once the socket is closing for a message that was not,
 // it ignores whatever follows: the close is decided, and nothing behind it may start work.
 func (c *conn) handleFirst(typ int, b []byte, over bool) {
-	c.mu.Lock()
-	closing := c.closeAfter != nil
-	c.mu.Unlock()
-	if closing {
+	if c.closing() {
 		return
 	}
 	// The close waits for responses already queued: an initialize that failed, then a request
@@ -1070,11 +1092,11 @@ func (c *conn) handleLease(req *proto.Request) {
 func (c *conn) handleBinary(b []byte) {
 	f, err := proto.ParseFrame(b)
 	if err != nil {
-		c.replyErr(nullID, proto.ErrBadFrame(err.Error()))
+		c.replyErr(nullID, c.onKnownChannel(proto.ErrBadFrame(err.Error()), b))
 		return
 	}
 	if f.Type == proto.FrameOutput {
-		c.replyErr(nullID, proto.ErrBadFrame("output frames go from server to client"))
+		c.replyErr(nullID, c.onKnownChannel(proto.ErrBadFrame("output frames go from server to client"), b))
 		return
 	}
 	c.mu.Lock()
@@ -1112,6 +1134,23 @@ func (c *conn) handleBinary(b []byte) {
 			c.replyErr(nullID, e)
 		}
 	}
+}
+
+// onKnownChannel adds data.channel to e, an error about frame b, when b's header is whole and
+// names a channel bound on this socket (protocol.md §2: every error about a frame of a known
+// channel carries it), so an unknown type or a malformed ack is still tied to its channel.
+func (c *conn) onKnownChannel(e *proto.Error, b []byte) *proto.Error {
+	if len(b) < proto.HeaderLen {
+		return e
+	}
+	num := binary.BigEndian.Uint32(b[1:proto.HeaderLen])
+	c.mu.Lock()
+	ch := c.channels[num]
+	c.mu.Unlock()
+	if num == 0 || ch == nil || !ch.ready.Load() {
+		return e
+	}
+	return withChannel(e, num)
 }
 
 // sessionError maps session errors to protocol errors.

@@ -329,6 +329,18 @@ type Limits struct {
 	InputBurst int     `json:"inputBurst,omitempty"`
 	OpenRate   float64 `json:"openRate,omitempty"`
 	OpenBurst  int     `json:"openBurst,omitempty"`
+	// PendingRequests bounds session.open and session.kill calls in flight per socket
+	// (limit_exceeded "pendingRequests"); MaxUnreadResponses the responses and notifications a
+	// client may leave unread before the socket closes with 1008; InputQueueBytes the input a
+	// session queues for a program that is not reading (limit_exceeded "inputQueue");
+	// MaxWireMessageBytes the message beyond which the socket closes with 1009; MaxSockets the
+	// sockets one principal may hold (429 on the upgrade beyond). Each is absent (zero) when
+	// the server does not say; muxterm's gateway says them all.
+	PendingRequests     int `json:"pendingRequests,omitempty"`
+	MaxUnreadResponses  int `json:"maxUnreadResponses,omitempty"`
+	InputQueueBytes     int `json:"inputQueueBytes,omitempty"`
+	MaxWireMessageBytes int `json:"maxWireMessageBytes,omitempty"`
+	MaxSockets          int `json:"maxSockets,omitempty"`
 }
 
 // ClientInfo names the client in initialize params.

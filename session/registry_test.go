@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"regexp"
 	"runtime"
@@ -371,12 +372,26 @@ func TestOpenKillCyclesLeakNothing(t *testing.T) {
 	}
 }
 
-// TestIdleSessionsUseFewThreads: 200 idle shells cost no goroutine and no OS thread each: their
+// TestIdleSessionsUseFewThreads: idle shells cost no goroutine and no OS thread each: their
 // masters wait in the readers' epoll instance (GOMAXPROCS workers in all) and their children in
-// the shared waiter's. Once they are gone, so are the readers. Not parallel, so that no other
-// test's sessions are counted.
+// the shared waiter's. Once they are gone, so are the readers. The bound on threads grows with
+// GOMAXPROCS (each worker may hold a thread while it runs), never with the sessions: it runs at
+// this machine's GOMAXPROCS and at 128, as on a large machine, with at least twice as many
+// sessions as the bound. Not parallel, so that no other test's sessions are counted.
 func TestIdleSessionsUseFewThreads(t *testing.T) {
-	const n, maxThreads = 200, 30
+	for _, procs := range []int{runtime.GOMAXPROCS(0), 128} {
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			idleSessionsUseFewThreads(t)
+		})
+	}
+}
+
+func idleSessionsUseFewThreads(t *testing.T) {
+	// The runtime's own threads (sysmon, GC, the template thread, …: 13 to 23 at GOMAXPROCS 2
+	// to 64 here), plus one per P.
+	maxThreads := 28 + runtime.GOMAXPROCS(0)
+	n := max(200, 2*maxThreads)
 	r := NewRegistry(testOptions(), nil)
 	goroutines := runtime.NumGoroutine()
 	var sessions []*Session

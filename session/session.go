@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -114,6 +115,10 @@ const (
 	readChunk         = 32 << 10
 	maxInputQueue     = 64 << 10
 )
+
+// InputQueueBytes is the input a session queues for a program that is not reading it; a write
+// beyond it is refused whole (ErrInputFull).
+const InputQueueBytes = maxInputQueue
 
 // Options configure sessions. The zero value is usable: every field documents its default.
 type Options struct {
@@ -423,6 +428,11 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	if cmd.Dir == "" {
 		cmd.Dir = homeDir()
 	}
+	if err := checkDir(cmd.Dir); err != nil {
+		master.Close()
+		tty.Close()
+		return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+	}
 	cmd.Env = childEnv(opts.Shell, opts.EnvDeny, spec.Env)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
@@ -508,6 +518,24 @@ func openPTY() (master, tty *os.File, err error) {
 	return os.NewFile(uintptr(dup), "/dev/ptmx"), t, nil
 }
 
+// checkDir says which directory is wrong, before a start whose failed chdir would only say
+// "fork/exec /bin/sh: no such file or directory".
+func checkDir(dir string) error {
+	st, err := os.Stat(dir)
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &pe):
+		return fmt.Errorf("cwd %s: %w", dir, pe.Err)
+	case err != nil:
+		return fmt.Errorf("cwd %s: %w", dir, err)
+	case !st.IsDir():
+		return fmt.Errorf("cwd %s: not a directory", dir)
+	}
+	return nil
+}
+
+// homeDir is the default working directory: the gateway's $HOME (os.UserHomeDir) when it is a
+// directory, else /.
 func homeDir() string {
 	if h, err := os.UserHomeDir(); err == nil {
 		if st, err := os.Stat(h); err == nil && st.IsDir() {

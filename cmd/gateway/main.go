@@ -119,7 +119,7 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	fs.IntVar(&c.maxChannels, "max-channels", mux.DefaultMaxChannels, "channels per socket")
 	fs.DurationVar(&c.shutdownWait, "shutdown-timeout", 5*time.Second, "bound on graceful shutdown")
 	fs.StringVar(&c.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
-	fs.BoolVar(&c.metrics, "metrics", false, "serve Prometheus metrics at /metrics (behind the token)")
+	fs.BoolVar(&c.metrics, "metrics", false, "serve Prometheus metrics at /metrics to admin principals (--token, or admin in --tokens)")
 	fs.StringVar(&c.metricsAddr, "metrics-listen", "", "serve /metrics on this `address` instead, without auth (implies --metrics)")
 	fs.StringVar(&c.pprofAddr, "pprof-listen", "", "serve net/http/pprof at /debug/pprof/ on this loopback `address`, without auth")
 	fs.Var(&c.windowSize, "window-size", "a session's size follows its read-write viewers by this `policy`: latest (the one that last typed or resized), smallest or largest")
@@ -216,7 +216,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("listen %s: %w", c.listen, err)
 	}
 	addr := ln.Addr().String()
-	sln, useTLS, err := c.sec.secureListener(ln, log)
+	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
+		MaxPendingPerAddr: c.sec.maxPendingPerAddr, TLS: c.sec.tlsCert != "", Logger: log})
+	if limit, reserve := guard.Reserve(); limit > 0 {
+		log.Debug("descriptor reserve", "limit", limit, "reserve", reserve)
+	}
+	sln, useTLS, err := c.sec.secureListener(guard.Listener(ln), log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -255,7 +260,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		mm := http.NewServeMux()
 		mm.Handle("GET /metrics", tel.Metrics)
-		msrv := &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
+		msrv := newServer(mm, c.sec.httpIdle)
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
 		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
@@ -263,7 +268,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		metricsOnMain = tel.Metrics
 	}
 	if c.pprofAddr != "" {
-		stop, err := servePprof(c.pprofAddr, stdout)
+		stop, err := servePprof(c.pprofAddr, c.sec.httpIdle, stdout)
 		if err != nil {
 			ln.Close()
 			return err
@@ -293,8 +298,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer stopReaper()
 	rp.Start(reapCtx)
 
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := newServer(gw, c.sec.httpIdle)
+	srv.ConnState = guard.ConnState
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -331,7 +337,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := <-httpDone; err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
-	if gwErr != nil {
+	if errors.Is(gwErr, gateway.ErrSocketsOpen) {
+		// Every session was killed; only a socket that does not read was still open. The exit
+		// status says what failed: nothing did.
+		log.Warn("sockets still open at the shutdown deadline; closed by the exit", "err", gwErr)
+	} else if gwErr != nil {
 		return gwErr
 	}
 	log.Info("stopped")
@@ -409,6 +419,21 @@ func (e *envDenyFlag) Set(v string) error {
 		*e = append(*e, item)
 	}
 	return nil
+}
+
+// HTTP timeouts of every server (main, metrics, pprof). A request head must arrive within
+// readHeaderTimeout and the whole request within readTimeout; an upgraded WebSocket clears them
+// (gorilla's Upgrade) and runs on mux's own deadlines.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 20 * time.Second
+)
+
+// newServer is an http.Server with read and idle timeouts: no connection stays open without
+// a request in flight for longer than idle.
+func newServer(h http.Handler, idle time.Duration) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		IdleTimeout: idle}
 }
 
 // listFlag is a repeatable string flag.

@@ -14,7 +14,7 @@ import (
 // endpoint has no token, so it also refuses any Host that is not a loopback name with its own
 // port (a DNS-rebinding page cannot read it), and it leaves out /cmdline, which would show the
 // gateway's arguments (a --token among them). It returns a function that closes the listener.
-func servePprof(addr string, stdout io.Writer) (func(), error) {
+func servePprof(addr string, idle time.Duration, stdout io.Writer) (func(), error) {
 	ta, err := pprofAddr(addr)
 	if err != nil {
 		return nil, err
@@ -37,7 +37,7 @@ func servePprof(addr string, stdout io.Writer) (func(), error) {
 		}
 		m.ServeHTTP(w, r)
 	})
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := newServer(h, idle)
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "muxterm: pprof on http://%s/debug/pprof/\n", ln.Addr())
 	return func() { srv.Close() }, nil

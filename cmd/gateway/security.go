@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/muxterm/muxterm/gateway"
 	"github.com/muxterm/muxterm/mux"
@@ -24,6 +25,10 @@ type securityConfig struct {
 	maxInputBurst  byteSize // bucket size; 0: the larger of one second and one input frame
 	maxOpenRate    float64  // session.open per second per principal; 0: unlimited
 	maxOpenBurst   int
+	// HTTP connections before an upgrade (gateway/conns.go)
+	httpIdle          time.Duration
+	maxPending        int
+	maxPendingPerAddr int
 }
 
 // Defaults of the rate limits (README, Configuration).
@@ -44,12 +49,21 @@ func (s *securityConfig) register(fs *flag.FlagSet) {
 	fs.Var(&s.maxInputBurst, "max-input-burst", "input burst per session, `bytes` (suffixes KiB, MiB)")
 	fs.Float64Var(&s.maxOpenRate, "max-open-rate", defaultMaxOpenRate, "session.open per second per principal (0: unlimited)")
 	fs.IntVar(&s.maxOpenBurst, "max-open-burst", defaultMaxOpenBurst, "session.open burst per principal")
+	fs.DurationVar(&s.httpIdle, "http-idle-timeout", 30*time.Second, "close a keep-alive HTTP connection idle for this long")
+	fs.IntVar(&s.maxPending, "max-pending-conns", gateway.DefaultMaxPending, "HTTP connections not yet upgraded to WebSockets, in all")
+	fs.IntVar(&s.maxPendingPerAddr, "max-pending-per-addr", gateway.DefaultMaxPendingPerAddr, "HTTP connections not yet upgraded to WebSockets, per remote IP address")
 }
 
 // check validates the flags once they are parsed.
 func (s *securityConfig) check() error {
 	if (s.tlsCert == "") != (s.tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if s.httpIdle <= 0 {
+		return errors.New("--http-idle-timeout must be positive")
+	}
+	if s.maxPending < 1 || s.maxPendingPerAddr < 1 {
+		return errors.New("--max-pending-conns and --max-pending-per-addr must be at least 1")
 	}
 	if s.maxSockets < 1 {
 		return errors.New("--max-sockets must be at least 1")

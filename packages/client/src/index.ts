@@ -227,6 +227,16 @@ export interface Limits {
   maxCols: number;
   maxRows: number;
   maxOutputFrameBytes: number;
+  // Absent when the server does not say (docs/protocol.md §4, initialize).
+  inputRate?: number;
+  inputBurst?: number;
+  openRate?: number;
+  openBurst?: number;
+  pendingRequests?: number;
+  maxUnreadResponses?: number;
+  inputQueueBytes?: number;
+  maxWireMessageBytes?: number;
+  maxSockets?: number;
 }
 
 export interface FlowParams {
