@@ -183,9 +183,6 @@ func TestOpenRefusesOtherFilesystems(t *testing.T) {
 	}
 }
 
-
-
-
 // alive reports whether pid exists and is not a zombie (the orphans here are re-parented to
 // PID 1, which reaps them when it will).
 func alive(pid int) bool {
