@@ -4,8 +4,11 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -295,4 +298,63 @@ func parentOf(pid int) int {
 	}
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
+}
+
+// A client that never answers the close keeps its socket open past --shutdown-timeout: the exit
+// status is 1 and the last log line names the sockets, yet the kills still ran to KILL and no
+// session process is left.
+func TestShutdownTimeoutNamesWhatRanOut(t *testing.T) {
+	root := testutil.CgroupRoot(t)
+	g := startGateway(t, "--allow-cmd", "*", "--cgroup-root", root, "--kill-grace", "500ms", "--shutdown-timeout", "300ms")
+	s := dialRaw(t, g, g.Token) // reads only when the test calls: the close is never answered
+	reply := s.call(1, "session.open", map[string]any{"channel": 1, "cols": 80, "rows": 24,
+		"cmd": []string{"sh", "-c", "trap '' HUP TERM; while :; do sleep 1; done"}})
+	var r struct {
+		Result struct {
+			Pid int `json:"pid"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(reply, &r); err != nil || r.Result.Pid == 0 {
+		t.Fatalf("session.open: %s (%v)", reply, err)
+	}
+	pid := r.Result.Pid
+	waitFor(t, 10*time.Second, "the shell to ignore HUP and TERM", func() bool {
+		return ignores(pid, syscall.SIGHUP) && ignores(pid, syscall.SIGTERM)
+	})
+	took := g.Stop(30 * time.Second)
+	var ee *exec.ExitError
+	if !errors.As(g.err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("exit: %v, want status 1", g.err)
+	}
+	var last string
+	for line := range strings.Lines(g.Logs()) {
+		if strings.Contains(line, "level=") {
+			last = line
+		}
+	}
+	if !strings.Contains(last, "stopped: shutdown: sockets still open") || !strings.Contains(last, "--shutdown-timeout 300ms") {
+		t.Errorf("last log line: %q, want the stop naming the sockets and the timeout", last)
+	}
+	if alive(pid) {
+		t.Errorf("the shell that ignores HUP and TERM (%d) outlived the shutdown", pid)
+	}
+	t.Logf("shutdown took %v; last log line %s", took, strings.TrimSpace(last))
+	if took < time.Second {
+		t.Errorf("shutdown took %v: HUP and TERM wait 500ms each, the kill cannot have reached KILL", took)
+	}
+}
+
+// ignores reports whether pid ignores sig (SigIgn in /proc/pid/status).
+func ignores(pid int, sig syscall.Signal) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
 }
