@@ -150,16 +150,24 @@ func Open(root string) (*Tree, error) {
 	if st.Type != unix.CGROUP2_SUPER_MAGIC {
 		return nil, fmt.Errorf("cgroup root %s: %s is not on a cgroup v2 filesystem", root, probe)
 	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, fmt.Errorf("cgroup root %s: %w", root, err)
-	}
 	name, err := instanceName(os.Getpid())
 	if err != nil {
 		return nil, err
 	}
 	t := &Tree{root: root, dir: filepath.Join(root, name)}
-	if err := os.Mkdir(t.dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("cgroup root %s: %w", root, err)
+	for attempt := 0; ; attempt++ {
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return nil, fmt.Errorf("cgroup root %s: %w", root, err)
+		}
+		err := os.Mkdir(t.dir, 0o755)
+		if err == nil || errors.Is(err, fs.ErrExist) {
+			break
+		}
+		// ENOENT: another gateway sharing the default root removed it on its way out, between
+		// our two mkdirs. Make it again.
+		if !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
+			return nil, fmt.Errorf("cgroup root %s: %w", root, err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(t.dir, "cgroup.kill")); err != nil {
 		_ = unix.Rmdir(t.dir)
