@@ -239,6 +239,12 @@ func TestKillWithCgroupEndsNohupJob(t *testing.T) {
 	if alive(job) {
 		t.Errorf("the nohup job %d survived session.kill", job)
 	}
+	// Its parent died first, so it was re-parented to the gateway (a subreaper), which reaps it:
+	// no zombie stays behind.
+	waitFor(t, 5*time.Second, "the killed nohup job to be reaped", func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", job))
+		return os.IsNotExist(err)
+	})
 	if ents, _ := os.ReadDir(root); countDirs(ents) != 1 {
 		t.Errorf("want only the gateway's directory under the root, got %d entries", countDirs(ents))
 	}
