@@ -46,7 +46,9 @@ func removeCgroup(g cgroup.Group) {
 // was killed and the pids still in it at the end (the survivors).
 func (s *Session) killCgroup(ctx context.Context, wait time.Duration) (killed int, left []int, err error) {
 	g := s.cgroup
-	ctx, cancel := context.WithTimeout(ctx, wait)
+	// Bounded by wait alone: a kill whose caller went away (its socket closed) still removes
+	// the cgroup it has killed.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
 	pids, err := g.Procs()
 	if err != nil {
