@@ -94,10 +94,19 @@ func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
 // it (SIGTERM, then SIGKILL) in cleanup, checking that no token of the suite reached its output.
 func launchGateway(t *testing.T, tok string, env []string, args ...string) *gateway {
 	t.Helper()
+	return launchGatewayWith(t, tok, env, nil, args...)
+}
+
+// launchGatewayWith is launchGateway with a hook that may change the command before it starts.
+func launchGatewayWith(t *testing.T, tok string, env []string, hook func(*exec.Cmd), args ...string) *gateway {
+	t.Helper()
 	g := &gateway{t: t, Token: tok, exited: make(chan struct{})}
 	all := append([]string{"--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
 	g.cmd = exec.Command(binary(t), all...)
 	g.cmd.Env = append(append(os.Environ(), "SHELL=/bin/sh"), env...)
+	if hook != nil {
+		hook(g.cmd)
+	}
 	stdout, err := g.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -363,4 +364,71 @@ func ignores(pid int, sig syscall.Signal) bool {
 		}
 	}
 	return false
+}
+
+// As under systemd with Delegate=yes: the gateway runs in a cgroup that is not the root and has
+// processes of its own (the gateway, and a sibling process here), with the default root. The
+// sessions' cgroups go below it (no controller is enabled, so cgroup v2's "no internal
+// processes" rule does not apply), a kill ends a nohup job, and a clean stop removes the
+// default root it made.
+func TestCgroupsUnderAPopulatedServiceCgroup(t *testing.T) {
+	svc := filepath.Join(testutil.CgroupRoot(t), "muxterm.service")
+	if err := os.Mkdir(svc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.Open(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	inSvc := func(cmd *exec.Cmd) {
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	}
+	// A sibling in the service's cgroup, as a service's helper process would be.
+	sib := exec.Command("sleep", "1000")
+	inSvc(sib)
+	if err := sib.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = sib.Process.Kill()
+		_ = sib.Wait()
+	})
+	tok := randomToken()
+	g := launchGatewayWith(t, tok, nil, inSvc, "--token", tok, "--allow-cmd", "*")
+	waitFor(t, 5*time.Second, "the 'cgroups on' log line", func() bool { return strings.Contains(g.Logs(), `msg="cgroups on"`) })
+	wantRoot := filepath.Join(svc, "muxterm-sessions")
+	if !strings.Contains(g.Logs(), "root="+wantRoot+" ") {
+		t.Fatalf("want the default root %s in the log:\n%s", wantRoot, g.Logs())
+	}
+	c := g.dial(t)
+	ctx := ctxT(t, 30*time.Second)
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
+		Cmd: []string{"sh", "-c", `grep ^0:: /proc/self/cgroup; nohup sleep 1000 >/dev/null 2>&1 & echo "JOB $! READY"; exec sleep 1000`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := ch.ReadUntil(ctx, "READY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "/muxterm.service/muxterm-sessions/gw-") || !strings.Contains(out, "/"+ch.Session()) {
+		t.Errorf("the session's cgroup: got %q, want one under the service's muxterm-sessions", out)
+	}
+	m := regexp.MustCompile(`JOB (\d+) READY`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no job pid in %q", out)
+	}
+	job, _ := strconv.Atoi(m[1])
+	res, err := c.Kill(ctx, ch.Session())
+	if err != nil || res.Survivors != 0 || alive(job) {
+		t.Errorf("kill: %+v, %v; nohup job alive: %v", res, err, alive(job))
+	}
+	g.Stop(10 * time.Second)
+	if g.err != nil {
+		t.Errorf("exit: %v\n%s", g.err, g.Logs())
+	}
+	if _, err := os.Stat(wantRoot); !os.IsNotExist(err) {
+		t.Errorf("the default root outlived a clean stop: %v", err)
+	}
 }
