@@ -43,14 +43,14 @@ func removeCgroup(g cgroup.Group) {
 // process still in the session's cgroup, those that never touched the PTY included: nohup'ed,
 // disowned, double-forked), waits until cgroup.procs is empty, for the child to be reaped, and
 // removes the cgroup, all within wait. It returns how many processes were in the cgroup when it
-// was killed and the pids still in it at the end (the survivors).
+// was killed and the pids still in it (or below it) at the end: the survivors.
 func (s *Session) killCgroup(ctx context.Context, wait time.Duration) (killed int, left []int, err error) {
 	g := s.cgroup
 	// Bounded by wait alone: a kill whose caller went away (its socket closed) still removes
 	// the cgroup it has killed.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
-	pids, err := g.Procs()
+	pids, err := g.AllProcs()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -69,7 +69,9 @@ func (s *Session) killCgroup(ctx context.Context, wait time.Duration) (killed in
 	case <-s.exited:
 	case <-ctx.Done():
 	}
-	if err := g.Remove(ctx); err != nil {
+	// Recursively: a session running as root may have made cgroups of its own (a nested
+	// gateway does), emptied by the same cgroup.kill.
+	if _, err := cgroup.RemoveAll(ctx, g.Path()); err != nil {
 		return len(pids), nil, fmt.Errorf("kill %s: %w", s.id, err)
 	}
 	return len(pids), nil, nil

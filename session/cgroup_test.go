@@ -114,3 +114,48 @@ func comm(pid int) string {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	return strings.ReplaceAll(string(b), "\x00", " ")
 }
+
+// A session running as root may make cgroups below its own (a gateway run inside a session
+// does) and move processes there: cgroup.kill reaches them, and the kill removes the session's
+// cgroup with everything below it.
+func TestCgroupKillRemovesNestedCgroups(t *testing.T) {
+	t.Parallel()
+	opts := cgroupOptions(t)
+	opts.KillGrace = 50 * time.Millisecond
+	r := NewRegistry(opts, nil)
+	own, err := cgroup.Own()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mount := strings.TrimSuffix(own, cgroupRel(t, own))
+	wakeCh, wake := wakeChan()
+	s, v, err := r.Open(Spec{Argv: []string{"/bin/sh", "-c",
+		`d="$MNT$(sed -n 's/^0:://p' /proc/self/cgroup)/inner"; mkdir "$d" && ` +
+			`sh -c 'echo $$ > "$1/cgroup.procs" && exec sleep 1000' _ "$d" </dev/null >/dev/null 2>&1 & ` +
+			`echo "INNER $!"; echo READY; exec sleep 1000`},
+		Env: []string{"MNT=" + mount}, Cols: 80, Rows: 24, Dir: os.TempDir(), Owner: "alice"}, 0, wake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanupSession(t, s)
+	c := collect(t, v, wakeCh, nil)
+	c.waitOutput(t, "READY", 10*time.Second)
+	inner := cgroup.Group(filepath.Join(s.CgroupPath(), "inner"))
+	var pids []int
+	waitFor(t, 5*time.Second, "a process in the nested cgroup", func() bool {
+		pids, _ = inner.Procs()
+		return len(pids) == 1
+	})
+	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
+		return r.Kill(ctx, s.ID(), "alice")
+	})
+	if res.Survivors != 0 {
+		t.Errorf("kill: survivors %d, want 0 (%+v)", res.Survivors, res)
+	}
+	if alive(pids[0]) {
+		t.Errorf("the process in the nested cgroup (%d) survived", pids[0])
+	}
+	if _, err := os.Stat(s.CgroupPath()); !os.IsNotExist(err) {
+		t.Errorf("the session's cgroup outlived its kill: %v", err)
+	}
+}

@@ -349,6 +349,23 @@ func (g Group) Procs() ([]int, error) {
 	return pids, nil
 }
 
+// AllProcs lists the pids in g and in every cgroup below it (a session running as root may
+// have made some).
+func (g Group) AllProcs() ([]int, error) {
+	pids, err := g.Procs()
+	if err != nil {
+		return nil, err
+	}
+	entries, _ := os.ReadDir(string(g))
+	for _, e := range entries {
+		if e.IsDir() {
+			sub, _ := Group(filepath.Join(string(g), e.Name())).AllProcs()
+			pids = append(pids, sub...)
+		}
+	}
+	return pids, nil
+}
+
 // populated reads "populated" from cgroup.events (open as fd): some process is in g or below.
 func (g Group) populated(fd int) (bool, error) {
 	buf := make([]byte, 256)
@@ -366,7 +383,7 @@ func (g Group) populated(fd int) (bool, error) {
 
 // WaitEmpty waits until no process is left in g or below (cgroup.events says "populated 0";
 // the kernel wakes a poll on it when that changes), or ctx ends. It returns the pids still in
-// g's cgroup.procs at the end: none when it emptied.
+// g or below at the end: none when it emptied.
 func (g Group) WaitEmpty(ctx context.Context) ([]int, error) {
 	// A raw fd, not an *os.File: the runtime poller has no business with a kernfs file.
 	fd, err := unix.Open(filepath.Join(string(g), "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -387,7 +404,7 @@ func (g Group) WaitEmpty(ctx context.Context) ([]int, error) {
 			ms = min(ms, max(int(time.Until(dl)/time.Millisecond), 0))
 		}
 		if ctx.Err() != nil || ms == 0 {
-			return g.Procs()
+			return g.AllProcs()
 		}
 		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}}
 		if _, err := unix.Poll(p, ms); err != nil && err != unix.EINTR {
