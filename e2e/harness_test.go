@@ -94,7 +94,7 @@ func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
 // it (SIGTERM, then SIGKILL) in cleanup, checking that no token of the suite reached its output.
 func launchGateway(t *testing.T, tok string, env []string, args ...string) *gateway {
 	t.Helper()
-	return launchWrapped(t, tok, env, nil, args...)
+	return launchGatewayWith(t, tok, env, nil, args...)
 }
 
 // startGatewayNofile is startGateway with the descriptor table limited to nofile (soft and
@@ -107,22 +107,23 @@ func startGatewayNofile(t *testing.T, nofile int, args ...string) *gateway {
 		t.Skip("prlimit(1) not installed (util-linux)")
 	}
 	tok := randomToken()
-	wrap := []string{prlimit, fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--"}
-	return launchWrapped(t, tok, nil, wrap, append([]string{"--token", tok}, args...)...)
+	wrap := func(c *exec.Cmd) {
+		c.Path = prlimit
+		c.Args = append([]string{prlimit, fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--"}, c.Args...)
+	}
+	return launchGatewayWith(t, tok, nil, wrap, append([]string{"--token", tok}, args...)...)
 }
 
-// launchWrapped is launchGateway with the binary run through wrap (a command that execs its
-// arguments), when not empty.
-func launchWrapped(t *testing.T, tok string, env, wrap []string, args ...string) *gateway {
+// launchGatewayWith is launchGateway with a hook that may change the command before it starts.
+func launchGatewayWith(t *testing.T, tok string, env []string, hook func(*exec.Cmd), args ...string) *gateway {
 	t.Helper()
 	g := &gateway{t: t, Token: tok, exited: make(chan struct{})}
 	all := append([]string{"--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
-	name, argv := binary(t), all
-	if len(wrap) > 0 {
-		name, argv = wrap[0], append(append(append([]string(nil), wrap[1:]...), binary(t)), all...)
-	}
-	g.cmd = exec.Command(name, argv...)
+	g.cmd = exec.Command(binary(t), all...)
 	g.cmd.Env = append(append(os.Environ(), "SHELL=/bin/sh"), env...)
+	if hook != nil {
+		hook(g.cmd)
+	}
 	stdout, err := g.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

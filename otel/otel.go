@@ -49,6 +49,7 @@ const (
 	EventEscapeesFound = "escapees.found"
 	EventReaderBlocked = "reader.blocked"
 	EventReaderEnded   = "reader.ended"
+	EventCgroupKilled  = "cgroup.killed"
 )
 
 // Attribute keys muxterm defines (semantic conventions are used where one exists:
@@ -60,6 +61,7 @@ const (
 	AttrOutcome      = "muxterm.kill.outcome"
 	AttrEscapees     = "muxterm.kill.escapees"
 	AttrSurvivors    = "muxterm.kill.survivors"
+	AttrCgroupProcs  = "muxterm.cgroup.procs"
 	AttrReaderAlive  = "muxterm.reader.blocked"
 	AttrChannel      = "muxterm.channel"
 	AttrSelected     = "muxterm.reaper.selected"

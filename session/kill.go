@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -129,13 +130,17 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 			}
 		}
 	}
+	esc, sig, surv := s.killHolders(ctx)
+	if s.cgroup != "" {
+		// The kernel's word on what is left: whatever the signals above missed dies here.
+		surv = s.endCgroup(ctx, span, max(4*grace, time.Second))
+	}
 	if e, ok := s.Exit(); ok {
 		res.Exit, res.Reaped = e, true
 		span.AddEvent(otel.EventChildReaped, trace.WithAttributes(semconv.ProcessExitCode(e.Code)))
-	} else {
-		res.Survivors++
+	} else if s.cgroup == "" {
+		res.Survivors++ // with a cgroup, a child still running is in the cgroup's count
 	}
-	esc, sig, surv := s.killHolders(ctx)
 	res.Escapees, res.Signalled, res.Survivors = esc, sig, res.Survivors+surv
 	if esc > 0 {
 		span.AddEvent(otel.EventEscapeesFound, trace.WithAttributes(
@@ -167,6 +172,35 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 	s.wakeViewersLocked()
 	s.mu.Unlock()
 	return res
+}
+
+// endCgroup runs killCgroup and returns the survivors: the processes still in the session's
+// cgroup, plus any process outside it that still holds the PTY (one that moved itself out of
+// the cgroup, or was handed the terminal over a socket).
+func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Duration) int {
+	killed, left, err := s.killCgroup(ctx, wait)
+	if err != nil {
+		s.opts.Logger.Warn("kill: cgroup", "session", s.id, "cgroup", s.cgroup.Path(), "err", err)
+	}
+	span.AddEvent(otel.EventCgroupKilled, trace.WithAttributes(attribute.Int(otel.AttrCgroupProcs, killed),
+		attribute.Int(otel.AttrSurvivors, len(left))))
+	survivors := len(left)
+	s.ptyMu.Lock()
+	defer s.ptyMu.Unlock()
+	if s.ptmxClosed || s.masterHungUpLocked() {
+		return survivors
+	}
+	self := os.Getpid()
+	for _, pid := range ptyHolders(s.ptsName) {
+		if slices.Contains(left, pid) {
+			continue
+		}
+		if _, ppid, err := sessionOf(pid); err == nil && ppid == self && preExec(pid) {
+			continue // a sibling spawn's child before its exec (see killHolders)
+		}
+		survivors++
+	}
+	return survivors
 }
 
 // killHolders finds processes other than the reaped child that still hold the PTY slave: group

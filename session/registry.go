@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +32,9 @@ type Registry struct {
 	gone     map[string]tombstone // recently closed ids
 	goneFIFO []string             // insertion order of gone, for eviction
 	wg       sync.WaitGroup       // teardowns started by Shutdown
+
+	// survivors and survivorSessions count what Shutdown's kills left alive.
+	survivors, survivorSessions atomic.Int64
 }
 
 type tombstone struct {
@@ -336,8 +340,11 @@ func (r *Registry) Lease(id, owner string, ttl time.Duration) (time.Time, error)
 	return s.leaseUntil, nil
 }
 
-// Shutdown refuses new sessions and kills every session in parallel with reason shutdown. It
-// returns when all teardowns finished or ctx ends.
+// Shutdown refuses new sessions and kills every session in parallel with reason shutdown. Each
+// kill runs to its end (HUP, TERM, KILL, then the cgroup) whatever ctx says: ctx bounds only
+// how long Shutdown waits for them, never the escalation. It returns ctx's error when the kills
+// had not all finished, and an error counting the survivors when processes outlived their
+// kill. A later call starts nothing and waits for the kills the first one started.
 func (r *Registry) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
@@ -350,8 +357,14 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 		s.mu.Unlock()
 		r.removeLocked(s, ReasonShutdown)
 	}
+	kctx := context.WithoutCancel(ctx)
 	for _, s := range victims {
-		r.wg.Go(func() { s.teardown(ctx) })
+		r.wg.Go(func() {
+			if res := s.teardown(kctx); res.Survivors > 0 {
+				r.survivors.Add(int64(res.Survivors))
+				r.survivorSessions.Add(1)
+			}
+		})
 	}
 	r.mu.Unlock()
 	done := make(chan struct{})
@@ -361,9 +374,12 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		if n := r.survivors.Load(); n > 0 {
+			return fmt.Errorf("shutdown: %d processes of %d sessions survived their kill", n, r.survivorSessions.Load())
+		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("shutdown: %w", ctx.Err())
+		return fmt.Errorf("shutdown: kills still running: %w", ctx.Err())
 	}
 }
 

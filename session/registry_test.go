@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -209,6 +210,35 @@ func TestRegistryShutdown(t *testing.T) {
 	}
 	if err := r.Shutdown(ctx); err != nil {
 		t.Errorf("second shutdown: got %v, want nil", err)
+	}
+}
+
+// A shutdown whose context ends before the kills do stops waiting, never killing: the
+// escalation goes on to KILL, and a later Shutdown waits for it.
+func TestRegistryShutdownFinishesKillsPastItsContext(t *testing.T) {
+	t.Parallel()
+	opts := testOptions()
+	opts.KillGrace = 200 * time.Millisecond
+	r := NewRegistry(opts, nil)
+	wake, wakeFn := wakeChan()
+	trapped, v := openT(t, r, "bob", wakeFn, "/bin/sh", "-c", "trap '' HUP TERM; echo READY; while :; do sleep 1; done")
+	c := collect(t, v, wake, nil)
+	c.waitOutput(t, "READY", 5*time.Second)
+
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := r.Shutdown(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("shutdown past its context: got %v, want a deadline error", err)
+	}
+	if _, ok := trapped.Exit(); ok {
+		t.Fatalf("the shell that ignores HUP and TERM ended before the escalation could reach KILL")
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatalf("second shutdown: got %v, want nil", err)
+	}
+	e, ok := trapped.Exit()
+	if !ok || e.Signal != syscall.SIGKILL {
+		t.Errorf("exit: got %+v (reaped %v), want killed by KILL", e, ok)
 	}
 }
 

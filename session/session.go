@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
+	"github.com/muxterm/muxterm/internal/cgroup"
 	"github.com/muxterm/muxterm/otel"
 )
 
@@ -132,6 +133,10 @@ type Options struct {
 	// SpareEscapees turns off the escapee policy: when false (the default), Kill also signals
 	// processes outside the session's process group that still hold its PTY.
 	SpareEscapees bool
+	// Cgroups, when set, gives each session a cgroup of its own under this gateway's directory:
+	// the child is cloned into it, and a kill ends with cgroup.kill and an empty cgroup.procs
+	// (so SpareEscapees spares nothing at the end). Nil: cgroups are off.
+	Cgroups *cgroup.Tree
 	// HighWaterBytes: when every attached read-write viewer (and every resume hold) is further
 	// behind than this, the reader stops reading the PTY. Default: ScrollbackBytes/2.
 	// LowWaterBytes: it resumes below this. Default: HighWaterBytes/2.
@@ -252,6 +257,9 @@ type Session struct {
 	masterFD int
 	ptsName  string // the slave's path, to find processes that still hold it
 	now      func() time.Time
+	// cgroup holds the child and everything it forks; "" when cgroups are off. Removed by the
+	// kill (killCgroup).
+	cgroup cgroup.Group
 
 	// exited is closed by reaped once the child is reaped. exit is written before that;
 	// read exit only after <-exited.
@@ -436,9 +444,21 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	cmd.Env = childEnv(opts.Shell, opts.EnvDeny, spec.Env)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := cmd.Start(); err != nil {
+	cg, cgDir, err := newCgroup(opts, id, cmd.SysProcAttr)
+	if err != nil {
 		master.Close()
 		tty.Close()
+		return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+	}
+	s.cgroup = cg
+	err = orphans.start(cmd)
+	if cgDir != nil {
+		cgDir.Close()
+	}
+	if err != nil {
+		master.Close()
+		tty.Close()
+		removeCgroup(cg)
 		return nil, fmt.Errorf("%w: start %s: %w", ErrSpawn, argv[0], err)
 	}
 	// Our copy of the slave must go, or the master never sees the hang-up.
@@ -449,7 +469,9 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 		// Without a pidfd we cannot wait without a thread; kill the child and give up.
 		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 		_ = cmd.Wait()
+		orphans.reaped(s.pid)
 		master.Close()
+		removeCgroup(cg)
 		return nil, fmt.Errorf("pidfd_open %d: %w", s.pid, err)
 	}
 	// session.reader lives until the reader ends, often after the kill; the kill links to it.
@@ -473,6 +495,13 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	if err != nil {
 		// The child is the waiter's to reap; without a reader its output would go nowhere.
 		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+		if cg != "" {
+			_ = cg.Kill()
+			go func() {
+				<-s.exited
+				removeCgroup(cg)
+			}()
+		}
 		s.readState = readNone
 		s.closePTY()
 		s.readerSpan.End()

@@ -104,6 +104,7 @@ func blockingWait(e *waitEntry) {
 				break
 			}
 		}
+		orphans.reaped(e.pid)
 		e.reaped(ws, err)
 	}()
 }
@@ -170,6 +171,7 @@ func (w *waiter) loop(ep *os.File) {
 				blockingWait(e)
 				continue
 			}
+			orphans.reaped(e.pid)
 			// The hand-off takes session locks; the waiter never waits for them.
 			go e.reaped(ws, werr)
 		}

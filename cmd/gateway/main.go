@@ -23,6 +23,7 @@ import (
 
 	"github.com/muxterm/muxterm/frontend"
 	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/internal/cgroup"
 	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/otel"
 	"github.com/muxterm/muxterm/reaper"
@@ -48,6 +49,11 @@ func (e *usageError) Unwrap() error { return e.err }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Descendants that double-fork are re-parented to us and reaped here (not in run: the
+	// tests that call run must keep their own children's exit statuses).
+	if err := session.AdoptOrphans(slog.Default()); err != nil {
+		fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
+	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errVersion) {
 			return
@@ -86,6 +92,7 @@ type config struct {
 	windowSize   windowSizeFlag
 	envDeny      envDenyFlag
 	showVersion  bool
+	cgroupRoot   string
 	sec          securityConfig // security.go
 }
 
@@ -121,6 +128,7 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	fs.StringVar(&c.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
 	fs.BoolVar(&c.metrics, "metrics", false, "serve Prometheus metrics at /metrics to admin principals (--token, or admin in --tokens)")
 	fs.StringVar(&c.metricsAddr, "metrics-listen", "", "serve /metrics on this `address` instead, without auth (implies --metrics)")
+	fs.StringVar(&c.cgroupRoot, "cgroup-root", "", "cgroup v2 `directory` under which each session gets a cgroup (default: muxterm-sessions under the gateway's own cgroup when writable; off: none)")
 	fs.StringVar(&c.pprofAddr, "pprof-listen", "", "serve net/http/pprof at /debug/pprof/ on this loopback `address`, without auth")
 	fs.Var(&c.windowSize, "window-size", "a session's size follows its read-write viewers by this `policy`: latest (the one that last typed or resized), smallest or largest")
 	fs.Var(&c.envDeny, "env-deny", "comma-separated `names` (FOO) or prefixes (FOO_*) of the gateway's environment that sessions do not inherit, e.g. secrets (MUXTERM_* and OTEL_* never are)")
@@ -240,9 +248,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Warn("telemetry flush", "err", err)
 		}
 	}()
+	cgroups, err := openCgroups(ctx, c.cgroupRoot, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	reg := session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
 		KillGrace: c.killGrace, ResumeHold: c.resumeHold, WindowSize: c.windowSize.WindowSize,
-		EnvDeny: c.envDeny, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments}, nil)
+		EnvDeny: c.envDeny, Cgroups: cgroups, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments}, nil)
 	if kept := reg.Options().KeptBehind(); c.resumeHold > 0 && int(c.window) > kept {
 		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold",
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
@@ -322,6 +335,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("serve: %w", err)
 	}
 	log.Info("shutting down")
+	return shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups)
+}
+
+// shutdown stops the gateway in order: the reaper, new connections, the sockets (within
+// --shutdown-timeout), then every kill to its end, whatever the timeout (each is bounded by its
+// own escalation), then the cgroups. The last log line and the error name what ran out of time
+// or failed; nil means everything ended in time.
+func shutdown(c *config, log *slog.Logger, srv *http.Server, gw *gateway.Gateway, rp *reaper.Reaper,
+	stopReaper func(), reg *session.Registry, cgroups *cgroup.Tree) error {
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownWait)
 	defer cancel()
 	stopReaper()
@@ -329,22 +351,37 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// gateway drains those itself.
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Shutdown(sctx) }()
-	gwErr := gw.Shutdown(sctx)
-	select { // the reaper's teardowns finish within the shutdown bound, or are abandoned
-	case <-rp.Done():
-	case <-sctx.Done():
+	var failed, notes []string
+	if err := gw.Shutdown(sctx); errors.Is(err, gateway.ErrSocketsOpen) {
+		// A client that does not read keeps its close frame from being written; nothing of a
+		// session depends on it, and the exit closes the socket: said, not a failure.
+		notes = append(notes, fmt.Sprintf("%v (--shutdown-timeout %v), closed by the exit", err, c.shutdownWait))
+	} else if err != nil {
+		failed = append(failed, fmt.Sprintf("%v (--shutdown-timeout %v)", err, c.shutdownWait))
 	}
+	<-rp.Done() // the reaper's teardowns are kills too: each is bounded by its own timeout
 	if err := <-httpDone; err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
-	if errors.Is(gwErr, gateway.ErrSocketsOpen) {
-		// Every session was killed; only a socket that does not read was still open. The exit
-		// status says what failed: nothing did.
-		log.Warn("sockets still open at the shutdown deadline; closed by the exit", "err", gwErr)
-	} else if gwErr != nil {
-		return gwErr
+	if err := reg.Shutdown(context.Background()); err != nil {
+		failed = append(failed, err.Error())
 	}
-	log.Info("stopped")
+	if cgroups != nil {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		n, err := cgroups.Close(cctx)
+		ccancel()
+		if err != nil {
+			failed = append(failed, err.Error())
+		} else if n > 0 {
+			log.Warn("cgroups: killed processes that outlived their session's kill", "processes", n)
+		}
+	}
+	if len(failed) > 0 {
+		msg := strings.Join(append(failed, notes...), "; ")
+		log.Error("stopped: " + msg)
+		return errors.New(strings.Join(failed, "; "))
+	}
+	log.Info(strings.Join(append([]string{"stopped: every session process ended"}, notes...), "; "))
 	return nil
 }
 

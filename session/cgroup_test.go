@@ -1,0 +1,161 @@
+package session
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxterm/muxterm/internal/cgroup"
+	"github.com/muxterm/muxterm/internal/testutil"
+)
+
+// cgroupOptions are testOptions with cgroups under a root of the test's own (the test is
+// skipped, saying why, where cgroups cannot be created). The tree is closed when the test ends.
+func cgroupOptions(t *testing.T) Options {
+	t.Helper()
+	tr, err := cgroup.Open(testutil.CgroupRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions()
+	opts.Cgroups = tr
+	return opts
+}
+
+// cgroupOf is the cgroup v2 line of /proc/pid/cgroup as a path under the mount, as the child
+// sees it.
+func cgroupRel(t *testing.T, path string) string {
+	t.Helper()
+	own, err := cgroup.Own()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ownRel string
+	for line := range strings.Lines(string(b)) {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			ownRel = p
+		}
+	}
+	mount := strings.TrimSuffix(own, ownRel)
+	return "/" + strings.TrimPrefix(strings.TrimPrefix(path, mount), "/")
+}
+
+// The child is in its session's cgroup from its first instruction: clone3 puts it there, so
+// even a program that reads its own cgroup as the very first thing it does sees the session's.
+func TestCgroupPlacement(t *testing.T) {
+	t.Parallel()
+	opts := cgroupOptions(t)
+	r := NewRegistry(opts, nil)
+	wakeCh, wake := wakeChan()
+	s, v := openT(t, r, "alice", wake, "/bin/cat", "/proc/self/cgroup")
+	c := collect(t, v, wakeCh, nil)
+	want := cgroupRel(t, s.CgroupPath())
+	if filepath.Base(s.CgroupPath()) != s.ID() || filepath.Dir(s.CgroupPath()) != opts.Cgroups.Dir() {
+		t.Errorf("cgroup path: got %s, want %s/%s", s.CgroupPath(), opts.Cgroups.Dir(), s.ID())
+	}
+	c.waitOutput(t, "0::"+want+"\r\n", 10*time.Second)
+	// Reaping the exited session removes its cgroup.
+	waitClosed(t, s.exited, 10*time.Second, "exit of cat")
+	ctx, cancel := context.WithTimeout(context.Background(), killDeadline)
+	defer cancel()
+	if res := s.Teardown(ctx); res.Survivors != 0 {
+		t.Errorf("teardown of an exited session: %+v", res)
+	}
+	if _, err := os.Stat(s.CgroupPath()); !os.IsNotExist(err) {
+		t.Errorf("the session's cgroup outlived its teardown: %v", err)
+	}
+}
+
+// A kill with cgroups ends the jobs that never touched the PTY, which the signals cannot find
+// (a nohup'ed job, a disowned one, a double fork), reports 0 survivors from an empty
+// cgroup.procs, and removes the cgroup.
+func TestCgroupKillEndsDetachedJobs(t *testing.T) {
+	t.Parallel()
+	opts := cgroupOptions(t)
+	opts.KillGrace = 50 * time.Millisecond
+	r := NewRegistry(opts, nil)
+	wakeCh, wake := wakeChan()
+	s, v := openT(t, r, "alice", wake, "/bin/sh", "-c",
+		`nohup sleep 1000 >/dev/null 2>&1 & echo "J $!"; sleep 1000 </dev/null >/dev/null 2>&1 & echo "J $!"; disown 2>/dev/null; `+
+			`(setsid sleep 1000 </dev/null >/dev/null 2>&1 &); echo READY; exec sleep 1000`)
+	c := collect(t, v, wakeCh, nil)
+	c.waitOutput(t, "READY", 10*time.Second)
+	g := cgroup.Group(s.CgroupPath())
+	var pids []int
+	waitFor(t, 5*time.Second, "four processes in the cgroup", func() bool {
+		pids, _ = g.Procs()
+		return len(pids) == 4
+	})
+	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
+		return r.Kill(ctx, s.ID(), "alice")
+	})
+	if res.Survivors != 0 || !res.Reaped {
+		t.Errorf("kill: got survivors %d, reaped %v, want 0, true (%+v)", res.Survivors, res.Reaped, res)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("pid %d (%s) survived the kill", pid, comm(pid))
+		}
+	}
+	if _, err := os.Stat(s.CgroupPath()); !os.IsNotExist(err) {
+		t.Errorf("the session's cgroup outlived its kill: %v", err)
+	}
+}
+
+func comm(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return strings.ReplaceAll(string(b), "\x00", " ")
+}
+
+// A session running as root may make cgroups below its own (a gateway run inside a session
+// does) and move processes there: cgroup.kill reaches them, and the kill removes the session's
+// cgroup with everything below it.
+func TestCgroupKillRemovesNestedCgroups(t *testing.T) {
+	t.Parallel()
+	opts := cgroupOptions(t)
+	opts.KillGrace = 50 * time.Millisecond
+	r := NewRegistry(opts, nil)
+	own, err := cgroup.Own()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mount := strings.TrimSuffix(own, cgroupRel(t, own))
+	wakeCh, wake := wakeChan()
+	s, v, err := r.Open(Spec{Argv: []string{"/bin/sh", "-c",
+		`d="$MNT$(sed -n 's/^0:://p' /proc/self/cgroup)/inner"; mkdir "$d" && ` +
+			`sh -c 'echo $$ > "$1/cgroup.procs" && exec sleep 1000' _ "$d" </dev/null >/dev/null 2>&1 & ` +
+			`echo "INNER $!"; echo READY; exec sleep 1000`},
+		Env: []string{"MNT=" + mount}, Cols: 80, Rows: 24, Dir: os.TempDir(), Owner: "alice"}, 0, wake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanupSession(t, s)
+	c := collect(t, v, wakeCh, nil)
+	c.waitOutput(t, "READY", 10*time.Second)
+	inner := cgroup.Group(filepath.Join(s.CgroupPath(), "inner"))
+	var pids []int
+	waitFor(t, 5*time.Second, "a process in the nested cgroup", func() bool {
+		pids, _ = inner.Procs()
+		return len(pids) == 1
+	})
+	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
+		return r.Kill(ctx, s.ID(), "alice")
+	})
+	if res.Survivors != 0 {
+		t.Errorf("kill: survivors %d, want 0 (%+v)", res.Survivors, res)
+	}
+	if alive(pids[0]) {
+		t.Errorf("the process in the nested cgroup (%d) survived", pids[0])
+	}
+	if _, err := os.Stat(s.CgroupPath()); !os.IsNotExist(err) {
+		t.Errorf("the session's cgroup outlived its kill: %v", err)
+	}
+}
