@@ -4,6 +4,9 @@
 
 GO        ?= go
 BIN       := bin/gateway
+CLI       := bin/muxterm
+VERSION   ?= 0.1.0-dev
+COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 GOFLAGS_T := -race -count=1
 # A count, not a duration: with a duration Go 1.26's fuzz coordinator can fail a clean run with
 # "context deadline exceeded" at the deadline (golang/go#75804, fixed in Go 1.27).
@@ -25,6 +28,8 @@ frontend: frontend/node_modules/.package-lock.json
 build: frontend
 	@echo "==> build $(BIN)"
 	$(GO) build -o $(BIN) ./cmd/gateway
+	@echo "==> build $(CLI)"
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(CLI) ./cmd/muxterm
 
 run: build
 	@echo "==> run on 127.0.0.1:$(PORT) (Ctrl-C stops it)"
@@ -59,7 +64,7 @@ test-fuzz: frontend
 
 test-e2e: build
 	@echo "==> e2e against the built binary"
-	MUXTERM_BIN=$(CURDIR)/$(BIN) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser' ./e2e/
+	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser' ./e2e/
 
 test-browser: build deps-browser
 	@echo "==> browser tests in headless Chromium"
