@@ -621,3 +621,78 @@ func (p *proxy) waitConns(t *testing.T, n int) {
 		}
 	}
 }
+
+func TestCLIExecStdinAndBrokenPipe(t *testing.T) {
+	g := startGateway(t, "--allow-cmd", "*")
+	env := cliEnv(t, g)
+
+	// --stdin forwards stdin; the PTY echoes it, as a terminal would.
+	cmd := exec.Command(cliBinary(t), "exec", "--stdin", "--lf", "--", "sh", "-c", "read x; echo got-$x")
+	cmd.Env = env
+	cmd.Stdin = strings.NewReader("abc\n")
+	out, err := cmd.Output()
+	if err != nil || string(out) != "abc\ngot-abc\n" {
+		t.Fatalf("exec --stdin: %v, stdout %q, want the echo then got-abc", err, out)
+	}
+
+	// A reader that leaves early: exec exits 141 (as SIGPIPE would) and removes its session.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := exec.Command("head", "-c", "2")
+	head.Stdin = pr
+	var headOut bytes.Buffer
+	head.Stdout = &headOut
+	mt := exec.Command(cliBinary(t), "exec", "--", "seq", "1", "10000000")
+	mt.Env = env
+	mt.Stdout = pw
+	if err := head.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	pw.Close()
+	if err := head.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mt.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 141 {
+			t.Fatalf("exec | head: %v, want exit 141", err)
+		}
+	case <-time.After(20 * time.Second):
+		_ = mt.Process.Kill()
+		<-done
+		t.Fatal("exec did not exit when its reader left")
+	}
+	if headOut.String() != "1\r" {
+		t.Fatalf("head read %q", headOut.String())
+	}
+	list, err := g.dial(t).List(ctxT(t, 5*time.Second))
+	if err != nil || len(list) != 0 {
+		t.Fatalf("after exec | head: %+v %v, want no session", list, err)
+	}
+}
+
+func TestCLINewAttach(t *testing.T) {
+	g := startGateway(t)
+	env := cliEnv(t, g)
+	tm := startTerm(t, env, false, "new", "--attach", "--name", "fresh", "--detach-keys", "ctrl-],d")
+	tm.send("echo new-$((40+2))\r")
+	tm.expect("new-42")
+	tm.send("\x1d\x1d") // the first key twice sends it once: nothing detaches
+	tm.send("\x1dd")
+	if code := tm.wait(); code != 0 {
+		t.Fatalf("detach: exit %d; output:\n%q", code, tm.output())
+	}
+	out, _, code := runCLI(t, env, "ls")
+	if code != 0 || !strings.Contains(out, "fresh") || !strings.Contains(out, "running") {
+		t.Fatalf("ls after new --attach: exit %d\n%s", code, out)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -81,6 +82,11 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
+	// A reader of stdout that leaves (| head) makes writes fail with EPIPE instead of killing
+	// muxterm before it can remove exec's session or detach.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	sizes := make(chan [2]int, 1)
 	var size [2]int
 	if o.sizeFd >= 0 {
@@ -158,20 +164,23 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 
 // ended reports a binding that ended without a detach.
 func (a *app) ended(c *client.Client, id string, o loopOpts, ev event) outcome {
+	// exec's session ends with exec, however exec ends.
+	if o.exec && ev.reason == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		if _, err := c.Kill(ctx, id); err != nil && rpcKind(err) != proto.KindUnknownSession {
+			fmt.Fprintf(a.stderr, "muxterm: remove %s: %v\n", o.label, err)
+		}
+	}
 	switch {
+	case errors.Is(ev.err, syscall.EPIPE):
+		return outcome{code: 128 + 13} // stdout's reader left (| head): as if killed by SIGPIPE
 	case ev.err != nil:
 		return outcome{code: 1, line: fmt.Sprintf("%s: %v", o.label, ev.err)}
+	case ev.exit != nil && o.exec:
+		return outcome{code: exitCode(ev.exit)}
 	case ev.exit != nil:
-		code := exitCode(ev.exit)
-		if o.exec {
-			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			defer cancel()
-			if _, err := c.Kill(ctx, id); err != nil && rpcKind(err) != proto.KindUnknownSession {
-				fmt.Fprintf(a.stderr, "muxterm: remove %s: %v\n", o.label, err)
-			}
-			return outcome{code: code}
-		}
-		return outcome{code: code, line: fmt.Sprintf("%s %s", o.label, describeExit(ev.exit))}
+		return outcome{code: exitCode(ev.exit), line: fmt.Sprintf("%s %s", o.label, describeExit(ev.exit))}
 	case ev.reason != "":
 		return outcome{code: 1, line: fmt.Sprintf("%s was closed by the gateway (%s)", o.label, ev.reason)}
 	}
