@@ -483,11 +483,17 @@ func TestCLIErrors(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "unknown command") {
 		t.Fatalf("unknown command: exit %d, %q", code, errOut)
 	}
-	out, _, code := runCLI(t, cliEnv(t, nil), "help")
-	if code != 0 || !strings.Contains(out, "MUXTERM_DETACH_KEYS") || !strings.Contains(out, "Examples:") {
-		t.Fatalf("help: exit %d, %q", code, out)
+	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}, {"attach", "--help"}} {
+		out, _, code := runCLI(t, cliEnv(t, nil), args...)
+		if code != 0 || !strings.Contains(out, "MUXTERM_DETACH_KEYS") || !strings.Contains(out, "Examples:") {
+			t.Fatalf("%q: exit %d, %q", args, code, out)
+		}
 	}
-	out, _, code = runCLI(t, cliEnv(t, nil), "version")
+	_, errOut, code = runCLI(t, cliEnv(t, g), "exec")
+	if code != 2 || !strings.Contains(errOut, "exec needs a command") {
+		t.Fatalf("exec without a command: exit %d, %q", code, errOut)
+	}
+	out, _, code := runCLI(t, cliEnv(t, nil), "version")
 	if code != 0 || !strings.HasPrefix(out, "muxterm ") {
 		t.Fatalf("version: exit %d, %q", code, out)
 	}

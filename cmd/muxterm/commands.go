@@ -312,6 +312,9 @@ func (a *app) cmdExec(args []string) (outcome, error) {
 	if err != nil {
 		return outcome{}, err
 	}
+	if len(cmd) == 0 && !*stdin {
+		return outcome{}, usageError{"exec needs a command (muxterm exec -- CMD...), or --stdin to feed the gateway's shell"}
+	}
 	if err := a.setup(); err != nil {
 		return outcome{}, err
 	}

@@ -52,6 +52,10 @@ func (a *app) run(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return a.fail(err)
 	}
+	if fs.Lookup("help").Value.String() == "true" {
+		a.usage(a.stdout)
+		return 0
+	}
 	args = fs.Args()
 	if len(args) == 0 {
 		a.usage(a.stderr)
@@ -205,8 +209,9 @@ Commands:
   attach ID|NAME [flags]      attach this terminal to a session (alias: a)
       --detach-keys KEYS      the key sequence that detaches (MUXTERM_DETACH_KEYS; default enter,~,.)
   kill ID|NAME...             kill sessions (HUP, then TERM, then KILL) and remove them
-  exec [flags] [-- CMD...]    run CMD in a new session, stream its output to stdout, exit with its
+  exec [flags] -- CMD...      run CMD in a new session, stream its output to stdout, exit with its
                               exit code, and remove the session; Ctrl-C or SIGTERM kills it
+                              (without CMD, --stdin feeds the gateway's shell)
       --name, --cwd, --env, --cols, --rows   as for new
       --stdin                 forward stdin to the session; its end sends Ctrl-D (stdin is not read
                               otherwise)
