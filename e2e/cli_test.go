@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -247,6 +248,17 @@ func (tm *term) send(s string) {
 	}
 }
 
+// cooked reports whether the terminal is in cooked mode (canonical, echoing), as a shell leaves
+// it, rather than muxterm's raw mode.
+func (tm *term) cooked() bool {
+	tm.t.Helper()
+	tio, err := unix.IoctlGetTermios(int(tm.ptmx.Fd()), unix.TCGETS)
+	if err != nil {
+		tm.t.Fatal(err)
+	}
+	return tio.Lflag&unix.ICANON != 0 && tio.Lflag&unix.ECHO != 0
+}
+
 // wait waits for the command to exit and returns its code.
 func (tm *term) wait() int {
 	tm.t.Helper()
@@ -284,6 +296,9 @@ func TestCLIAttachTypeResizeDetachReattach(t *testing.T) {
 	tm := startTerm(t, env, false, "attach", "work")
 	tm.send("echo hel''lo-$((6*7))\r")
 	tm.expect("hello-42")
+	if tm.cooked() {
+		t.Fatal("the terminal is not in raw mode while attached")
+	}
 
 	// The outer terminal's size follows to the session: SIGWINCH, then session.resize.
 	if err := pty.Setsize(tm.ptmx, &pty.Winsize{Rows: 33, Cols: 101}); err != nil {
@@ -304,6 +319,9 @@ func TestCLIAttachTypeResizeDetachReattach(t *testing.T) {
 	if !strings.Contains(tm.output(), "muxterm: detached from session "+id+" (work)") {
 		t.Fatalf("no detach line in %q", tm.output())
 	}
+	if !tm.cooked() {
+		t.Fatal("the terminal was not restored after detach")
+	}
 	list, err := c.List(ctxT(t, 5*time.Second))
 	if err != nil || len(list) != 1 || list[0].Session != id || list[0].Exit != nil || list[0].Viewers != 0 {
 		t.Fatalf("after detach: %+v %v, want the session running with no viewer", list, err)
@@ -319,6 +337,9 @@ func TestCLIAttachTypeResizeDetachReattach(t *testing.T) {
 	}
 	if !strings.Contains(tm2.output(), "exited with code 7") {
 		t.Fatalf("no exit line in %q", tm2.output())
+	}
+	if !tm2.cooked() {
+		t.Fatal("the terminal was not restored after the program's exit")
 	}
 }
 
@@ -700,5 +721,47 @@ func TestCLINewAttach(t *testing.T) {
 	out, _, code := runCLI(t, env, "ls")
 	if code != 0 || !strings.Contains(out, "fresh") || !strings.Contains(out, "running") {
 		t.Fatalf("ls after new --attach: exit %d\n%s", code, out)
+	}
+}
+
+func TestCLIAttachEndsWhenKilled(t *testing.T) {
+	g := startGateway(t)
+	env := cliEnv(t, g)
+	id := newSession(t, env, "--name", "victim")
+	tm := startTerm(t, env, false, "attach", "victim")
+	tm.send("echo alive-$((2*3))\r")
+	tm.expect("alive-6")
+	out, errOut, code := runCLI(t, env, "kill", "victim")
+	if code != 0 || out != "killed "+id+" (HUP)\n" {
+		t.Fatalf("kill: exit %d, %q, %q", code, out, errOut)
+	}
+	if code := tm.wait(); code != 1 {
+		t.Fatalf("attach after kill: exit %d, want 1; output:\n%q", code, tm.output())
+	}
+	if !strings.Contains(tm.output(), "muxterm: session "+id+" (victim) was closed by the gateway (killed)") {
+		t.Fatalf("no closing line in %q", tm.output())
+	}
+	if !tm.cooked() {
+		t.Fatal("the terminal was not restored after the kill")
+	}
+}
+
+func TestCLIAttachSIGTERMDetaches(t *testing.T) {
+	g := startGateway(t)
+	env := cliEnv(t, g)
+	id := newSession(t, env)
+	tm := startTerm(t, env, false, "attach", id)
+	tm.send("echo up-$((3*3))\r")
+	tm.expect("up-9")
+	_ = tm.cmd.Process.Signal(syscall.SIGTERM)
+	if code := tm.wait(); code != 143 {
+		t.Fatalf("attach after SIGTERM: exit %d, want 143; output:\n%q", code, tm.output())
+	}
+	if !strings.Contains(tm.output(), "muxterm: detached from session "+id+" (on terminated)") || !tm.cooked() {
+		t.Fatalf("after SIGTERM: cooked %v, output %q", tm.cooked(), tm.output())
+	}
+	list, err := g.dial(t).List(ctxT(t, 5*time.Second))
+	if err != nil || len(list) != 1 || list[0].Viewers != 0 || list[0].Exit != nil {
+		t.Fatalf("after SIGTERM: %+v %v, want the session running, unwatched", list, err)
 	}
 }
