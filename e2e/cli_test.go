@@ -101,12 +101,15 @@ type term struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	ptmx   *os.File
+	tty    *os.File // the slave, when the test keeps it
 	answer bool
+	slow   chan slowAnswer // answers to write slowTerminal after their query, in order; nil: at once
 
 	mu       sync.Mutex
 	out      []byte // everything the command wrote to the terminal
 	scanned  int    // out[:scanned] has been searched for queries
 	answered int    // queries answered
+	written  int    // slow answers written
 
 	changed chan struct{} // capacity 1: out or answered grew
 	exited  chan struct{} // closed when the command has exited and its output is read
@@ -122,12 +125,60 @@ var queries = []struct{ q, a string }{
 
 func startTerm(t *testing.T, env []string, answer bool, args ...string) *term {
 	t.Helper()
+	return startTermTTY(t, env, answer, false, args...)
+}
+
+// slowTerminal is how long a slow terminal (a terminal across a slow link) takes to answer.
+const slowTerminal = 300 * time.Millisecond
+
+type slowAnswer struct {
+	a   string
+	due time.Time
+}
+
+// startTermTTY is startTerm; with keepTTY the test keeps the terminal's slave side open (tm.tty)
+// after the command exits, to read what is left in its input queue.
+func startTermTTY(t *testing.T, env []string, answer, keepTTY bool, args ...string) *term {
+	t.Helper()
 	tm := &term{t: t, answer: answer, changed: make(chan struct{}, 1), exited: make(chan struct{})}
 	tm.cmd = exec.Command(cliBinary(t), args...)
 	tm.cmd.Env = env
-	ptmx, err := pty.StartWithSize(tm.cmd, &pty.Winsize{Rows: 24, Cols: 80})
+	ptmx, tty, err := pty.Open()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 24, Cols: 80}); err != nil {
+		t.Fatal(err)
+	}
+	tm.cmd.Stdin, tm.cmd.Stdout, tm.cmd.Stderr = tty, tty, tty
+	tm.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := tm.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if keepTTY {
+		// The slave stays open for the test, closed in the cleanup below before the master so
+		// the read ends; the terminal answers slowly, as across a slow link.
+		tm.tty = tty
+		tm.slow = make(chan slowAnswer, 16)
+		slowDone := make(chan struct{})
+		go func() {
+			defer close(slowDone)
+			for sa := range tm.slow {
+				tmr := time.NewTimer(time.Until(sa.due))
+				<-tmr.C
+				_, _ = ptmx.Write([]byte(sa.a))
+				tm.mu.Lock()
+				tm.written++
+				tm.mu.Unlock()
+				select {
+				case tm.changed <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		t.Cleanup(func() { <-slowDone })
+	} else {
+		tty.Close()
 	}
 	tm.ptmx = ptmx
 	readDone := make(chan struct{})
@@ -152,8 +203,11 @@ func startTerm(t *testing.T, env []string, answer bool, args ...string) *term {
 		} else if err != nil {
 			tm.code = -1
 		}
-		// The slave is closed with the command; what it wrote is still readable.
-		<-readDone
+		// The slave is closed with the command; what it wrote is still readable. (With the
+		// slave kept open the read does not end: the output is whatever arrived by now.)
+		if !keepTTY {
+			<-readDone
+		}
 		close(tm.exited)
 	}()
 	t.Cleanup(func() {
@@ -162,6 +216,13 @@ func startTerm(t *testing.T, env []string, answer bool, args ...string) *term {
 		default:
 			_ = tm.cmd.Process.Kill()
 			<-tm.exited
+		}
+		if tm.tty != nil {
+			tm.tty.Close()
+		}
+		<-readDone
+		if tm.slow != nil {
+			close(tm.slow)
 		}
 		ptmx.Close()
 	})
@@ -194,6 +255,10 @@ func (tm *term) received(b []byte) {
 	}
 	tm.mu.Unlock()
 	for _, a := range answers {
+		if tm.slow != nil {
+			tm.slow <- slowAnswer{a, time.Now().Add(slowTerminal)}
+			continue
+		}
 		_, _ = tm.ptmx.Write([]byte(a))
 	}
 	select {
@@ -764,4 +829,56 @@ func TestCLIAttachSIGTERMDetaches(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Viewers != 0 || list[0].Exit != nil {
 		t.Fatalf("after SIGTERM: %+v %v, want the session running, unwatched", list, err)
 	}
+}
+
+// TestCLIReplayAnswersDoNotOutliveAttach attaches to a session whose program asked DA1 and DSR and
+// exited: attach replays, exits with the program's code, and leaves none of the terminal's answers
+// in the terminal's input for the shell to read as typed.
+func TestCLIReplayAnswersDoNotOutliveAttach(t *testing.T) {
+	g := startGateway(t, "--allow-cmd", "*")
+	env := cliEnv(t, g)
+	id := newSession(t, env, "--", "sh", "-c", `printf '\033[c\033[6nBYE'; exit 5`)
+	waitFor(t, 10*time.Second, "the program's exit", func() bool {
+		list, err := g.dial(t).List(ctxT(t, 5*time.Second))
+		return err == nil && len(list) == 1 && list[0].Exit != nil
+	})
+	tm := startTermTTY(t, env, true, true, "attach", id)
+	if code := tm.wait(); code != 5 {
+		t.Fatalf("attach: exit %d, want 5; output:\n%q", code, tm.output())
+	}
+	// The terminal answers the three queries (DA1, DSR, the sentinel): by now, or after
+	// muxterm's exit if muxterm did not wait for them.
+	deadline := time.After(10 * time.Second)
+	for {
+		tm.mu.Lock()
+		w := tm.written
+		tm.mu.Unlock()
+		if w == 3 {
+			break
+		}
+		select {
+		case <-tm.changed:
+		case <-deadline:
+			t.Fatalf("%d of 3 answers written; output %q", w, tm.output())
+		}
+	}
+	// Non-canonical, so a partial line counts too.
+	if _, err := termMakeRaw(tm.tty); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(tm.tty.Fd()), unix.TIOCINQ)
+	if err != nil || n != 0 {
+		t.Fatalf("%d bytes (%v) left in the terminal's input after attach exited, want 0", n, err)
+	}
+}
+
+// termMakeRaw clears ICANON on f.
+func termMakeRaw(f *os.File) (*unix.Termios, error) {
+	tio, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	if err != nil {
+		return nil, err
+	}
+	raw := *tio
+	raw.Lflag &^= unix.ICANON | unix.ECHO
+	return tio, unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, &raw)
 }

@@ -97,6 +97,27 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 		watchSize(ctx, o.sizeFd, sizes)
 	}
 	var filterEnd <-chan time.Time
+	// Before muxterm leaves (and the terminal goes back to cooked mode), the terminal's answers
+	// to the queries it was shown must be consumed here: else the shell reads them as typed.
+	defer func() {
+		if stdin == nil || !filter.armed || filter.want < 0 {
+			return
+		}
+		if filterEnd == nil {
+			filterEnd = time.After(replyDeadline)
+		}
+		for filter.armed {
+			select {
+			case b, ok := <-stdin:
+				if !ok {
+					return
+				}
+				filter.feed(b)
+			case <-filterEnd:
+				return
+			}
+		}
+	}()
 
 	for {
 		select {
