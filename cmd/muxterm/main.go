@@ -191,9 +191,7 @@ func (a *app) usage(w io.Writer) {
 	fmt.Fprint(w, helpText)
 }
 
-const helpText = `muxterm: a terminal client for a muxterm gateway, which keeps PTY sessions running on the
-server so you can list, start, attach to, detach from and kill them, and run commands in them
-from scripts.
+const helpText = `muxterm: the terminal client of a muxterm gateway: start, list, attach to and kill PTY sessions that keep running on the gateway, and run commands in them from scripts.
 
 Usage:
   muxterm [--url URL] [--token TOKEN] COMMAND [flags] [args]
