@@ -198,7 +198,8 @@ Usage:
 
 Commands:
   ls [--json] [-q]            list your sessions (-q: ids only; --json: session.list's entries)
-  new [flags] [-- CMD...]     start a session running CMD (default: the gateway's shell); print its id
+  new [flags] [-- CMD...]     start a session running CMD (default: the gateway's shell; another
+                              CMD needs the gateway's --allow-cmd); print its id
       --name NAME             a label that attach and kill accept instead of the id
       --cwd DIR               working directory on the gateway's host
       --env KEY=VALUE         an extra environment variable (repeatable)
@@ -212,7 +213,8 @@ Commands:
                               (without CMD, --stdin feeds the gateway's shell)
       --name, --cwd, --env, --cols, --rows   as for new
       --stdin                 forward stdin to the session; its end sends Ctrl-D (stdin is not read
-                              otherwise)
+                              otherwise); for small inputs: the gateway refuses input beyond its
+                              limits (64 KiB the program has not read, --max-input-rate)
       --lf                    write LF where the terminal wrote CR LF
   version                     print the version and commit
   help                        print this
@@ -233,7 +235,7 @@ by keys off. Typing the first key twice sends it once. Examples: "enter,~,." (th
 
 Exit codes: attach exits 0 on detach and with the program's code when it ends (128+N for signal
 N); exec exits with the program's code (128+N for signal N; 130 or 143 when Ctrl-C or SIGTERM
-killed it); 1 for an error or a session closed by the gateway; 2 for a bad command line.
+killed it; 141 when stdout's reader left, as with | head); 1 for an error or a session closed by the gateway; 2 for a bad command line.
 
 Examples:
   export MUXTERM_TOKEN=...                    # the token the gateway printed
