@@ -235,7 +235,8 @@ by keys off. Typing the first key twice sends it once. Examples: "enter,~,." (th
 
 Exit codes: attach exits 0 on detach and with the program's code when it ends (128+N for signal
 N); exec exits with the program's code (128+N for signal N; 130 or 143 when Ctrl-C or SIGTERM
-killed it; 141 when stdout's reader left, as with | head); 1 for an error or a session closed by the gateway; 2 for a bad command line.
+killed it; 141 when stdout's reader left, as with | head); 1 for an error or a session closed by
+the gateway; 2 for a bad command line.
 
 Examples:
   export MUXTERM_TOKEN=...                    # the token the gateway printed
