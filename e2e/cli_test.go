@@ -358,7 +358,7 @@ func TestCLIAttachTypeResizeDetachReattach(t *testing.T) {
 		t.Fatalf("ls: code %d\n%s", code, out)
 	}
 
-	tm := startTerm(t, env, false, "attach", "work")
+	tm := startTerm(t, env, true, "attach", "work")
 	tm.send("echo hel''lo-$((6*7))\r")
 	tm.expect("hello-42")
 	if tm.cooked() {
@@ -393,7 +393,7 @@ func TestCLIAttachTypeResizeDetachReattach(t *testing.T) {
 	}
 
 	// Reattach by id: the replay shows the earlier output; the program's exit ends attach.
-	tm2 := startTerm(t, env, false, "attach", id)
+	tm2 := startTerm(t, env, true, "attach", id)
 	tm2.expect("hello-42")
 	tm2.expect("33 101")
 	tm2.send("exit 7\r")
@@ -619,7 +619,7 @@ func TestCLIAttachResumesAfterDrop(t *testing.T) {
 	px.mu.Unlock()
 	env := cliEnv(t, g, "MUXTERM_URL=ws://"+px.addr+"/ws")
 	id := newSession(t, env)
-	tm := startTerm(t, env, false, "attach", id)
+	tm := startTerm(t, env, true, "attach", id)
 	tm.send("echo one-$((1+1))\r")
 	tm.expect("one-2")
 	px.cut()
@@ -793,7 +793,7 @@ func TestCLIAttachEndsWhenKilled(t *testing.T) {
 	g := startGateway(t)
 	env := cliEnv(t, g)
 	id := newSession(t, env, "--name", "victim")
-	tm := startTerm(t, env, false, "attach", "victim")
+	tm := startTerm(t, env, true, "attach", "victim")
 	tm.send("echo alive-$((2*3))\r")
 	tm.expect("alive-6")
 	out, errOut, code := runCLI(t, env, "kill", "victim")
@@ -815,7 +815,7 @@ func TestCLIAttachSIGTERMDetaches(t *testing.T) {
 	g := startGateway(t)
 	env := cliEnv(t, g)
 	id := newSession(t, env)
-	tm := startTerm(t, env, false, "attach", id)
+	tm := startTerm(t, env, true, "attach", id)
 	tm.send("echo up-$((3*3))\r")
 	tm.expect("up-9")
 	_ = tm.cmd.Process.Signal(syscall.SIGTERM)
