@@ -4,6 +4,7 @@
 
 GO        ?= go
 BIN       := bin/gateway
+CLI       := bin/muxterm
 GOFLAGS_T := -race -count=1
 # A count, not a duration: with a duration Go 1.26's fuzz coordinator can fail a clean run with
 # "context deadline exceeded" at the deadline (golang/go#75804, fixed in Go 1.27).
@@ -40,6 +41,8 @@ frontend: client frontend/node_modules/.package-lock.json
 build: frontend
 	@echo "==> build $(BIN)"
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/gateway
+	@echo "==> build $(CLI)"
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(CLI) ./cmd/muxterm
 
 run: build
 	@echo "==> run on 127.0.0.1:$(PORT) (Ctrl-C stops it)"
@@ -74,7 +77,7 @@ test-fuzz: frontend
 
 test-e2e: build
 	@echo "==> e2e against the built binary"
-	MUXTERM_BIN=$(CURDIR)/$(BIN) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser' ./e2e/
+	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser' ./e2e/
 
 test-browser: build deps-browser
 	@echo "==> browser tests in headless Chromium"

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"golang.org/x/term"
+
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/proto"
+)
+
+// envFlag is a repeatable KEY=VALUE flag.
+type envFlag map[string]string
+
+func (e envFlag) String() string { return "" }
+func (e envFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", s)
+	}
+	e[k] = v
+	return nil
+}
+
+func (a *app) cmdLs(args []string) error {
+	fs := a.flagSet("ls")
+	asJSON := fs.Bool("json", false, "")
+	quiet := fs.Bool("q", false, "")
+	pos, err := a.parse(fs, args, true)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError{"ls takes no arguments"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	list, err := c.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	switch {
+	case *asJSON:
+		if list == nil {
+			list = []proto.SessionInfo{}
+		}
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(list)
+	case *quiet:
+		for _, s := range list {
+			fmt.Fprintln(a.stdout, s.Session)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tPID\tSIZE\tVIEWERS\tSTATUS\tCREATED\tCMD")
+	for _, s := range list {
+		status := "running"
+		if s.Exit != nil {
+			if s.Exit.Signal != nil {
+				status = "signal " + *s.Exit.Signal
+			} else {
+				status = fmt.Sprintf("exited %d", s.Exit.Code)
+			}
+		}
+		name := s.Name
+		if name == "" {
+			name = "-"
+		}
+		cmd := strings.Join(s.Cmd, " ")
+		if cmd == "" {
+			cmd = "(shell)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%dx%d\t%d\t%s\t%s\t%s\n", s.Session, name, s.Pid, s.Cols, s.Rows, s.Viewers, status, s.Created, cmd)
+	}
+	return tw.Flush()
+}
+
+func (a *app) cmdKill(args []string) error {
+	fs := a.flagSet("kill")
+	pos, err := a.parse(fs, args, true)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usageError{"kill needs a session id or name"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for _, arg := range pos {
+		s, err := resolveSession(ctx, c, arg)
+		if err != nil {
+			return err
+		}
+		res, err := c.Kill(ctx, s.Session)
+		if err != nil {
+			return fmt.Errorf("kill %s: %w", s.Session, err)
+		}
+		if res.Status == "exited" && res.Exit != nil {
+			fmt.Fprintf(a.stdout, "removed %s (it had %s)\n", s.Session, describeExit(res.Exit))
+		} else {
+			fmt.Fprintf(a.stdout, "killed %s (%s)\n", s.Session, strings.Join(res.Signals, ", "))
+		}
+	}
+	return nil
+}
+
+// openFlags are the flags of new and exec that shape session.open.
+type openFlags struct {
+	name, cwd  string
+	env        envFlag
+	cols, rows int
+}
+
+// options are session.open's options for cmd, sized like the terminal on stdout or stdin.
+func (a *app) openOptions(o *openFlags, cmd []string) client.OpenOptions {
+	cols, rows := o.cols, o.rows
+	if cols <= 0 || rows <= 0 {
+		w, h := 80, 24
+		for _, f := range []*os.File{os.Stdout, a.stdin} {
+			if isTerminal(f) {
+				if tw, th, err := term.GetSize(int(f.Fd())); err == nil && tw > 0 && th > 0 {
+					w, h = tw, th
+					break
+				}
+			}
+		}
+		if cols <= 0 {
+			cols = w
+		}
+		if rows <= 0 {
+			rows = h
+		}
+	}
+	var env map[string]string
+	if len(o.env) > 0 {
+		env = o.env
+	}
+	return client.OpenOptions{Cmd: cmd, Cwd: o.cwd, Env: env, Cols: cols, Rows: rows, Name: o.name}
+}
+
+func (a *app) cmdNew(args []string) (outcome, error) {
+	fs := a.flagSet("new")
+	o := &openFlags{env: envFlag{}}
+	fs.StringVar(&o.name, "name", "", "")
+	fs.StringVar(&o.cwd, "cwd", "", "")
+	fs.Var(o.env, "env", "")
+	fs.IntVar(&o.cols, "cols", 0, "")
+	fs.IntVar(&o.rows, "rows", 0, "")
+	attach := fs.Bool("attach", false, "")
+	keysFlag := fs.String("detach-keys", "", "")
+	cmd, err := a.parse(fs, args, false)
+	if err != nil {
+		return outcome{}, err
+	}
+	keys, err := a.detachKeys(*keysFlag)
+	if err != nil {
+		return outcome{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	c, err := a.dial(ctx)
+	if err != nil {
+		return outcome{}, err
+	}
+	var restore func()
+	if *attach {
+		// Raw before the session prints: the terminal must not echo what it answers.
+		if restore, err = a.rawMode(); err != nil {
+			c.Close()
+			return outcome{}, err
+		}
+		defer restore()
+	}
+	ch, err := c.Open(ctx, a.openOptions(o, cmd))
+	if err != nil {
+		c.Close()
+		return outcome{}, explainOpen(err, cmd)
+	}
+	if !*attach {
+		fmt.Fprintln(a.stdout, ch.Session())
+		err := ch.Detach(ctx)
+		c.Close()
+		if err != nil {
+			return outcome{}, fmt.Errorf("detach from the new session %s: %w", ch.Session(), err)
+		}
+		return outcome{}, nil
+	}
+	return a.interactive(c, ch, label(ch.Session(), o.name), 0, keys), nil
+}
+
+func (a *app) cmdAttach(args []string) (outcome, error) {
+	fs := a.flagSet("attach")
+	keysFlag := fs.String("detach-keys", "", "")
+	pos, err := a.parse(fs, args, true)
+	if err != nil {
+		return outcome{}, err
+	}
+	if len(pos) != 1 {
+		return outcome{}, usageError{"attach needs one session id or name"}
+	}
+	keys, err := a.detachKeys(*keysFlag)
+	if err != nil {
+		return outcome{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	c, err := a.dial(ctx)
+	if err != nil {
+		return outcome{}, err
+	}
+	s, err := resolveSession(ctx, c, pos[0])
+	if err != nil {
+		c.Close()
+		return outcome{}, err
+	}
+	// Raw before the replay: the terminal must not echo what it answers.
+	restore, err := a.rawMode()
+	if err != nil {
+		c.Close()
+		return outcome{}, err
+	}
+	defer restore()
+	ch, res, err := c.Attach(ctx, s.Session, nil)
+	if err != nil {
+		c.Close()
+		return outcome{}, fmt.Errorf("attach %s: %w", s.Session, err)
+	}
+	return a.interactive(c, ch, label(s.Session, s.Name), res.End, keys), nil
+}
+
+func label(id, name string) string {
+	if name != "" {
+		return fmt.Sprintf("session %s (%s)", id, name)
+	}
+	return "session " + id
+}
+
+// detachKeys parses --detach-keys, else MUXTERM_DETACH_KEYS, else the default.
+func (a *app) detachKeys(flagValue string) (detachKeys, error) {
+	s := flagValue
+	if s == "" {
+		s = a.getenv("MUXTERM_DETACH_KEYS")
+	}
+	if s == "" {
+		s = defaultDetachKeys
+	}
+	k, err := parseDetachKeys(s)
+	if err != nil {
+		return k, usageError{err.Error()}
+	}
+	return k, nil
+}
+
+// rawMode puts the terminal on stdin in raw mode, if it is one; restore undoes it (and the
+// console mode of stdout on Windows).
+func (a *app) rawMode() (restore func(), err error) {
+	out := prepareOutput(os.Stdout)
+	if !isTerminal(a.stdin) {
+		return out, nil
+	}
+	fd := int(a.stdin.Fd())
+	st, err := term.MakeRaw(fd)
+	if err != nil {
+		out()
+		return nil, fmt.Errorf("raw mode: %w", err)
+	}
+	return func() {
+		_ = term.Restore(fd, st)
+		out()
+	}, nil
+}
+
+// interactive runs attach's loop on a bound channel whose replay ends at replayEnd.
+func (a *app) interactive(c *client.Client, ch *client.Channel, label string, replayEnd int64, keys detachKeys) outcome {
+	inTerm := isTerminal(a.stdin)
+	o := loopOpts{label: label, keys: keys, stdin: a.stdin, sizeFd: -1, replayEnd: replayEnd,
+		sentinel: inTerm && isTerminal(os.Stdout)}
+	if inTerm {
+		o.sizeFd = int(a.stdin.Fd())
+	}
+	return a.loop(c, ch, ch.Session(), o)
+}
+
+func (a *app) cmdExec(args []string) (outcome, error) {
+	fs := a.flagSet("exec")
+	o := &openFlags{env: envFlag{}}
+	fs.StringVar(&o.name, "name", "", "")
+	fs.StringVar(&o.cwd, "cwd", "", "")
+	fs.Var(o.env, "env", "")
+	fs.IntVar(&o.cols, "cols", 0, "")
+	fs.IntVar(&o.rows, "rows", 0, "")
+	stdin := fs.Bool("stdin", false, "")
+	lf := fs.Bool("lf", false, "")
+	cmd, err := a.parse(fs, args, false)
+	if err != nil {
+		return outcome{}, err
+	}
+	if len(cmd) == 0 && !*stdin {
+		return outcome{}, usageError{"exec needs a command (muxterm exec -- CMD...), or --stdin to feed the gateway's shell"}
+	}
+	if err := a.setup(); err != nil {
+		return outcome{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), a.openOptions(o, cmd))
+	if err != nil {
+		if rpcKind(err) != "" {
+			return outcome{}, explainOpen(err, cmd)
+		}
+		return outcome{}, a.cfg.explainDial(err)
+	}
+	lo := loopOpts{label: label(ch.Session(), o.name), sizeFd: -1, exec: true, lf: *lf}
+	if *stdin {
+		lo.stdin, lo.eof = a.stdin, []byte{4}
+	}
+	return a.loop(c, ch, ch.Session(), lo), nil
+}
