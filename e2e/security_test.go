@@ -1514,3 +1514,47 @@ func TestSecurityPprofOnlyOnLoopback(t *testing.T) {
 		}
 	})
 }
+
+// TestSecurityAuthCheck: GET /auth/check tells a page whether its token is good (204) or not
+// (401), so the UI can tell "sign in" from "gateway down"; a foreign Host gets 403.
+func TestSecurityAuthCheck(t *testing.T) {
+	g := startGateway(t)
+	cases := []struct {
+		name   string
+		host   string
+		header [2]string
+		status int
+	}{
+		{"no token", "", [2]string{}, http.StatusUnauthorized},
+		{"valid cookie, no Origin", "", [2]string{"Cookie", "muxterm_token=" + g.Token}, http.StatusNoContent},
+		{"wrong cookie", "", [2]string{"Cookie", "muxterm_token=" + randomToken()}, http.StatusUnauthorized},
+		{"valid bearer", "", [2]string{"Authorization", "Bearer " + g.Token}, http.StatusNoContent},
+		{"wrong bearer", "", [2]string{"Authorization", "Bearer nope"}, http.StatusUnauthorized},
+		{"foreign host", "evil.example", [2]string{"Cookie", "muxterm_token=" + g.Token}, http.StatusForbidden},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(ctxT(t, 5*time.Second), http.MethodGet, g.Base+"/auth/check", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			if tc.header[0] != "" {
+				req.Header.Set(tc.header[0], tc.header[1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("GET /auth/check: %v", err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("Cache-Control %q, want no-store", cc)
+			}
+		})
+	}
+}
