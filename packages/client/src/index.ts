@@ -1079,9 +1079,11 @@ export interface ChannelListener {
    * `replay` is true for bytes below the binding's `live` offset (§3, replay and live output):
    * the session printed them before this attach (or before a re-attach after a reconnect), and a
    * terminal's automatic replies to them must never be sent (see ReplayGuard). A frame that
-   * straddles `live` is delivered as two calls, the replay part first.
+   * straddles `live` is delivered as two calls, the replay part first. (Optional in the type so
+   * that code calling a listener itself, as 1.0 code did, still compiles; this client always
+   * passes it.)
    */
-  data?(bytes: Uint8Array<ArrayBuffer>, channel: Channel, replay: boolean): void;
+  data?(bytes: Uint8Array<ArrayBuffer>, channel: Channel, replay?: boolean): void;
   /** `lost` bytes of the stream are gone (a session.gap, or an attach whose `from` was too old). */
   gap?(lost: number, channel: Channel): void;
   /** The process exited (delivered once, after the output that preceded the exit). */
@@ -1655,7 +1657,7 @@ export class ReplayGuard {
   }
 
   /** Writes output; `done` runs once the terminal parsed it (acknowledge there). */
-  output(bytes: Uint8Array, replay: boolean, done?: () => void): void {
+  output(bytes: Uint8Array, replay: boolean | undefined, done?: () => void): void {
     if (!replay) {
       this.writeFn(bytes, () => done?.());
       return;

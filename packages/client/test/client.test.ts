@@ -632,7 +632,7 @@ describe('reconnect', () => {
 /** Records data events with their replay flag. */
 function recordReplay(ch: Channel): Array<[string, boolean]> {
   const out: Array<[string, boolean]> = [];
-  ch.listen({ data: (b, _c, replay) => out.push([new TextDecoder().decode(b), replay]) });
+  ch.listen({ data: (b, _c, replay) => out.push([new TextDecoder().decode(b), replay === true]) });
   return out;
 }
 
