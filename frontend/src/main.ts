@@ -411,6 +411,7 @@ function bindChannel(tab: Tab, ch: Channel): void {
     },
   });
   renderTab(tab);
+  if (tabs[active] === tab) updateTitle();
   saveLayout();
 }
 
