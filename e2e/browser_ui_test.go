@@ -163,6 +163,40 @@ func TestBrowserReplayNeverTypes(t *testing.T) {
 	b.screenshot("replay-never-types")
 }
 
+// TestBrowserKeyDuringReplayIsSent: a key typed while the page is still parsing a long replay
+// reaches the program, and the replies to the queries later in that replay do not.
+func TestBrowserKeyDuringReplayIsSent(t *testing.T) {
+	g := startGateway(t, "--allow-cmd", "sh")
+	b := newBrowser(t, g.Base, g.Token, false)
+	c := g.dial(t)
+	ctx := ctxT(t, 30*time.Second)
+	// 100,000 lines (589 KB) of replay before the queries: xterm.js parses it over many frames.
+	ch, err := c.Open(ctx, client.OpenOptions{Cmd: []string{"sh", "-c", "seq 1 100000; " + queryProgram}, Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
+		t.Fatalf("read until READY: %v", err)
+	}
+	if err := ch.Detach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	during := eval[bool](b, fmt.Sprintf(`(async () => {
+		const attached = window.muxterm.reattach(%q);
+		for (let i = 0; i < 20000 && !window.muxterm.replaying(); i++) await new Promise((r) => setTimeout(r, 0));
+		const during = window.muxterm.replaying();
+		window.muxterm.input('k');
+		await attached;
+		return during;
+	})()`, ch.Session()))
+	if !during {
+		t.Fatal("the replay was over before the key could be typed during it")
+	}
+	i := tabIndex(b, ch.Session())
+	b.waitJS(fmt.Sprintf("window.muxterm.bufferText(%d).includes(' 6b')", i), 20*time.Second)
+	typeAndSee(b, ch.Session(), "z", []string{" 6b", " 7a"})
+}
+
 // sttySize types `stty size` wrapped in a marker into b's active tab and returns "rows cols".
 func sttySize(b *browser, mark string) string {
 	b.t.Helper()

@@ -1092,6 +1092,9 @@ export interface MuxtermTestHook {
   resetShortcut(): void;
   replayDropped(i?: number): number;
   activate(i: number): void;
+  /** Whether the active tab is parsing replayed output; types data as the keyboard would. */
+  replaying(): boolean;
+  input(data: string): void;
   moveTab(from: number, to: number): void;
   /** The viewport rectangle of column `col` in the first visible row whose text is `text`. */
   cellRect(text: string, col: number): { x: number; y: number; w: number; h: number } | null;
@@ -1158,6 +1161,8 @@ window.muxterm = {
   },
   replayDropped: (i?: number) => tabs[i ?? active]?.guard.dropped ?? 0,
   activate: (i: number) => activate(i),
+  replaying: () => tabs[active]?.guard.replaying ?? false,
+  input: (data: string) => tabs[active]?.term.input(data, true),
   moveTab: (from: number, to: number) => moveTab(from, to),
   cellRect: (text: string, col: number) => {
     const t = tabs[active];
