@@ -342,6 +342,16 @@ func TestBrowserExplainsSignIn(t *testing.T) {
 		}
 		noSessions(t, g)
 	})
+	t.Run("old sign-in URL", func(t *testing.T) {
+		g := startGateway(t)
+		b := startBrowser(t, browserOpts{})
+		b.open(g.Base + "/auth?token=" + randomToken())
+		signinShown(b, "does not accept the token in the address")
+		if href := eval[string](b, "location.href"); strings.Contains(href, "token=") || strings.Contains(href, "signin=") {
+			t.Errorf("the address bar still reads %s", href)
+		}
+		noSessions(t, g)
+	})
 	t.Run("token changed under a live page", func(t *testing.T) {
 		g := startGateway(t)
 		b := newBrowser(t, g.Base, g.Token, false)

@@ -1558,3 +1558,39 @@ func TestSecurityAuthCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestSecurityAuthWrongTokenNavigation: a wrong token on /auth is a 401 for scripts and
+// fetches, and for a browser's navigation a redirect to the UI's sign-in panel, never with a
+// cookie.
+func TestSecurityAuthWrongTokenNavigation(t *testing.T) {
+	g := startGateway(t)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		mode     string
+		status   int
+		location string
+	}{
+		{"", http.StatusUnauthorized, ""},
+		{"cors", http.StatusUnauthorized, ""},
+		{"navigate", http.StatusSeeOther, "/?signin=invalid"},
+	} {
+		req, err := http.NewRequestWithContext(ctxT(t, 5*time.Second), http.MethodGet, g.Base+"/auth?token="+randomToken(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.mode != "" {
+			req.Header.Set("Sec-Fetch-Mode", tc.mode)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.status || resp.Header.Get("Location") != tc.location {
+			t.Errorf("Sec-Fetch-Mode %q: %d to %q, want %d to %q", tc.mode, resp.StatusCode, resp.Header.Get("Location"), tc.status, tc.location)
+		}
+		if len(resp.Cookies()) != 0 {
+			t.Errorf("Sec-Fetch-Mode %q: a cookie was set for a wrong token", tc.mode)
+		}
+	}
+}

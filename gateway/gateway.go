@@ -263,6 +263,13 @@ func (g *Gateway) auth(c echo.Context) error {
 	}
 	tok := c.QueryParam("token")
 	if _, ok := g.principal(tok); !ok {
+		if c.Request().Header.Get("Sec-Fetch-Mode") == "navigate" && g.opts.Frontend != nil {
+			// A person opened an old sign-in URL (the gateway restarted with a new token): the
+			// UI explains how to sign in, rather than a bare 401.
+			c.Response().Header().Set("Cache-Control", "no-store")
+			c.Response().Header().Set("Referrer-Policy", "no-referrer")
+			return c.Redirect(http.StatusSeeOther, "/?signin=invalid")
+		}
 		refuse(c.Response(), http.StatusUnauthorized, "invalid token")
 		return nil
 	}

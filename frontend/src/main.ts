@@ -77,8 +77,11 @@ const confirmText = el<HTMLElement>('confirm-text');
 // `/?token=…` (a URL pasted without /auth): the page signs in with it (through /auth) at start,
 // and the token leaves the address bar now.
 const urlToken = query.get('token');
-if (urlToken !== null) {
+/** `?signin=invalid`: /auth refused the token of the URL a person opened. */
+const urlRefused = query.get('signin') === 'invalid';
+if (urlToken !== null || urlRefused) {
   query.delete('token');
+  query.delete('signin');
   const rest = query.toString();
   history.replaceState(null, '', location.pathname + (rest ? `?${rest}` : '') + location.hash);
 }
@@ -1188,7 +1191,7 @@ showState('connecting');
 updateEmpty();
 void (async () => {
   try {
-    if (urlToken !== null && (await signIn(urlToken)) === 'refused') {
+    if (urlRefused || (urlToken !== null && (await signIn(urlToken)) === 'refused')) {
       signOut('wrong');
       return;
     }
