@@ -17,6 +17,15 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 CLIENT    := packages/client
 VSCODE    := examples/vscode
 
+# The client and the frontend are rebuilt only when a source of theirs changed (so `make run`
+# goes straight to `go build` when only Go changed): their targets are files they build.
+CLIENT_SRC      := $(shell find $(CLIENT)/src $(CLIENT)/test $(CLIENT)/scripts -type f 2>/dev/null) \
+                   $(CLIENT)/package.json $(CLIENT)/tsconfig.json $(CLIENT)/tsconfig.src.json
+FRONTEND_SRC    := $(shell find frontend/src frontend/scripts -type f 2>/dev/null) \
+                   frontend/package.json frontend/tsconfig.json
+CLIENT_STAMP    := $(CLIENT)/dist/index.js
+FRONTEND_STAMP  := frontend/dist/app.js
+
 .PHONY: all run build client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode bench bench-full lint deps deps-browser clean
 
 all: build
@@ -26,17 +35,23 @@ $(CLIENT)/node_modules/.package-lock.json: $(CLIENT)/package.json $(CLIENT)/pack
 	cd $(CLIENT) && npm ci --no-audit --no-fund
 
 # @muxterm/client: the frontend imports its dist/ through node_modules (file:../packages/client).
-client: $(CLIENT)/node_modules/.package-lock.json
+client: $(CLIENT_STAMP)
+
+$(CLIENT_STAMP): $(CLIENT)/node_modules/.package-lock.json $(CLIENT_SRC)
 	@echo "==> @muxterm/client: typecheck and build $(CLIENT)/dist"
 	cd $(CLIENT) && npm run --silent typecheck && npm run --silent build
+	@touch $@
 
 frontend/node_modules/.package-lock.json: frontend/package.json frontend/package-lock.json
 	@echo "==> npm ci (frontend)"
 	cd frontend && npm ci --no-audit --no-fund
 
-frontend: client frontend/node_modules/.package-lock.json
+frontend: $(FRONTEND_STAMP)
+
+$(FRONTEND_STAMP): $(CLIENT_STAMP) frontend/node_modules/.package-lock.json $(FRONTEND_SRC)
 	@echo "==> frontend: typecheck and build"
 	cd frontend && npm run --silent typecheck && npm run --silent build
+	@touch $@
 
 build: frontend
 	@echo "==> build $(BIN)"

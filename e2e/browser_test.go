@@ -43,8 +43,9 @@ func chromiumPath(t *testing.T) string {
 }
 
 type browser struct {
-	t   *testing.T
-	ctx context.Context
+	t     *testing.T
+	ctx   context.Context
+	close func() // ends the browser (its sockets with it)
 }
 
 // newBrowser starts Chromium with a fresh profile and opens the gateway's auth URL, which
@@ -52,6 +53,27 @@ type browser struct {
 // renders to the DOM.
 func newBrowser(t *testing.T, base, token string, webgl bool) *browser {
 	t.Helper()
+	b := startBrowser(t, browserOpts{webgl: webgl})
+	b.open(base + "/auth?token=" + token)
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length > 0", 20*time.Second)
+	b.waitPrompt()
+	return b
+}
+
+type browserOpts struct {
+	webgl         bool
+	width, height int // 1200×800 when zero
+}
+
+// startBrowser starts Chromium with a fresh profile on about:blank. With webgl, WebGL runs on
+// SwiftShader: Chromium 148 turns WebGL off under --disable-gpu unless ANGLE is told to use
+// SwiftShader (--use-angle=swiftshader --enable-unsafe-swiftshader); without webgl,
+// --disable-3d-apis makes xterm.js render to the DOM.
+func startBrowser(t *testing.T, o browserOpts) *browser {
+	t.Helper()
+	if o.width == 0 {
+		o.width, o.height = 1200, 800
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath(t)),
 		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.Headless,
@@ -65,10 +87,12 @@ func newBrowser(t *testing.T, base, token string, webgl bool) *browser {
 		chromedp.Flag("disable-extensions", true),
 		chromedp.Flag("disable-renderer-backgrounding", true),
 		chromedp.Flag("disable-background-timer-throttling", true),
-		chromedp.WindowSize(1200, 800),
+		chromedp.WindowSize(o.width, o.height),
 		chromedp.UserDataDir(t.TempDir()),
 	}
-	if !webgl {
+	if o.webgl {
+		opts = append(opts, chromedp.Flag("use-angle", "swiftshader"), chromedp.Flag("enable-unsafe-swiftshader", true))
+	} else {
 		opts = append(opts, chromedp.Flag("disable-3d-apis", true))
 	}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -77,15 +101,22 @@ func newBrowser(t *testing.T, base, token string, webgl bool) *browser {
 		cancelB()
 		cancelA()
 	})
-	b := &browser{t: t, ctx: ctx}
+	b := &browser{t: t, ctx: ctx, close: func() {
+		cancelB()
+		cancelA()
+	}}
 	// The first Run starts the browser; it must not carry a timeout (it would bound the
 	// browser's life).
-	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/auth?token="+token)); err != nil {
-		t.Fatalf("navigate: %v", err)
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start the browser: %v", err)
 	}
-	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length > 0", 20*time.Second)
-	b.waitPrompt()
 	return b
+}
+
+// open navigates to url.
+func (b *browser) open(url string) {
+	b.t.Helper()
+	b.run(20*time.Second, chromedp.Navigate(url))
 }
 
 // waitPrompt waits for the active tab's shell prompt.
@@ -372,6 +403,11 @@ func TestBrowserReconnectsAfterServerDropsSocket(t *testing.T) {
 
 func TestBrowserWebGLRenderer(t *testing.T) {
 	g := startGateway(t)
+	probe := startBrowser(t, browserOpts{webgl: true})
+	if !eval[bool](probe, "!!document.createElement('canvas').getContext('webgl2')") {
+		t.Skip("this Chromium has no WebGL 2 even on SwiftShader (--use-angle=swiftshader --enable-unsafe-swiftshader)")
+	}
+	probe.close()
 	b := newBrowser(t, g.Base, g.Token, true)
 	b.typeText("echo web''gl\r")
 	b.waitText("\nwebgl", 10*time.Second)

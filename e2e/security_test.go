@@ -1514,3 +1514,83 @@ func TestSecurityPprofOnlyOnLoopback(t *testing.T) {
 		}
 	})
 }
+
+// TestSecurityAuthCheck: GET /auth/check tells a page whether its token is good (204) or not
+// (401), so the UI can tell "sign in" from "gateway down"; a foreign Host gets 403.
+func TestSecurityAuthCheck(t *testing.T) {
+	g := startGateway(t)
+	cases := []struct {
+		name   string
+		host   string
+		header [2]string
+		status int
+	}{
+		{"no token", "", [2]string{}, http.StatusUnauthorized},
+		{"valid cookie, no Origin", "", [2]string{"Cookie", "muxterm_token=" + g.Token}, http.StatusNoContent},
+		{"wrong cookie", "", [2]string{"Cookie", "muxterm_token=" + randomToken()}, http.StatusUnauthorized},
+		{"valid bearer", "", [2]string{"Authorization", "Bearer " + g.Token}, http.StatusNoContent},
+		{"wrong bearer", "", [2]string{"Authorization", "Bearer nope"}, http.StatusUnauthorized},
+		{"foreign host", "evil.example", [2]string{"Cookie", "muxterm_token=" + g.Token}, http.StatusForbidden},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(ctxT(t, 5*time.Second), http.MethodGet, g.Base+"/auth/check", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			if tc.header[0] != "" {
+				req.Header.Set(tc.header[0], tc.header[1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("GET /auth/check: %v", err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("Cache-Control %q, want no-store", cc)
+			}
+		})
+	}
+}
+
+// TestSecurityAuthWrongTokenNavigation: a wrong token on /auth is a 401 for scripts and
+// fetches, and for a browser's navigation a redirect to the UI's sign-in panel, never with a
+// cookie.
+func TestSecurityAuthWrongTokenNavigation(t *testing.T) {
+	g := startGateway(t)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		mode     string
+		status   int
+		location string
+	}{
+		{"", http.StatusUnauthorized, ""},
+		{"cors", http.StatusUnauthorized, ""},
+		{"navigate", http.StatusSeeOther, "/?signin=invalid"},
+	} {
+		req, err := http.NewRequestWithContext(ctxT(t, 5*time.Second), http.MethodGet, g.Base+"/auth?token="+randomToken(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.mode != "" {
+			req.Header.Set("Sec-Fetch-Mode", tc.mode)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.status || resp.Header.Get("Location") != tc.location {
+			t.Errorf("Sec-Fetch-Mode %q: %d to %q, want %d to %q", tc.mode, resp.StatusCode, resp.Header.Get("Location"), tc.status, tc.location)
+		}
+		if len(resp.Cookies()) != 0 {
+			t.Errorf("Sec-Fetch-Mode %q: a cookie was set for a wrong token", tc.mode)
+		}
+	}
+}

@@ -38,7 +38,7 @@ import (
 // else (the UI's files, 404s) as "/*", so scanners cannot mint span names.
 func routeOf(p string) string {
 	switch p {
-	case "/", "/healthz", "/readyz", "/auth", "/metrics":
+	case "/", "/healthz", "/readyz", "/auth", "/auth/check", "/metrics":
 		return p
 	}
 	return "/*"
@@ -225,6 +225,7 @@ func New(opts Options) (*Gateway, error) {
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", g.readyz)
 	e.GET("/auth", g.auth)
+	e.GET("/auth/check", g.authCheck)
 	e.GET("/ws", g.serveWS)
 	if opts.Metrics != nil {
 		e.GET("/metrics", g.metrics)
@@ -271,6 +272,13 @@ func (g *Gateway) auth(c echo.Context) error {
 	}
 	tok := c.QueryParam("token")
 	if _, ok := g.principal(tok); !ok {
+		if c.Request().Header.Get("Sec-Fetch-Mode") == "navigate" && g.opts.Frontend != nil {
+			// A person opened an old sign-in URL (the gateway restarted with a new token): the
+			// UI explains how to sign in, rather than a bare 401.
+			c.Response().Header().Set("Cache-Control", "no-store")
+			c.Response().Header().Set("Referrer-Policy", "no-referrer")
+			return c.Redirect(http.StatusSeeOther, "/?signin=invalid")
+		}
 		refuse(c.Response(), http.StatusUnauthorized, "invalid token")
 		return nil
 	}
@@ -279,6 +287,32 @@ func (g *Gateway) auth(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
 	c.Response().Header().Set("Referrer-Policy", "no-referrer")
 	return c.Redirect(http.StatusSeeOther, "/")
+}
+
+// authCheck answers 204 when the request carries a valid token (the cookie, or a bearer
+// header) and 401 when it does not. The UI asks it when its WebSocket fails, since a refused
+// upgrade is only a close event to a page: 401 here means "sign in", anything else "the gateway
+// is down". It reveals nothing /auth?token= does not, and a cookie needs no Origin here (a
+// same-origin GET carries none; SameSite=Strict keeps other sites' requests without the cookie).
+func (g *Gateway) authCheck(c echo.Context) error {
+	h := c.Response().Header()
+	h.Set("Cache-Control", "no-store")
+	if !g.hostAllowed(c.Request().Host) {
+		refuse(c.Response(), http.StatusForbidden, "host not allowed")
+		return nil
+	}
+	var tok string
+	if a := c.Request().Header.Get("Authorization"); a != "" && bearer(a) {
+		_, rest, _ := strings.Cut(a, " ")
+		tok = strings.TrimSpace(rest)
+	} else if ck, err := c.Request().Cookie(CookieName); err == nil {
+		tok = ck.Value
+	}
+	if _, ok := g.principal(tok); !ok {
+		refuse(c.Response(), http.StatusUnauthorized, "missing or invalid token")
+		return nil
+	}
+	return c.NoContent(http.StatusNoContent)
 }
 
 // principal finds the token's principal in constant time per token.

@@ -276,12 +276,17 @@ export interface SessionOpenResult {
   channel: number;
   pid: number;
   offset: number;
+  /** Always 0: a new session has no replay (protocol 1.1; absent from 1.0 gateways). */
+  live?: number;
 }
 
 export interface SessionAttachParams {
   channel: number;
   session: string;
   from?: number;
+  /** This viewer's size for the window-size policy (both or neither; ignored for read-only). */
+  cols?: number;
+  rows?: number;
   _meta?: RequestMeta;
 }
 
@@ -289,6 +294,12 @@ export interface SessionAttachResult {
   session: string;
   channel: number;
   offset: number;
+  /**
+   * Where the replay ends and live output begins (protocol 1.1): output below it was printed
+   * before this attach and must never make the terminal's automatic replies reach the PTY.
+   * Absent from a 1.0 gateway (then taken as `end`).
+   */
+  live?: number;
   lost: number;
   end: number;
   pid: number;
@@ -408,6 +419,12 @@ export interface ExitParams {
   signal: string | null;
 }
 export type ClosedReason = 'killed' | 'exited' | 'reaped' | 'shutdown';
+export interface SizeParams {
+  channel: number;
+  session: string;
+  cols: number;
+  rows: number;
+}
 export interface ClosedParams {
   channel: number;
   session: string;
@@ -419,6 +436,7 @@ export interface NotificationMap {
   'session.gap': GapParams;
   'session.exit': ExitParams;
   'session.closed': ClosedParams;
+  'session.size': SizeParams;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -758,6 +776,7 @@ export class MuxClient {
     try {
       const r = await this._sendRequestNow('session.open', { ...params, channel: ch.id });
       ch._bound(r.session, r.offset ?? 0, null, null);
+      ch._setSize(params.cols, params.rows);
       return ch;
     } catch (e) {
       if (this.channels.get(ch.id) === ch) this.channels.delete(ch.id);
@@ -766,14 +785,23 @@ export class MuxClient {
     }
   }
 
-  /** session.attach on a fresh channel; `from` omitted replays the oldest retained byte on. */
-  async attach(session: string, from?: number): Promise<Channel> {
+  /**
+   * session.attach on a fresh channel; `from` omitted replays the oldest retained byte on.
+   * `size` is this viewer's terminal size for the window-size policy (protocol 1.1); the
+   * session's applied size is `channel.cols`/`channel.rows` once this resolves.
+   */
+  async attach(session: string, from?: number, size?: { cols: number; rows: number }): Promise<Channel> {
     await this.whenReady();
     const ch = new Channel(this, this.allocChannel(), session);
     this.channels.set(ch.id, ch);
     try {
       const params: SessionAttachParams = { channel: ch.id, session };
       if (from !== undefined) params.from = from;
+      if (size) {
+        params.cols = size.cols;
+        params.rows = size.rows;
+        ch._ownSize = { cols: size.cols, rows: size.rows };
+      }
       const r = await this._sendRequestNow('session.attach', params);
       ch._bound(r.session, r.offset, from ?? null, r);
       return ch;
@@ -972,6 +1000,12 @@ export class MuxClient {
       case 'session.closed':
         ch._close(String(p['reason'] ?? 'closed'));
         break;
+      case 'session.size': {
+        const cols = Number(p['cols']);
+        const rows = Number(p['rows']);
+        if (cols > 0 && rows > 0) ch._size(cols, rows);
+        break;
+      }
     }
   }
 
@@ -1050,8 +1084,16 @@ export type ChannelState =
   | 'closed'; // session.closed, or the client closed
 
 export interface ChannelListener {
-  /** Output bytes (a view, valid until the next event). Call `channel.consumed(n)` once consumed. */
-  data?(bytes: Uint8Array<ArrayBuffer>, channel: Channel): void;
+  /**
+   * Output bytes (a view, valid until the next event). Call `channel.consumed(n)` once consumed.
+   * `replay` is true for bytes below the binding's `live` offset (§3, replay and live output):
+   * the session printed them before this attach (or before a re-attach after a reconnect), and a
+   * terminal's automatic replies to them must never be sent (see ReplayGuard). A frame that
+   * straddles `live` is delivered as two calls, the replay part first. (Optional in the type so
+   * that code calling a listener itself, as 1.0 code did, still compiles; this client always
+   * passes it.)
+   */
+  data?(bytes: Uint8Array<ArrayBuffer>, channel: Channel, replay?: boolean): void;
   /** `lost` bytes of the stream are gone (a session.gap, or an attach whose `from` was too old). */
   gap?(lost: number, channel: Channel): void;
   /** The process exited (delivered once, after the output that preceded the exit). */
@@ -1061,14 +1103,20 @@ export interface ChannelListener {
   closed?(reason: string, channel: Channel): void;
   /** Bound again after a reconnect (result of the re-attach). */
   reattached?(result: SessionAttachResult, channel: Channel): void;
+  /**
+   * The session's applied size changed (`session.size`, or a re-attach's result that differs
+   * from the size last known): draw the session at this size (§3, terminal size).
+   */
+  size?(cols: number, rows: number, channel: Channel): void;
 }
 
 type ChannelEvent =
-  | { t: 'data'; bytes: Uint8Array<ArrayBuffer> }
+  | { t: 'data'; bytes: Uint8Array<ArrayBuffer>; replay: boolean }
   | { t: 'gap'; lost: number }
   | { t: 'exit'; status: ExitStatus }
   | { t: 'closed'; reason: string }
-  | { t: 'reattached'; result: SessionAttachResult };
+  | { t: 'reattached'; result: SessionAttachResult }
+  | { t: 'size'; cols: number; rows: number };
 
 /**
  * One session bound to a channel number. Keeps the resume offset of §3:
@@ -1098,6 +1146,13 @@ export class Channel {
   private deferredExit: { at: number; status: ExitStatus } | null = null;
   private closedReason: string | null = null;
   private _attachResult: SessionAttachResult | null = null;
+  /** Offset where the current binding's replay ends (0 after session.open). */
+  private _live = 0;
+  /** The session's applied size as last known (0 before any). */
+  private _cols = 0;
+  private _rows = 0;
+  /** @internal This viewer's own size, sent with a re-attach after a reconnect. */
+  _ownSize: { cols: number; rows: number } | null = null;
 
   private early: Array<{ t: 'data'; bytes: Uint8Array<ArrayBuffer> } | { t: 'gap'; lost: number }> = [];
   private queuedInput: Uint8Array[] = [];
@@ -1130,6 +1185,25 @@ export class Channel {
   get closeReason(): string | null {
     return this.closedReason;
   }
+  /**
+   * Where the current binding's replay ends: bytes below it are replay (§3). 0 after
+   * session.open; the attach result's `live` (its `end` from a 1.0 gateway) after an attach or
+   * a re-attach.
+   */
+  get live(): number {
+    return this._live;
+  }
+  /** True while this channel has not yet received every replay byte of its binding. */
+  get replaying(): boolean {
+    return this.offset < this._live;
+  }
+  /** The session's applied size as last known (open/attach/resize results, session.size). */
+  get cols(): number {
+    return this._cols;
+  }
+  get rows(): number {
+    return this._rows;
+  }
   /** The result of the latest session.attach of this channel (null after session.open). */
   get attachResult(): SessionAttachResult | null {
     return this._attachResult;
@@ -1157,7 +1231,7 @@ export class Channel {
     try {
       switch (ev.t) {
         case 'data':
-          l.data?.(ev.bytes, this);
+          l.data?.(ev.bytes, this, ev.replay);
           break;
         case 'gap':
           l.gap?.(ev.lost, this);
@@ -1170,6 +1244,9 @@ export class Channel {
           break;
         case 'reattached':
           l.reattached?.(ev.result, this);
+          break;
+        case 'size':
+          l.size?.(ev.cols, ev.rows, this);
           break;
       }
     } catch (e) {
@@ -1250,8 +1327,15 @@ export class Channel {
    */
   resize(cols: number, rows: number): Promise<SessionResizeResult> {
     const params = { channel: this.id, cols, rows };
-    if (this._state === 'bound' && this.client._ready) return this.client._sendRequestNow('session.resize', params);
-    return this.whenBound().then(() => this.client.request('session.resize', params));
+    this._ownSize = { cols, rows };
+    const applied = (r: SessionResizeResult): SessionResizeResult => {
+      // The applied size (the window-size policy may pick another viewer's); a change also
+      // comes as session.size, and _size reports each size once.
+      if (r && r.cols > 0 && r.rows > 0) this._size(r.cols, r.rows);
+      return r;
+    };
+    if (this._state === 'bound' && this.client._ready) return this.client._sendRequestNow('session.resize', params).then(applied);
+    return this.whenBound().then(() => this.client.request('session.resize', params)).then(applied);
   }
 
   /** session.signal to the foreground process group. */
@@ -1344,6 +1428,15 @@ export class Channel {
     this._session = session;
     this._attachResult = attach;
     this.attachOffset = offset;
+    // A 1.0 gateway sends no `live`: everything up to the attach's `end` is replay.
+    this._live = attach ? (typeof attach.live === 'number' ? attach.live : attach.end) : 0;
+    if (attach && attach.cols > 0 && attach.rows > 0) {
+      if (reattach) this._size(attach.cols, attach.rows);
+      else {
+        this._cols = attach.cols;
+        this._rows = attach.rows;
+      }
+    }
     this.received = 0;
     this.gapBytes = 0;
     this.bindGen++;
@@ -1383,11 +1476,19 @@ export class Channel {
     }
     if (this._state !== 'bound' && this._state !== 'detaching') return;
     if (bytes.length === 0) return;
+    const at = this.offset;
     this.received += bytes.length;
     const tail = this.inflight[this.inflight.length - 1];
     if (tail && tail.gen === this.bindGen) tail.bytes += bytes.length;
     else this.inflight.push({ gen: this.bindGen, bytes: bytes.length });
-    this.emit({ t: 'data', bytes });
+    const replayBytes = Math.max(0, Math.min(bytes.length, this._live - at));
+    if (replayBytes === bytes.length) this.emit({ t: 'data', bytes, replay: true });
+    else if (replayBytes === 0) this.emit({ t: 'data', bytes, replay: false });
+    else {
+      // The frame straddles `live`.
+      this.emit({ t: 'data', bytes: bytes.subarray(0, replayBytes), replay: true });
+      this.emit({ t: 'data', bytes: bytes.subarray(replayBytes), replay: false });
+    }
     this.checkDeferredExit();
   }
 
@@ -1410,6 +1511,21 @@ export class Channel {
       this.deferredExit = null;
       this.deliverExit(status);
     }
+  }
+
+  /** @internal The session's applied size; reported when it differs from the last known. */
+  _size(cols: number, rows: number): void {
+    if (cols === this._cols && rows === this._rows) return;
+    this._cols = cols;
+    this._rows = rows;
+    this.emit({ t: 'size', cols, rows });
+  }
+
+  /** @internal session.open: the opener's size is the session's. */
+  _setSize(cols: number, rows: number): void {
+    this._cols = cols;
+    this._rows = rows;
+    this._ownSize = { cols, rows };
   }
 
   /** @internal */
@@ -1453,7 +1569,12 @@ export class Channel {
     this._state = 'binding';
     let r: SessionAttachResult;
     try {
-      r = await this.client._sendRequestNow('session.attach', { channel: this.id, session: this._session, from });
+      const params: SessionAttachParams = { channel: this.id, session: this._session, from };
+      if (this._ownSize) {
+        params.cols = this._ownSize.cols;
+        params.rows = this._ownSize.rows;
+      }
+      r = await this.client._sendRequestNow('session.attach', params);
     } catch (e) {
       if (this._state !== 'binding') return;
       const kind = e instanceof MuxError ? e.kind : 'internal';
@@ -1488,4 +1609,87 @@ function reportListenerError(e: unknown): void {
   setTimeout(() => {
     throw e;
   }, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay never produces input (§3): terminal replies and the guard
+
+// The reply patterns of docs/protocol.md §3, 7-bit and 8-bit C1 introducers.
+const CSI = '(?:\\x1b\\[|\\x9b)';
+const REPLY_PATTERNS: RegExp[] = [
+  new RegExp(`^${CSI}[?>=]?[\\d;]*c$`), // DA1/DA2/DA3
+  new RegExp(`^${CSI}\\??\\d+(;\\d+)*R$`), // CPR
+  new RegExp(`^${CSI}\\d*n$`), // DSR
+  new RegExp(`^${CSI}\\??[\\d;]+\\$y$`), // DECRQM
+  new RegExp(`^${CSI}\\d+(;\\d+)*t$`), // window reports
+  /^(?:\x1b\]|\x9d)[\s\S]*(?:\x07|\x1b\\|\x9c)$/, // OSC
+  /^(?:\x1bP|\x90)[\s\S]*(?:\x1b\\|\x9c)$/, // DCS: XTVERSION, DECRQSS, XTGETTCAP
+];
+
+/**
+ * Whether `data` (one `onData` payload of a terminal emulator) is an automatic terminal reply
+ * (device attributes, cursor/status reports, colour queries, mode reports, window reports, DCS
+ * replies) rather than something a person typed: the patterns of docs/protocol.md §3.
+ */
+export function isTerminalReply(data: string): boolean {
+  for (const re of REPLY_PATTERNS) if (re.test(data)) return true;
+  return false;
+}
+
+/** Writes bytes to a terminal and calls `parsed` once the terminal has parsed them. */
+export type TerminalWrite = (bytes: Uint8Array, parsed: () => void) => void;
+
+/**
+ * The xterm.js recipe of docs/protocol.md §3, for any terminal emulator whose write takes a
+ * callback fired once the bytes are parsed and which emits its replies synchronously while
+ * parsing (xterm.js: `term.write(bytes, cb)` and `term.onData`).
+ *
+ * Route every output chunk through `output(bytes, replay, done)` (the `replay` flag of
+ * ChannelListener.data) and every input payload through `allows(data)`: while replay bytes are
+ * written but not yet parsed, a payload that is a terminal reply is refused; anything else
+ * (a keystroke, a paste) is allowed. Live bytes written after the replay are parsed after it,
+ * so their replies are allowed.
+ */
+export class ReplayGuard {
+  private readonly writeFn: TerminalWrite;
+  /** Replay writes not yet parsed. */
+  private pendingReplay = 0;
+  /** Replies refused so far (for tests and diagnostics). */
+  dropped = 0;
+
+  constructor(write: TerminalWrite) {
+    this.writeFn = write;
+  }
+
+  /** True while some replay bytes have been written and not yet parsed. */
+  get replaying(): boolean {
+    return this.pendingReplay > 0;
+  }
+
+  /** Writes output; `done` runs once the terminal parsed it (acknowledge there). */
+  output(bytes: Uint8Array, replay: boolean | undefined, done?: () => void): void {
+    if (!replay) {
+      this.writeFn(bytes, () => done?.());
+      return;
+    }
+    this.pendingReplay++;
+    this.writeFn(bytes, () => {
+      this.pendingReplay--;
+      done?.();
+    });
+  }
+
+  /** Whether an input payload may be sent: false only for a terminal reply during a replay. */
+  allows(data: string): boolean {
+    if (this.pendingReplay > 0 && isTerminalReply(data)) {
+      this.dropped++;
+      return false;
+    }
+    return true;
+  }
+
+  /** Forget pending replay writes (the terminal was reset or disposed). */
+  reset(): void {
+    this.pendingReplay = 0;
+  }
 }

@@ -10,7 +10,9 @@ import {
   encodeFrame,
   FrameType,
   inputChunkBytes,
+  isTerminalReply,
   MuxClient,
+  ReplayGuard,
   MuxError,
   SUBPROTOCOL,
   type ConnectionState,
@@ -522,7 +524,8 @@ describe('reconnect', () => {
     second.respond('initialize', initResult({}, { ackBytes: 1000 }));
     await tick();
     const attach = second.request('session.attach');
-    assert.deepEqual(attach.params, { channel: 1, session: 'S', from: 40 });
+    // The channel's own size (the opener's) counts again for the window-size policy.
+    assert.deepEqual(attach.params, { channel: 1, session: 'S', from: 40, cols: 80, rows: 24 });
     assert.equal(client.state, 'reconnecting', 'connected only once every channel is re-attached');
     second.respond('session.attach', { session: 'S', channel: 1, offset: 40, lost: 0, end: 40, pid: 42, cols: 80, rows: 24, exit: null });
     await client.whenReady();
@@ -621,5 +624,158 @@ describe('reconnect', () => {
     await h.client.whenReady();
     assert.equal(h.sock().requests().filter((r) => r.method === 'session.attach').length, 0);
     h.client.close();
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+
+/** Records data events with their replay flag. */
+function recordReplay(ch: Channel): Array<[string, boolean]> {
+  const out: Array<[string, boolean]> = [];
+  ch.listen({ data: (b, _c, replay) => out.push([new TextDecoder().decode(b), replay === true]) });
+  return out;
+}
+
+describe('replay and live (protocol 1.1)', () => {
+  it('attach: bytes below live are replay, a frame straddling live is split, the rest is live', async () => {
+    const h = harness();
+    void h.client.connect();
+    await h.handshake();
+    const p = h.client.attach('S', 0, { cols: 100, rows: 30 });
+    await tick();
+    assert.deepEqual(h.sock().request('session.attach').params, { channel: 1, session: 'S', from: 0, cols: 100, rows: 30 });
+    h.sock().respond('session.attach', { session: 'S', channel: 1, offset: 2, live: 10, lost: 2, end: 10, pid: 1, cols: 90, rows: 30, exit: null });
+    const ch = await p;
+    assert.equal(ch.live, 10);
+    assert.equal(ch.replaying, true);
+    assert.deepEqual([ch.cols, ch.rows], [90, 30], 'the applied size comes from the result');
+    const got = recordReplay(ch);
+    h.sock().output(1, 'abc'); // 2..5
+    h.sock().output(1, 'defghij'); // 5..12: straddles 10
+    assert.equal(ch.replaying, false);
+    h.sock().output(1, 'k');
+    assert.deepEqual(got, [
+      ['abc', true],
+      ['defgh', true],
+      ['ij', false],
+      ['k', false],
+    ]);
+    assert.equal(ch.offset, 13);
+    h.client.close();
+  });
+
+  it('a 1.0 result without live takes end; session.open has no replay', async () => {
+    const h = harness();
+    void h.client.connect();
+    await h.handshake();
+    const p = h.client.attach('S');
+    await tick();
+    h.sock().respond('session.attach', { session: 'S', channel: 1, offset: 0, lost: 0, end: 3, pid: 1, cols: 80, rows: 24, exit: null });
+    const ch = await p;
+    assert.equal(ch.live, 3);
+    const got = recordReplay(ch);
+    h.sock().output(1, 'abcd');
+    assert.deepEqual(got, [
+      ['abc', true],
+      ['d', false],
+    ]);
+    const q = h.client.open({ cols: 80, rows: 24 });
+    await tick();
+    h.sock().respond('session.open', { session: 'T', channel: 2, pid: 2, offset: 0, live: 0 });
+    const ch2 = await q;
+    const got2 = recordReplay(ch2);
+    h.sock().output(2, 'x');
+    assert.deepEqual(got2, [['x', false]]);
+    h.client.close();
+  });
+
+  it('the re-attach after a reconnect replays what it resumes as replay', async () => {
+    const h = await opened();
+    const got = recordReplay(h.ch);
+    h.sock().output(1, 'ab');
+    h.sock().drop();
+    await until(() => h.sockets.length === 2, 'a new socket');
+    h.sock().open();
+    h.sock().respond('initialize', initResult());
+    await tick();
+    h.sock().respond('session.attach', { session: 'S', channel: 1, offset: 2, live: 6, lost: 0, end: 6, pid: 42, cols: 80, rows: 24, exit: null });
+    await h.client.whenReady();
+    h.sock().output(1, 'cdefg');
+    assert.deepEqual(got, [
+      ['ab', false],
+      ['cdef', true],
+      ['g', false],
+    ]);
+    h.client.close();
+  });
+});
+
+describe('session size (protocol 1.1)', () => {
+  it('session.size reaches the listener once per change; resize resolves to the applied size', async () => {
+    const { client, sock, ch } = await opened();
+    assert.deepEqual([ch.cols, ch.rows], [80, 24]);
+    const sizes: Array<[number, number]> = [];
+    ch.listen({ size: (c, r) => sizes.push([c, r]) });
+    sock().text({ jsonrpc: '2.0', method: 'session.size', params: { channel: 1, session: 'S', cols: 92, rows: 35 } });
+    assert.deepEqual(sizes, [[92, 35]]);
+    assert.deepEqual([ch.cols, ch.rows], [92, 35]);
+    const r = ch.resize(120, 40);
+    // Under `smallest` the other viewer's size stays: the result says so.
+    sock().respond('session.resize', { cols: 92, rows: 35 });
+    assert.deepEqual(await r, { cols: 92, rows: 35 });
+    assert.deepEqual(sizes, [[92, 35]], 'an unchanged size is not reported again');
+    const r2 = ch.resize(60, 20);
+    sock().text({ jsonrpc: '2.0', method: 'session.size', params: { channel: 1, session: 'S', cols: 60, rows: 20 } });
+    sock().respond('session.resize', { cols: 60, rows: 20 });
+    await r2;
+    assert.deepEqual(sizes, [
+      [92, 35],
+      [60, 20],
+    ]);
+    // another channel's notification is not ours
+    sock().text({ jsonrpc: '2.0', method: 'session.size', params: { channel: 7, session: 'X', cols: 1, rows: 1 } });
+    assert.deepEqual([ch.cols, ch.rows], [60, 20]);
+    client.close();
+  });
+});
+
+describe('terminal replies', () => {
+  it('isTerminalReply matches the replies of docs/protocol.md and not typing', () => {
+    const replies = [
+      '\x1b[?62;22c', '\x1b[>0;276;0c', '\x1b[=0c', '\x1b[c', '\x1b[2;1R', '\x1b[?2;1R', '\x1b[0n',
+      '\x1b[?2004;2$y', '\x1b[2$y', '\x1b[8;24;80t', '\x1b]10;rgb:d4d4/d4d4/d4d4\x07',
+      '\x1b]11;rgb:1e1e/1f1f/2222\x1b\\', '\x1bP>|xterm.js(6.0.0)\x1b\\', '\x1bP1$r0m\x1b\\',
+      '\x9b?62c', '\x9d10;rgb:0/0/0\x9c', '\x90>|x\x9c',
+    ];
+    for (const r of replies) assert.equal(isTerminalReply(r), true, JSON.stringify(r));
+    const typed = ['a', 'ls\r', '\x1b[A', '\x1b[1;5D', '\x1b', '\x1bOP', '\x1b[200~paste\x1b[201~', 'c', '\x1b[3~', '\x03'];
+    for (const t of typed) assert.equal(isTerminalReply(t), false, JSON.stringify(t));
+  });
+
+  it('ReplayGuard drops replies until the replay is parsed and keeps keystrokes', () => {
+    const writes: Array<{ bytes: string; parsed: () => void }> = [];
+    const guard = new ReplayGuard((b, parsed) => writes.push({ bytes: new TextDecoder().decode(b), parsed }));
+    const sent: string[] = [];
+    const input = (d: string) => {
+      if (guard.allows(d)) sent.push(d);
+    };
+    const acked: string[] = [];
+    const enc = (s: string) => new TextEncoder().encode(s);
+    guard.output(enc('\x1b[c'), true, () => acked.push('r1'));
+    guard.output(enc('\x1b]11;?\x07'), true, () => acked.push('r2'));
+    guard.output(enc('\x1b[6n'), false, () => acked.push('l1'));
+    assert.equal(guard.replaying, true);
+    // The terminal parses the first write and answers synchronously; the user types meanwhile.
+    input('\x1b[?62;22c');
+    writes[0]!.parsed();
+    input('x');
+    input('\x1b]11;rgb:1e1e/1f1f/2222\x07');
+    writes[1]!.parsed();
+    assert.equal(guard.replaying, false);
+    input('\x1b[5;1R'); // the reply to the live CPR query is sent
+    writes[2]!.parsed();
+    assert.deepEqual(sent, ['x', '\x1b[5;1R']);
+    assert.deepEqual(acked, ['r1', 'r2', 'l1']);
+    assert.equal(guard.dropped, 2);
   });
 });

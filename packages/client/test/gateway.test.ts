@@ -2,7 +2,7 @@
 // the `ws` package as the WebSocket: what a plugin or a script sees.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { MuxClient, isMuxError } from '../src/index';
+import { MuxClient, ReplayGuard, isMuxError, isTerminalReply } from '../src/index';
 import { Gateway, Output, expectedSeq } from './harness';
 
 const bin = process.env['MUXTERM_BIN'];
@@ -143,6 +143,86 @@ describe('@muxterm/client against the gateway binary', { skip: bin ? false : 'MU
     assert.deepEqual(r.exit, { code: 3, signal: null });
   });
 
+  it('reports live: the attach replays below it, output after it is live', async () => {
+    const { client } = await connect();
+    const ch = await client.open({ cols: 80, rows: 24, cmd: ['sh', '-c', 'echo before; read x; echo "after $x"; exec sleep 60'] });
+    const out = new Output(ch);
+    await out.until('before', () => out.text().includes('before'));
+    assert.equal(out.replayBytes, 0, 'session.open has no replay');
+    const { client: other } = await connect();
+    const ch2 = await other.attach(ch.session, 0);
+    const r = ch2.attachResult!;
+    assert.equal(typeof r.live, 'number');
+    assert.equal(r.live, r.end);
+    assert.equal(ch2.live, r.live);
+    const out2 = new Output(ch2);
+    await out2.until('the replay', () => out2.length >= r.live! - r.offset);
+    assert.equal(out2.replayBytes, r.live! - r.offset, 'every byte below live is replay');
+    ch2.write('42\r');
+    await out2.until('after 42', () => out2.text().includes('after 42'));
+    assert.equal(out2.replayBytes, r.live! - r.offset, 'output after the attach is live');
+    await ch2.kill();
+  });
+
+  it('drops the terminal replies a replay causes and keeps keystrokes typed during it', async () => {
+    const { client } = await connect();
+    // DA1, OSC 10/11 and DECRQM queries, then every byte the program reads, one per line.
+    const ch = await client.open({
+      cols: 80,
+      rows: 24,
+      cmd: ['sh', '-c', 'printf "\\033[c\\033]10;?\\007\\033]11;?\\007\\033[?2004\\$p"; stty raw -echo; printf READY; exec od -An -tx1 -v -w1'],
+    });
+    const out = new Output(ch);
+    await out.until('READY', () => out.text().includes('READY'));
+    await ch.detach();
+
+    // A second viewer with a terminal emulator that answers every query it parses, the way
+    // xterm.js does: synchronously, while parsing; its write callback fires later.
+    const { client: other } = await connect();
+    const ch2 = await other.attach(ch.session, 0);
+    const replies: string[] = [];
+    const send = (d: string): void => {
+      if (guard.allows(d)) ch2.write(d);
+    };
+    const guard = new ReplayGuard((bytes, parsed) => {
+      const s = Buffer.from(bytes).toString('latin1');
+      if (s.includes('\x1b[c')) replies.push('\x1b[?62;22c');
+      if (s.includes('\x1b]10;?')) replies.push('\x1b]10;rgb:d4d4/d4d4/d4d4\x1b\\');
+      if (s.includes('\x1b]11;?')) replies.push('\x1b]11;rgb:1e1e/1f1f/2222\x1b\\');
+      if (s.includes('\x1b[?2004$p')) replies.push('\x1b[?2004;2$y');
+      for (const r of replies.splice(0)) send(r);
+      setTimeout(parsed, 5);
+    });
+    const out2: Buffer[] = [];
+    let typed = false;
+    ch2.listen({
+      data: (b, _c, replay) => {
+        out2.push(Buffer.from(b));
+        guard.output(b, replay, () => ch2.consumed(b.length));
+        if (replay && !typed) {
+          typed = true;
+          send('k'); // a keystroke during the replay
+        }
+      },
+    });
+    const text = () => Buffer.concat(out2).toString('latin1');
+    const deadline = Date.now() + 10_000;
+    while (!text().includes(' 6b')) {
+      if (Date.now() > deadline) throw new Error(`no keystroke reached the program: ${JSON.stringify(text())}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.equal(guard.dropped, 4, 'four replies to the replayed queries were dropped');
+    ch2.write('z');
+    while (!text().includes(' 7a')) {
+      if (Date.now() > deadline) throw new Error(`no z: ${JSON.stringify(text())}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const read = text().slice(text().indexOf('READY') + 5).match(/ [0-9a-f]{2}/g);
+    assert.deepEqual(read, [' 6b', ' 7a'], 'the program read the keystrokes and nothing else');
+    assert.ok(isTerminalReply('\x1b[?62;22c'));
+    await ch2.kill();
+  });
+
   it('close() detaches: the session survives the client', async () => {
     const { client } = await connect();
     const ch = await client.open({ cols: 80, rows: 24 });
@@ -156,3 +236,39 @@ describe('@muxterm/client against the gateway binary', { skip: bin ? false : 'MU
   });
 });
 
+describe('@muxterm/client: session.size under --window-size smallest', { skip: bin ? false : 'MUXTERM_BIN is unset' }, () => {
+  let g: Gateway;
+  const clients: MuxClient[] = [];
+  before(async () => {
+    g = await Gateway.start(bin!, '--allow-cmd', 'sh', '--window-size', 'smallest');
+  });
+  after(async () => {
+    for (const c of clients) c.close();
+    if (g) await g.stop();
+  });
+
+  it('a second viewer resizing smaller reaches the first as session.size, and its leaving restores it', async () => {
+    const a = g.client();
+    const b = g.client();
+    clients.push(a.client, b.client);
+    await a.client.connect();
+    await b.client.connect();
+    const chA = await a.client.open({ cols: 120, rows: 40 });
+    const outA = new Output(chA);
+    assert.deepEqual([chA.cols, chA.rows], [120, 40]);
+    const chB = await b.client.attach(chA.session, undefined, { cols: 100, rows: 30 });
+    assert.deepEqual([chB.cols, chB.rows], [100, 30], 'the attach result carries the applied size');
+    await outA.until('session.size 100x30', () => outA.sizes.some(([c, r]) => c === 100 && r === 30));
+    const r = await chB.resize(92, 35);
+    assert.deepEqual(r, { cols: 92, rows: 35 }, 'per dimension, the smallest');
+    await outA.until('session.size 92x35', () => outA.sizes.some(([c, r]) => c === 92 && r === 35));
+    const applied = await chA.resize(130, 45);
+    assert.deepEqual(applied, { cols: 92, rows: 35 }, 'the resize result is the applied size, not the asked one');
+    await chB.detach();
+    await outA.until('session.size back to 130x45', () => outA.sizes.some(([c, r]) => c === 130 && r === 45));
+    assert.deepEqual([chA.cols, chA.rows], [130, 45]);
+    chA.write('stty size\r');
+    await outA.until('stty size 45 130', () => /\b45 130\r?\n/.test(outA.text()));
+    await chA.kill();
+  });
+});

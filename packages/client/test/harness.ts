@@ -119,14 +119,19 @@ export class Output {
   exit: { code: number; signal: string | null } | null = null;
   closed: string | null = null;
   gaps = 0;
+  /** Bytes delivered with the replay flag (below the binding's `live`). */
+  replayBytes = 0;
+  /** Sizes reported by the listener's `size` (session.size), in order. */
+  readonly sizes: Array<[number, number]> = [];
   /** Results of the re-attaches after reconnects. */
   readonly reattaches: SessionAttachResult[] = [];
 
   constructor(readonly channel: Channel) {
     channel.listen({
-      data: (b) => {
+      data: (b, _ch, replay) => {
         this.chunks.push(Buffer.from(b));
         this.size += b.length;
+        if (replay) this.replayBytes += b.length;
         channel.consumed(b.length);
         this.wake();
       },
@@ -144,6 +149,10 @@ export class Output {
       },
       reattached: (r) => {
         this.reattaches.push(r);
+        this.wake();
+      },
+      size: (cols, rows) => {
+        this.sizes.push([cols, rows]);
         this.wake();
       },
     });
