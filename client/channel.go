@@ -23,8 +23,11 @@ type Channel struct {
 
 	exited chan struct{} // closed on session.exit
 	closed chan struct{} // closed on session.closed, Detach, or the client's end
+	sized  chan struct{} // capacity 1: a wake-up after the session's size changed
 
 	// mu guards the fields below; cond signals new data, the end, or a ctx's end to Read.
+	// Lock order: Client.wmu before Channel.mu (flushAck); Channel.mu and Client.mu are never
+	// held together.
 	mu      sync.Mutex
 	cond    *sync.Cond
 	session string
@@ -53,6 +56,8 @@ type Channel struct {
 	ackQueued bool
 	detaching bool // Detach is sending its request: no more acks
 	lost      int64
+	cols      int // the session's size as the gateway last said (results, session.size)
+	rows      int
 	exit      *proto.ExitInfo
 	reason    string
 	endErr    error
@@ -89,6 +94,7 @@ func (ch *Channel) bindAttach(from *int64) func(response) {
 		ch.session, ch.pid, ch.on = res.Session, res.Pid, r.on
 		ch.offset, ch.next = res.Offset, res.Offset
 		ch.mu.Unlock()
+		ch.setSize(res.Cols, res.Rows)
 		if res.Exit != nil {
 			ch.setExit(*res.Exit)
 		}
@@ -170,6 +176,34 @@ func (ch *Channel) bufferedLocked() int {
 		n += len(s.data)
 	}
 	return n
+}
+
+// Size returns the session's size as the gateway last reported it (the open's size, the attach
+// result, a resize's result, session.size); 0, 0 before any. With several viewers it is the
+// gateway's --window-size policy's choice, which may differ from this client's own size.
+func (ch *Channel) Size() (cols, rows int) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.cols, ch.rows
+}
+
+// SizeChanged receives a value (merged, never blocking the client) after Size changed.
+func (ch *Channel) SizeChanged() <-chan struct{} { return ch.sized }
+
+func (ch *Channel) setSize(cols, rows int) {
+	if cols <= 0 || rows <= 0 {
+		return
+	}
+	ch.mu.Lock()
+	changed := ch.cols != cols || ch.rows != rows
+	ch.cols, ch.rows = cols, rows
+	ch.mu.Unlock()
+	if changed {
+		select {
+		case ch.sized <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Exited is closed when the session's process exited; ExitInfo then holds its status.
@@ -259,6 +293,7 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 		})
 		defer stop()
 	}
+	ackEvery := ch.c.ackEvery() // Client.mu is taken after Channel.mu nowhere: read it first
 	ch.mu.Lock()
 	for {
 		// Pass gaps at the head: they advance the offset.
@@ -301,7 +336,7 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 	flush, queue := false, false
 	switch {
 	case ch.detaching || ch.unacked == 0:
-	case ch.unacked >= ch.c.ackEvery():
+	case ch.unacked >= ackEvery:
 		flush = true
 	case ch.bufferedLocked() == 0 && !ch.ackQueued:
 		ch.ackQueued, queue = true, true
@@ -349,7 +384,7 @@ func (ch *Channel) Write(p []byte) (int, error) {
 // WriteContext is Write that waits for a connection at most until ctx ends.
 func (ch *Channel) WriteContext(ctx context.Context, p []byte) (int, error) {
 	written := 0
-	for first := true; first || written < len(p); first = false {
+	for written < len(p) {
 		ch.mu.Lock()
 		err := ch.endErr
 		ch.mu.Unlock()
@@ -370,9 +405,15 @@ func (ch *Channel) WriteContext(ctx context.Context, p []byte) (int, error) {
 	return written, nil
 }
 
-// Resize resizes the terminal.
+// Resize declares this viewer's size. The size the gateway applies (its --window-size policy
+// over every viewer) is then Size.
 func (ch *Channel) Resize(ctx context.Context, cols, rows int) error {
-	return ch.c.Call(ctx, "session.resize", map[string]any{"channel": ch.ID, "cols": cols, "rows": rows}, nil)
+	var res proto.ResizeResult
+	if err := ch.c.Call(ctx, "session.resize", map[string]any{"channel": ch.ID, "cols": cols, "rows": rows}, &res); err != nil {
+		return err
+	}
+	ch.setSize(res.Cols, res.Rows)
+	return nil
 }
 
 // Signal sends a signal ("INT", ...) to the foreground process group.

@@ -123,8 +123,14 @@ type pending struct {
 	on     *link
 	res    chan response // capacity 1
 	// apply, if set, runs on the reader goroutine with the response before the reader reads
-	// the next message: it binds a channel before any of the channel's output is handled.
+	// the next message: it binds a channel before any of the channel's output is handled. It
+	// is replaced by late (under Client.mu) when the caller stops waiting.
 	apply func(response)
+	// late, if set, takes over the response once the caller has stopped waiting (its ctx
+	// ended): a binding the server made for nobody is undone instead of leaked.
+	late func(response)
+	// handedOff: wait gave up and late owns the response (set by the waiting goroutine only).
+	handedOff bool
 }
 
 type response struct {
@@ -431,15 +437,24 @@ func (c *Client) Call(ctx context.Context, method string, params any, out any) e
 }
 
 func (c *Client) call(ctx context.Context, method string, params any, out any, apply func(response)) error {
+	err, _ := c.callLate(ctx, method, params, out, apply, nil)
+	return err
+}
+
+// callLate is call with a handler for a response that comes after ctx ended (pending.late). It
+// reports whether late took the response over: then the caller leaves the cleanup to it.
+func (c *Client) callLate(ctx context.Context, method string, params any, out any, apply, late func(response)) (error, bool) {
 	l, err := c.link(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: %w", method, err)
+		return fmt.Errorf("%s: %w", method, err), false
 	}
 	p, err := c.sendOn(l, method, params, apply)
 	if err != nil {
-		return err
+		return err, false
 	}
-	return p.wait(ctx, out)
+	p.late = late
+	err = p.wait(ctx, out)
+	return err, p.handedOff
 }
 
 // sendOn sends a request on l without waiting for its response; wait collects it.
@@ -474,9 +489,9 @@ func (p *pending) forget() {
 
 // wait waits for p's response and decodes its result into out (if non-nil).
 func (p *pending) wait(ctx context.Context, out any) error {
-	defer p.forget()
 	select {
 	case r := <-p.res:
+		p.forget()
 		if r.lost != nil {
 			return fmt.Errorf("%s: %w: %w", p.method, ErrConnectionLost, r.lost)
 		}
@@ -490,7 +505,36 @@ func (p *pending) wait(ctx context.Context, out any) error {
 		}
 		return nil
 	case <-ctx.Done():
+		p.giveUp()
 		return fmt.Errorf("%s: %w", p.method, ctx.Err())
+	}
+}
+
+// giveUp is wait's end when its ctx ended first. Without a late handler the call is forgotten
+// (a response is dropped). With one, the call stays registered and the handler gets the
+// response when it comes, or the connection's end; a response the reader delivered meanwhile
+// is handed over at once.
+func (p *pending) giveUp() {
+	if p.late == nil {
+		p.forget()
+		return
+	}
+	p.handedOff = true
+	p.c.mu.Lock()
+	bind := p.apply
+	p.apply = func(r response) {
+		if bind != nil {
+			bind(r)
+		}
+		p.forget()
+		p.late(r)
+	}
+	p.c.mu.Unlock()
+	select {
+	case r := <-p.res:
+		p.forget()
+		p.late(r)
+	default:
 	}
 }
 
@@ -536,7 +580,8 @@ func (c *Client) newChannel() *Channel {
 			break
 		}
 	}
-	ch := &Channel{c: c, ID: c.nextCh, exited: make(chan struct{}), closed: make(chan struct{})}
+	ch := &Channel{c: c, ID: c.nextCh, exited: make(chan struct{}), closed: make(chan struct{}),
+		sized: make(chan struct{}, 1)}
 	ch.cond = sync.NewCond(&ch.mu)
 	c.channels[ch.ID] = ch
 	return ch
@@ -582,29 +627,82 @@ func (o OpenOptions) params(channel uint32) proto.OpenParams {
 	return proto.OpenParams{Channel: channel, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env, Cols: o.Cols, Rows: o.Rows, Name: o.Name}
 }
 
-// Open starts a session and returns its channel.
+// Open starts a session and returns its channel. If ctx ends after the request went out, a
+// session the gateway opens anyway is killed when its result arrives, and the channel number
+// stays reserved until then.
 func (c *Client) Open(ctx context.Context, o OpenOptions) (*Channel, error) {
 	ch := c.newChannel()
-	if err := c.call(ctx, "session.open", o.params(ch.ID), nil, ch.bindOpen); err != nil {
-		c.dropChannel(ch)
+	err, handedOff := c.callLate(ctx, "session.open", o.params(ch.ID), nil, ch.bindOpen, c.undo(ch, "session.kill"))
+	if err != nil {
+		if !handedOff {
+			c.dropChannel(ch)
+		}
 		return nil, err
 	}
+	ch.setSize(o.Cols, o.Rows)
 	return ch, nil
+}
+
+// AttachOptions are session.attach's params other than the channel and the session.
+type AttachOptions struct {
+	// From is the offset to replay from; nil means the oldest retained byte.
+	From *int64
+	// Cols and Rows declare this viewer's size (both or neither): with the gateway's
+	// --window-size policy they may size the session (docs/protocol.md §3).
+	Cols, Rows int
 }
 
 // Attach binds a new channel to session id, replaying from from (nil: the oldest retained byte).
 func (c *Client) Attach(ctx context.Context, id string, from *int64) (*Channel, proto.AttachResult, error) {
+	return c.AttachWith(ctx, id, AttachOptions{From: from})
+}
+
+// AttachWith is Attach with every option. If ctx ends after the request went out, a binding
+// the gateway makes anyway is detached when its result arrives, and the channel number stays
+// reserved until then.
+func (c *Client) AttachWith(ctx context.Context, id string, o AttachOptions) (*Channel, proto.AttachResult, error) {
 	ch := c.newChannel()
 	params := map[string]any{"channel": ch.ID, "session": id}
-	if from != nil {
-		params["from"] = *from
+	if o.From != nil {
+		params["from"] = *o.From
+	}
+	if o.Cols > 0 || o.Rows > 0 {
+		params["cols"], params["rows"] = o.Cols, o.Rows
 	}
 	var res proto.AttachResult
-	if err := c.call(ctx, "session.attach", params, &res, ch.bindAttach(from)); err != nil {
-		c.dropChannel(ch)
+	err, handedOff := c.callLate(ctx, "session.attach", params, &res, ch.bindAttach(o.From), c.undo(ch, "session.detach"))
+	if err != nil {
+		if !handedOff {
+			c.dropChannel(ch)
+		}
 		return nil, res, err
 	}
 	return ch, res, nil
+}
+
+// undo returns the late handler of an open or attach whose caller gave up: if the gateway bound
+// ch after all, method ("session.kill" for an open, "session.detach" for an attach) undoes it;
+// then ch's number is free again. It runs on the reader goroutine, so the request goes out from
+// a goroutine of its own, bounded by WriteTimeout.
+func (c *Client) undo(ch *Channel, method string) func(response) {
+	return func(r response) {
+		if r.Err != nil || r.lost != nil {
+			c.dropChannel(ch)
+			ch.end(io.EOF)
+			return
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), c.opts.WriteTimeout)
+			defer cancel()
+			params := map[string]any{"channel": ch.ID}
+			if method == "session.kill" {
+				params = map[string]any{"session": ch.Session()}
+			}
+			_ = c.Call(ctx, method, params, nil)
+			c.dropChannel(ch)
+			ch.end(io.EOF)
+		}()
+	}
 }
 
 // Kill kills session id.
@@ -678,15 +776,22 @@ func (c *Client) handleText(b []byte) {
 	}
 	c.mu.Lock()
 	p := c.calls[string(m.ID)]
+	var apply func(response)
+	if p != nil {
+		apply = p.apply
+	}
 	c.mu.Unlock()
 	if p == nil {
 		return
 	}
 	r := response{Result: m.Result, Err: m.Error, on: p.on}
-	if p.apply != nil {
-		p.apply(r)
+	if apply != nil {
+		apply(r)
 	}
-	p.res <- r
+	select {
+	case p.res <- r:
+	default: // a second response with the same id: the first stands
+	}
 }
 
 // linkEnded fails the calls that went out on l; if l was the current link, it reconnects or
@@ -696,26 +801,36 @@ func (c *Client) linkEnded(l *link, err error) {
 	defer close(l.done)
 	c.mu.Lock()
 	l.ended, l.err = true, err
+	var lost []*pending
+	var applies []func(response)
 	for _, p := range c.calls {
 		if p.on == l {
-			select {
-			case p.res <- response{lost: err}:
-			default:
-			}
+			lost, applies = append(lost, p), append(applies, p.apply)
 		}
 	}
-	if c.cur != l {
-		c.mu.Unlock()
-		return
+	current := c.cur == l
+	if current {
+		c.cur, c.up = nil, make(chan struct{})
 	}
-	c.cur, c.up = nil, make(chan struct{})
-	retry := !c.closing && c.opts.Reconnect != nil && retryable(err)
+	retry := current && !c.closing && c.opts.Reconnect != nil && retryable(err)
 	c.mu.Unlock()
-	if !retry {
-		c.finish(err)
-		return
+	for i, p := range lost {
+		r := response{lost: err, on: l}
+		if applies[i] != nil {
+			applies[i](r) // a binder ignores it; a late handler frees its channel
+		}
+		select {
+		case p.res <- r:
+		default:
+		}
 	}
-	c.reconnect(err)
+	switch {
+	case !current:
+	case retry:
+		c.reconnect(err)
+	default:
+		c.finish(err)
+	}
 }
 
 func (c *Client) notification(method string, raw json.RawMessage) {
@@ -725,6 +840,8 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 		Code    int     `json:"code"`
 		Signal  *string `json:"signal"`
 		Reason  string  `json:"reason"`
+		Cols    int     `json:"cols"`
+		Rows    int     `json:"rows"`
 	}
 	if json.Unmarshal(raw, &p) != nil {
 		return
@@ -743,5 +860,7 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 	case "session.closed":
 		c.dropChannel(ch)
 		ch.setClosed(p.Reason)
+	case "session.size":
+		ch.setSize(p.Cols, p.Rows)
 	}
 }

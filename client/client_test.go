@@ -428,3 +428,102 @@ func TestDialOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// scriptedServer answers initialize, then hands every later request to the test: it reads one
+// request from reqs' sender and writes what the test sends on replies.
+func scriptedServer(t *testing.T) (url string, reqs <-chan map[string]any, replies chan<- []byte) {
+	t.Helper()
+	reqCh := make(chan map[string]any)
+	repCh := make(chan []byte)
+	url = silentServer(t, func(ws *websocket.Conn) {
+		go func() {
+			for b := range repCh {
+				if ws.WriteMessage(websocket.TextMessage, b) != nil {
+					return
+				}
+			}
+		}()
+		for {
+			_, b, err := ws.ReadMessage()
+			if err != nil {
+				close(reqCh)
+				return
+			}
+			var m map[string]any
+			_ = json.Unmarshal(b, &m)
+			reqCh <- m
+		}
+	})
+	t.Cleanup(func() { close(repCh) })
+	return url, reqCh, repCh
+}
+
+// An open or attach whose caller stopped waiting is undone when its result comes after all:
+// the session the gateway opened is killed, the binding it made is detached, and the channel
+// number is not reused meanwhile.
+func TestGivenUpBindingIsUndone(t *testing.T) {
+	url, reqs, replies := scriptedServer(t)
+	c := dial(t, url, DialOptions{})
+	next := func() map[string]any {
+		select {
+		case m, ok := <-reqs:
+			if !ok {
+				t.Fatal("the server's socket ended")
+			}
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("no request")
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		method, undo string
+		do           func(ctx context.Context) error
+		result       string
+	}{
+		{"session.open", "session.kill", func(ctx context.Context) error {
+			_, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24})
+			return err
+		}, `{"session":"%s","channel":%v,"pid":1,"offset":0,"live":0}`},
+		{"session.attach", "session.detach", func(ctx context.Context) error {
+			_, _, err := c.Attach(ctx, strings.Repeat("ab", 16), nil)
+			return err
+		}, `{"session":"%s","channel":%v,"offset":0,"live":0,"lost":0,"end":0,"pid":1,"cols":80,"rows":24,"exit":null}`},
+	} {
+		t.Run(tc.method, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { errc <- tc.do(ctx) }()
+			req := next()
+			if req["method"] != tc.method {
+				t.Fatalf("request: got %v, want %s", req["method"], tc.method)
+			}
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s after cancel: got %v, want context.Canceled", tc.method, err)
+			}
+			params := req["params"].(map[string]any)
+			sid := strings.Repeat("cd", 16)
+			replies <- []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":`+tc.result+`}`, req["id"], sid, params["channel"]))
+			undo := next()
+			if undo["method"] != tc.undo {
+				t.Fatalf("after the late result: got %v, want %s", undo["method"], tc.undo)
+			}
+			up := undo["params"].(map[string]any)
+			if tc.undo == "session.kill" && up["session"] != sid {
+				t.Errorf("kill of session %v, want %s", up["session"], sid)
+			}
+			if tc.undo == "session.detach" && up["channel"] != params["channel"] {
+				t.Errorf("detach of channel %v, want %v", up["channel"], params["channel"])
+			}
+			// Until the undo is answered, the number stays reserved.
+			c.mu.Lock()
+			_, reserved := c.channels[uint32(params["channel"].(float64))]
+			c.mu.Unlock()
+			if !reserved {
+				t.Errorf("channel %v was freed before its binding was undone", params["channel"])
+			}
+			replies <- []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{}}`, undo["id"]))
+		})
+	}
+}

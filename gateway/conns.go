@@ -44,12 +44,13 @@ type ConnGuard struct {
 	plain                  bool // refusals get an HTTP 503 (false under TLS: just a close)
 	log                    *slog.Logger
 
-	// mu guards pending, perAddr, spare and lastWarn. Nothing blocks under it: conns are
+	// mu guards pending, perAddr, spare, lnClosed and lastWarn. Nothing blocks under it: conns are
 	// closed after it is released.
 	mu       sync.Mutex
 	pending  map[*guardedConn]struct{}
 	perAddr  map[string]int
 	spare    *os.File // one descriptor held back, released to accept-and-refuse on EMFILE
+	lnClosed bool     // the guarded listener closed: a spare reopened after it is closed at once
 	lastWarn time.Time
 }
 
@@ -244,8 +245,14 @@ func (g *ConnGuard) acceptAtEMFILE(ln net.Listener) {
 	}
 	spare, _ = os.Open(os.DevNull)
 	g.mu.Lock()
-	g.spare = spare
+	closed := g.lnClosed
+	if !closed {
+		g.spare = spare
+	}
 	g.mu.Unlock()
+	if closed && spare != nil {
+		_ = spare.Close() // the listener closed meanwhile: nothing will release it
+	}
 }
 
 type guardedListener struct {
@@ -258,7 +265,7 @@ func (l *guardedListener) Close() error {
 	err := l.Listener.Close()
 	l.g.mu.Lock()
 	spare := l.g.spare
-	l.g.spare = nil
+	l.g.spare, l.g.lnClosed = nil, true
 	l.g.mu.Unlock()
 	if spare != nil {
 		_ = spare.Close()

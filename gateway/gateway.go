@@ -467,6 +467,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.drainMu.Unlock()
 	g.cancelBase(mux.ErrShutdown)
 	regErr := make(chan error, 1)
+	// Ends when every kill has ended, which may be after Shutdown returned (ctx ended first):
+	// the caller then waits for the kills itself with a second Registry.Shutdown.
 	go func() { regErr <- g.opts.Registry.Shutdown(ctx) }()
 	done := make(chan struct{})
 	go func() {

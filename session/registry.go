@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -143,6 +144,9 @@ func (r *Registry) lookupLocked(id, owner string) (*Session, error) {
 	}
 	return nil, fmt.Errorf("session %s: %w", id, ErrUnknownSession)
 }
+
+// ErrSurvivors is Shutdown's error when processes outlived their session's kill.
+var ErrSurvivors = errors.New("survived their kill")
 
 // Get returns owner's session id.
 func (r *Registry) Get(id, owner string) (*Session, error) {
@@ -375,7 +379,7 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 		if n := r.survivors.Load(); n > 0 {
-			return fmt.Errorf("shutdown: %d processes of %d sessions survived their kill", n, r.survivorSessions.Load())
+			return fmt.Errorf("shutdown: %d processes of %d sessions %w", n, r.survivorSessions.Load(), ErrSurvivors)
 		}
 		return nil
 	case <-ctx.Done():

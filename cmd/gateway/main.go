@@ -101,6 +101,7 @@ var defaultText = map[string]string{
 	"token":           "generated and printed",
 	"shell":           "$SHELL, else /bin/sh",
 	"max-input-burst": "one second of --max-input-rate, at least 64KiB",
+	"cgroup-root":     "muxterm-sessions under the gateway's own cgroup when writable, else off",
 }
 
 // parse reads the environment twins, then args. --help and --version print to stdout and
@@ -128,7 +129,7 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	fs.StringVar(&c.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
 	fs.BoolVar(&c.metrics, "metrics", false, "serve Prometheus metrics at /metrics to admin principals (--token, or admin in --tokens)")
 	fs.StringVar(&c.metricsAddr, "metrics-listen", "", "serve /metrics on this `address` instead, without auth (implies --metrics)")
-	fs.StringVar(&c.cgroupRoot, "cgroup-root", "", "cgroup v2 `directory` under which each session gets a cgroup (default: muxterm-sessions under the gateway's own cgroup when writable; off: none)")
+	fs.StringVar(&c.cgroupRoot, "cgroup-root", "", "cgroup v2 `directory` under which each session gets a cgroup (a kill ends with cgroup.kill; a start sweeps what a dead gateway left); off: none")
 	fs.StringVar(&c.pprofAddr, "pprof-listen", "", "serve net/http/pprof at /debug/pprof/ on this loopback `address`, without auth")
 	fs.Var(&c.windowSize, "window-size", "a session's size follows its read-write viewers by this `policy`: latest (the one that last typed or resized), smallest or largest")
 	fs.Var(&c.envDeny, "env-deny", "comma-separated `names` (FOO) or prefixes (FOO_*) of the gateway's environment that sessions do not inherit, e.g. secrets (MUXTERM_* and OTEL_* never are)")
@@ -356,7 +357,8 @@ func shutdown(c *config, log *slog.Logger, srv *http.Server, gw *gateway.Gateway
 		// A client that does not read keeps its close frame from being written; nothing of a
 		// session depends on it, and the exit closes the socket: said, not a failure.
 		notes = append(notes, fmt.Sprintf("%v (--shutdown-timeout %v), closed by the exit", err, c.shutdownWait))
-	} else if err != nil {
+	} else if err != nil && !errors.Is(err, session.ErrSurvivors) {
+		// The kills' own outcome is reported once, from reg.Shutdown below.
 		failed = append(failed, fmt.Sprintf("%v (--shutdown-timeout %v)", err, c.shutdownWait))
 	}
 	<-rp.Done() // the reaper's teardowns are kills too: each is bounded by its own timeout

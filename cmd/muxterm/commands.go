@@ -242,7 +242,7 @@ func (a *app) cmdAttach(args []string) (outcome, error) {
 		c.Close()
 		return outcome{}, fmt.Errorf("attach %s: %w", s.Session, err)
 	}
-	return a.interactive(c, ch, label(s.Session, s.Name), res.End, keys), nil
+	return a.interactive(c, ch, label(s.Session, s.Name), res.Live, keys), nil
 }
 
 func label(id, name string) string {
