@@ -94,9 +94,15 @@ func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
 // it (SIGTERM, then SIGKILL) in cleanup, checking that no token of the suite reached its output.
 func launchGateway(t *testing.T, tok string, env []string, args ...string) *gateway {
 	t.Helper()
+	return launchGatewayBin(t, binary(t), tok, env, args...)
+}
+
+// launchGatewayBin is launchGateway running the binary at bin.
+func launchGatewayBin(t *testing.T, bin, tok string, env []string, args ...string) *gateway {
+	t.Helper()
 	g := &gateway{t: t, Token: tok, exited: make(chan struct{})}
 	all := append([]string{"--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
-	g.cmd = exec.Command(binary(t), all...)
+	g.cmd = exec.Command(bin, all...)
 	g.cmd.Env = append(append(os.Environ(), "SHELL=/bin/sh"), env...)
 	stdout, err := g.cmd.StdoutPipe()
 	if err != nil {

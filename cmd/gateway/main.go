@@ -33,6 +33,9 @@ import (
 var version = "0.1.0-dev"
 
 func main() {
+	if handled, code := handoverCheck(os.Args[1:], os.Stdout); handled { // upgrade.go
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
@@ -155,8 +158,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	// An upgrade in place hands over listeners, sessions and a generated token (upgrade.go).
+	ho, err := takeHandover(log, c.killGrace)
+	if err != nil {
+		return err
+	}
 	generated := false
-	if c.token == "" && c.sec.tokensFile == "" {
+	if c.token == "" && c.sec.tokensFile == "" && ho != nil && ho.Token != "" {
+		c.token, generated = ho.Token, true
+	} else if c.token == "" && c.sec.tokensFile == "" {
 		var b [24]byte
 		_, _ = rand.Read(b[:])
 		c.token = hex.EncodeToString(b[:])
@@ -166,10 +176,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", c.listen)
+	hl, err := listenOrInherit(ho, "main", c.listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", c.listen, err)
+		return err
 	}
+	listeners := map[string]*gateway.HandoverListener{"main": hl}
+	var ln net.Listener = hl
 	addr := ln.Addr().String()
 	sln, useTLS, err := c.sec.secureListener(ln, log)
 	if err != nil {
@@ -197,19 +209,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
 	}
 	var metricsOnMain http.Handler
+	var msrv *http.Server
 	if c.metricsAddr != "" {
-		mln, err := net.Listen("tcp", c.metricsAddr)
+		mln, err := listenOrInherit(ho, "metrics", c.metricsAddr)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("metrics listen %s: %w", c.metricsAddr, err)
+			return fmt.Errorf("metrics: %w", err)
 		}
+		listeners["metrics"] = mln
 		if !loopbackListener(mln) {
 			// Metrics reveal no terminal content, but they are unauthenticated here.
 			log.Warn("serving /metrics without auth on a non-loopback address", "metrics-listen", mln.Addr().String())
 		}
 		mm := http.NewServeMux()
 		mm.Handle("GET /metrics", tel.Metrics)
-		msrv := &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
+		msrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
 		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
@@ -246,6 +260,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reapCtx, stopReaper := context.WithCancel(context.Background())
 	defer stopReaper()
 	rp.Start(reapCtx)
+	if ho != nil {
+		adoptHandover(ho, reg, log)
+	}
 
 	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -263,11 +280,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=<your token>\n", base)
 	}
 	log.Info("muxterm started", "listen", addr, "version", version, "pid", os.Getpid())
-
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		return fmt.Errorf("serve: %w", err)
+	if ho != nil {
+		log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", reg.Len(),
+			"took", time.Since(ho.Signalled).Round(time.Microsecond))
+	}
+	up := newUpgrader(log, c.shutdownWait, listeners, srv, msrv, gw, reg, func() {
+		stopReaper()
+		select {
+		case <-rp.Done():
+		case <-time.After(c.shutdownWait):
+		}
+	})
+	if generated {
+		up.token = c.token
+	}
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	defer signal.Stop(usr2)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case err := <-serveErr:
+			return fmt.Errorf("serve: %w", err)
+		case <-usr2:
+			// Returns only if refused (nothing changed) or aborted (shut down below).
+			if err := up.upgrade(time.Now()); errors.Is(err, errUpgradeAborted) {
+				break wait
+			}
+		}
 	}
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownWait)
