@@ -376,7 +376,7 @@ func TestUpgradeInPlace(t *testing.T) {
 		st.follow(ch)
 		st.waitGrowth(t, off+20000, 30*time.Second)
 		st.checkExact(t)
-		t.Logf("upgrade %d: %v from SIGUSR2 to resumed; stream at %d bytes (%d at the signal)", n, took, st.len(), mark)
+		t.Logf("upgrade %d: %v from SIGUSR2 to the new image serving (as the test saw its log); stream at %d bytes (%d at the signal)", n, took, st.len(), mark)
 
 		// The same sessions, the same processes, still our children.
 		after := sessionsByID(t, ctx, c)
@@ -411,7 +411,7 @@ func TestUpgradeInPlace(t *testing.T) {
 		resp.Body.Close()
 		d.finish()
 		if len(d.errs) > 0 {
-			t.Fatalf("dialer: %d of %d requests failed during the upgrade, first: %v", len(d.errs), d.tries, d.errs[0])
+			t.Fatalf("dialer: %d of %d requests failed during the upgrade, first: %v\n%s", len(d.errs), d.tries, d.errs[0], g.Logs())
 		}
 		t.Logf("upgrade %d: dialer made %d requests, none failed, slowest %v", n, d.tries, d.slowst)
 	}
@@ -482,10 +482,19 @@ func TestUpgradeInPlace(t *testing.T) {
 	if !strings.Contains(g.Logs(), "cannot adopt handover state version") {
 		t.Fatalf("the refusal does not say why:\n%s", g.Logs())
 	}
-	if err := os.Remove(bin); err != nil {
+	if err := os.Chmod(bin, 0o644); err != nil { // not executable
 		t.Fatal(err)
 	}
 	refuse(2)
+	// A binary that crashes in the dry run.
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nkill -SEGV $$\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	refuse(3)
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	refuse(4)
 	st.checkExact(t)
 }
 
@@ -494,4 +503,67 @@ func reflectEqual(a, b proto.SessionInfo) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return bytes.Equal(ja, jb)
+}
+
+// TestUpgradeUnadoptableStateIsTornDown: a new image that passed the dry run but cannot adopt
+// the state after the exec (a build made to fail there) tears every session down as a
+// shutdown would: it kills every process, even one that ignores HUP and TERM, reaps them, says
+// so in its log, and exits non-zero. Nothing is leaked.
+func TestUpgradeUnadoptableStateIsTornDown(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gateway")
+	copyFile(t, binary(t), bin)
+	broken := filepath.Join(dir, "gateway-broken")
+	buildGateway(t, broken, "-X main.breakAdoption=1")
+
+	tok := randomToken()
+	g := launchGatewayBin(t, bin, tok, nil, "--token", tok, "--allow-cmd", "sh", "--kill-grace", "100ms")
+	ctx := ctxT(t, 60*time.Second)
+	c := g.dial(t)
+	var pids []int
+	for _, cmd := range []string{"exec sleep 1000", "trap '' HUP TERM; echo ready; while :; do sleep 1; done", "exec cat"} {
+		ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", cmd}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, ch.Pid())
+		if strings.Contains(cmd, "ready") {
+			if _, err := ch.ReadUntil(ctx, "ready"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			if alive(pid) {
+				t.Errorf("process %d outlived the gateway", pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	if err := os.Rename(broken, bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.exited:
+	case <-ctx.Done():
+		t.Fatalf("the gateway did not exit after a state it cannot adopt:\n%s", g.Logs())
+	}
+	var ee *exec.ExitError
+	if !errors.As(g.err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("gateway exit: %v, want a non-zero status", g.err)
+	}
+	logs := g.Logs()
+	if !strings.Contains(logs, "handover state cannot be adopted; previous sessions torn down") ||
+		!strings.Contains(logs, "found=3 survivors=0") {
+		t.Fatalf("the log does not account for the teardown:\n%s", logs)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("session process %d survived the teardown", pid)
+		}
+	}
 }

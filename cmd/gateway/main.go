@@ -294,9 +294,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if generated {
 		up.token = c.token
 	}
-	usr2 := make(chan os.Signal, 1)
-	signal.Notify(usr2, syscall.SIGUSR2)
-	defer signal.Stop(usr2)
 wait:
 	for {
 		select {
@@ -304,7 +301,7 @@ wait:
 			break wait
 		case err := <-serveErr:
 			return fmt.Errorf("serve: %w", err)
-		case <-usr2:
+		case <-upgradeSignals:
 			// Returns only if refused (nothing changed) or aborted (shut down below).
 			if err := up.upgrade(time.Now()); errors.Is(err, errUpgradeAborted) {
 				break wait

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -38,6 +39,15 @@ const handoverCheckFlag = "--handover-check"
 // accept state version N instead of session.HandoverVersion. For tests of a refused upgrade.
 var stateVersion = ""
 
+// breakAdoption, when set with -ldflags "-X main.breakAdoption=1", makes this build pass the
+// dry run but fail to read the state after the exec. For the test of the teardown that follows.
+var breakAdoption = ""
+
+// drainWait bounds how long an upgrade waits for HTTP connections accepted before it stopped
+// accepting to send their request and get the answer (a browser's speculative connection may
+// send none).
+const drainWait = time.Second
+
 // checkTimeout bounds the dry run of the new binary.
 const checkTimeout = 10 * time.Second
 
@@ -55,7 +65,13 @@ var (
 	inheritedErr error
 )
 
+// upgradeSignals receives SIGUSR2 from the start of the process: its default action would
+// terminate the gateway (and orphan every session) if one arrived before run is ready, in
+// particular in a new image still adopting. One that arrives early waits here.
+var upgradeSignals = make(chan os.Signal, 1)
+
 func init() {
+	signal.Notify(upgradeSignals, syscall.SIGUSR2)
 	v, ok := os.LookupEnv(handoverEnv)
 	if !ok {
 		return
@@ -117,6 +133,9 @@ func takeHandover(log *slog.Logger, killGrace time.Duration) (*upgradeState, err
 	st := &upgradeState{}
 	if err == nil {
 		err = session.DecodeHandover(data, handoverVersion(), st)
+	}
+	if err == nil && breakAdoption != "" {
+		err = errors.New("adoption broken by this build (-X main.breakAdoption)")
 	}
 	if err == nil && st.Sessions == nil {
 		st.Sessions = &session.HandoverState{}
@@ -237,29 +256,32 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	defer cancel()
 	// From here on there is no way back but the fallback exec of this very image.
 	u.stopReaper()
-	// The listeners stop accepting (the duplicates keep the sockets and their backlogs), the
-	// HTTP servers finish the requests in flight, and the sockets are told and closed with
-	// 1012; then every connection accepted is closed.
+	// The listeners stop accepting (the duplicates keep the sockets and their backlogs). The
+	// HTTP servers close their idle keep-alive connections and answer every request already
+	// accepted, with Connection: close (not http.Server.Shutdown: it drops a request it reads
+	// after it began, unanswered). The sockets are told and closed with 1012. Then every
+	// connection accepted has ended, or is closed when drainWait runs out.
 	for _, ln := range u.listeners {
 		ln.Stop()
 	}
-	var wg sync.WaitGroup
 	for _, srv := range u.servers {
-		wg.Go(func() {
-			if err := srv.Shutdown(ctx); err != nil {
-				u.log.Warn("upgrade: http requests still running", "err", err)
-			}
-		})
+		srv.SetKeepAlivesEnabled(false)
 	}
 	if err := u.gw.Restart(ctx); err != nil {
 		u.log.Warn("upgrade: sockets did not end in time; their viewers hold no resume", "err", err)
 	}
-	wg.Wait()
+	dctx, dcancel := context.WithTimeout(ctx, drainWait)
 	for name, ln := range u.listeners {
-		if err := ln.Drain(ctx); err != nil {
-			u.log.Warn("upgrade: connections left to the exec", "listener", name, "err", err)
+		if err := ln.Drain(dctx); err != nil {
+			u.log.Warn("upgrade: connections that sent no request are closed", "listener", name, "err", err)
 		}
 	}
+	dcancel()
+	var wg sync.WaitGroup
+	for _, srv := range u.servers {
+		wg.Go(func() { _ = srv.Shutdown(ctx) }) // closes what is left; idle by now
+	}
+	wg.Wait()
 	st, err := u.reg.Handover(ctx)
 	if err != nil {
 		u.log.Error("upgrade: quiescing failed", "err", err)
