@@ -251,7 +251,8 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		}
 		fds[name] = fd
 	}
-	u.log.Info("upgrade: the new binary can adopt this state; quiescing", "binary", u.bin, "state_version", handoverVersion())
+	u.log.Info("upgrade: the new binary can adopt this state; quiescing", "binary", u.bin,
+		"state_version", handoverVersion(), "dry_run", time.Since(signalled).Round(time.Microsecond))
 	ctx, cancel := context.WithTimeout(context.Background(), u.wait)
 	defer cancel()
 	// From here on there is no way back but the fallback exec of this very image.
@@ -385,9 +386,11 @@ func newUpgrader(log *slog.Logger, wait time.Duration, listeners map[string]*gat
 // adoptHandover registers the handed-over sessions and closes what this image does not use.
 func adoptHandover(st *upgradeState, reg *session.Registry, log *slog.Logger) {
 	st.closeUnused(log)
+	start := time.Now()
 	n, err := reg.Adopt(st.Sessions)
 	if err != nil {
 		log.Error("upgrade: sessions not adopted (torn down)", "adopted", n, "err", err)
 	}
-	log.Info("upgrade: sessions adopted", "adopted", n, "handed", len(st.Sessions.Sessions))
+	log.Info("upgrade: sessions adopted", "adopted", n, "handed", len(st.Sessions.Sessions),
+		"took", time.Since(start).Round(time.Microsecond), "since_signal", time.Since(st.Signalled).Round(time.Microsecond))
 }
