@@ -511,6 +511,17 @@ func KillOrphans(log interface {
 	closeInherited(log)
 	kids := ownChildren()
 	found := len(kids)
+	left := killChildren(log, kids, grace)
+	log.Info("handover teardown: children ended", "found", found, "survivors", left)
+	return found - left
+}
+
+// killChildren ends the children pids (each its process group's leader, as a session's child
+// is): HUP, TERM, KILL, grace apart, reaping each as it exits. It returns how many survived.
+func killChildren(log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}, kids []int, grace time.Duration) int {
 	for i, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM, syscall.SIGKILL} {
 		left := kids[:0]
 		for _, pid := range kids {
@@ -530,8 +541,35 @@ func KillOrphans(log interface {
 	for _, pid := range kids {
 		log.Warn("handover teardown: child survived KILL", "pid", pid)
 	}
-	log.Info("handover teardown: children ended", "found", found, "survivors", len(kids))
-	return found - len(kids)
+	return len(kids)
+}
+
+// EndStrays ends every child of this process that no registered session owns: after an
+// adoption, a child whose teardown the previous image had begun but not finished when it
+// exec'd (it was no longer in the registry, so it was not handed over). Nothing else of ours
+// has children at that point. It returns how many it found; the kills run on a goroutine.
+func (r *Registry) EndStrays() int {
+	r.mu.Lock()
+	known := make(map[int]bool, len(r.sessions))
+	for _, s := range r.sessions {
+		known[s.pid] = true
+	}
+	r.mu.Unlock()
+	var strays []int
+	for _, pid := range ownChildren() {
+		if !known[pid] {
+			strays = append(strays, pid)
+		}
+	}
+	if len(strays) > 0 {
+		log := r.opts.Logger
+		log.Warn("handover: ending children no session owns", "pids", strays)
+		go func() {
+			left := killChildren(log, strays, r.opts.KillGrace)
+			log.Info("handover: children no session owned ended", "found", len(strays), "survivors", left)
+		}()
+	}
+	return len(strays)
 }
 
 // reapSome reaps the pids that exit within d and returns the others.

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -194,5 +197,29 @@ func TestHandoverAdoptInProcess(t *testing.T) {
 	}
 	if got := c2.bytes(); !bytes.Equal(got, []byte("ready\ngot-a\n")) {
 		t.Fatalf("adopted output %q", got)
+	}
+}
+
+// TestEndStrays: after an adoption, a child of ours that no session owns (a teardown the
+// previous image had not finished) is killed and reaped; a session's child is left alone.
+func TestEndStrays(t *testing.T) {
+	r := NewRegistry(testOptions(), nil)
+	s, _ := openT(t, r, "alice", nil, "cat")
+	stray := exec.Command("sh", "-c", "trap '' HUP TERM; while :; do sleep 1; done")
+	stray.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := stray.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := stray.Process.Pid
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	if n := r.EndStrays(); n != 1 {
+		t.Fatalf("EndStrays found %d strays, want 1 (the test's)", n)
+	}
+	waitFor(t, 10*time.Second, "the stray to be killed and reaped", func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		return err != nil
+	})
+	if !alive(s.Pid()) {
+		t.Fatal("EndStrays killed a session's child")
 	}
 }
