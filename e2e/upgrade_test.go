@@ -567,3 +567,53 @@ func TestUpgradeUnadoptableStateIsTornDown(t *testing.T) {
 		}
 	}
 }
+
+// TestStopSignalDuringUpgradeIsNotLost: a SIGTERM right behind a SIGUSR2 stops the gateway
+// whichever image receives it (the old one hands "stop" over when it arrived past the point of
+// no return), as does one once the new image serves; no session process survives. (One that
+// lands inside the exec itself, before the new image's first package initializer, is the
+// documented exception: docs/operations.md.)
+func TestStopSignalDuringUpgradeIsNotLost(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after string // log line to wait for before SIGTERM; "" for none
+	}{{"right behind", ""}, {"after the upgrade", "upgrade complete"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGateway(t, "--allow-cmd", "sh")
+			ctx := ctxT(t, 60*time.Second)
+			c := g.dial(t)
+			ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "exec sleep 1000"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := ch.Pid()
+			t.Cleanup(func() {
+				if alive(pid) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			if err := g.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+				t.Fatal(err)
+			}
+			if tc.after != "" {
+				g.waitLog(t, tc.after, 1, 20*time.Second)
+			}
+			if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-g.exited:
+			case <-ctx.Done():
+				t.Fatalf("the gateway did not stop after SIGUSR2 then SIGTERM (%v):\n%s", ctx.Err(), g.Logs())
+			}
+			if g.err != nil {
+				t.Fatalf("gateway exit: %v\n%s", g.err, g.Logs())
+			}
+			if alive(pid) {
+				t.Fatalf("session process %d survived the stop:\n%s", pid, g.Logs())
+			}
+			t.Logf("stopped by the %s image; handed over as a stop: %v", map[bool]string{true: "new", false: "old"}[strings.Contains(g.Logs(), "upgrade complete")],
+				strings.Contains(g.Logs(), "a stop signal arrived during the upgrade"))
+		})
+	}
+}

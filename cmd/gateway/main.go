@@ -23,6 +23,7 @@ import (
 
 	"github.com/muxterm/muxterm/frontend"
 	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/internal/earlysignal"
 	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/otel"
 	"github.com/muxterm/muxterm/reaper"
@@ -38,6 +39,10 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() { // also one caught before NotifyContext (internal/earlysignal, upgrade.go)
+		<-earlysignal.Stop
+		stop()
+	}()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
@@ -294,8 +299,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if generated {
 		up.token = c.token
 	}
+	up.terminating = func() bool { return ctx.Err() != nil }
 wait:
-	for {
+	for !ho.terminate(log) {
 		select {
 		case <-ctx.Done():
 			break wait

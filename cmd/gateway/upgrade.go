@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/internal/earlysignal"
 	"github.com/muxterm/muxterm/session"
 )
 
@@ -65,13 +65,7 @@ var (
 	inheritedErr error
 )
 
-// upgradeSignals receives SIGUSR2 from the start of the process: its default action would
-// terminate the gateway (and orphan every session) if one arrived before run is ready, in
-// particular in a new image still adopting. One that arrives early waits here.
-var upgradeSignals = make(chan os.Signal, 1)
-
 func init() {
-	signal.Notify(upgradeSignals, syscall.SIGUSR2)
 	v, ok := os.LookupEnv(handoverEnv)
 	if !ok {
 		return
@@ -114,6 +108,19 @@ type upgradeState struct {
 	// Listeners are the listening sockets' descriptors by name ("main", "metrics").
 	Listeners map[string]int
 	Sessions  *session.HandoverState
+	// Terminate: SIGTERM or SIGINT arrived during the upgrade, after the point of no return;
+	// the new image shuts down as soon as it has adopted everything.
+	Terminate bool
+}
+
+// terminate reports whether the previous image was asked to stop during the upgrade.
+func (st *upgradeState) terminate(log *slog.Logger) bool {
+	if st == nil || !st.Terminate {
+		return false
+	}
+	log.Info("upgrade: a stop signal arrived during the upgrade; shutting down")
+	st.Terminate = false // once
+	return true
 }
 
 // takeHandover reads and decodes the state the previous image handed over; nil when started
@@ -215,7 +222,9 @@ type upgrader struct {
 	reg       *session.Registry
 	// stopReaper stops the reaper's loop and returns once it has ended.
 	stopReaper func()
-	busy       atomic.Bool
+	// terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived.
+	terminating func() bool
+	busy        atomic.Bool
 }
 
 // errUpgradeAborted: the upgrade got past the point of no return and could not exec; the
@@ -289,7 +298,7 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		return u.abort(nil, fds)
 	}
 	state := &upgradeState{FromVersion: version, Signalled: signalled, Token: u.token,
-		Listeners: fds, Sessions: st}
+		Listeners: fds, Sessions: st, Terminate: u.terminating != nil && u.terminating()}
 	memfd, err := session.WriteHandoverMemfd(handoverVersion(), state)
 	if err != nil {
 		u.log.Error("upgrade: writing the state failed", "err", err)
@@ -382,6 +391,11 @@ func newUpgrader(log *slog.Logger, wait time.Duration, listeners map[string]*gat
 	u.bin = bin
 	return u
 }
+
+// upgradeSignals receives SIGUSR2, caught from the process's first package initializer on
+// (internal/earlysignal): its default action would end the gateway, and orphan every session,
+// if one arrived before run is ready, in particular in a new image still adopting.
+var upgradeSignals = earlysignal.Upgrade
 
 // adoptHandover registers the handed-over sessions and closes what this image does not use.
 func adoptHandover(st *upgradeState, reg *session.Registry, log *slog.Logger) {
