@@ -426,6 +426,24 @@ func TestUpgradeInPlace(t *testing.T) {
 	}
 	upgrade(2, "9.9.9-e2e")
 
+	// A session opened by the upgraded image starts with default signal actions and nothing
+	// blocked: what the exec ignored for its own start is not passed on.
+	fresh, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "exec sleep 60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids[fresh.Session()] = fresh.Pid()
+	waitFor(t, 10*time.Second, "the fresh session to exec sleep", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", fresh.Pid()))
+		return strings.TrimSpace(string(b)) == "sleep"
+	})
+	if ign, blk := sigMasks(t, fresh.Pid()); ign&(1<<(syscall.SIGUSR2-1)|1<<(syscall.SIGTERM-1)|1<<(syscall.SIGINT-1)) != 0 || blk != 0 {
+		t.Fatalf("a session opened after the upgrade: SigIgn %#x SigBlk %#x, want USR2, TERM, INT not ignored and nothing blocked", ign, blk)
+	}
+	if _, err := c.Kill(ctx, fresh.Session()); err != nil {
+		t.Fatal(err)
+	}
+
 	// The idle cat still echoes; the exit-later session reports the code it is given.
 	catCh2, _, err := c.Attach(ctx, catCh.Session(), nil)
 	if err != nil {
@@ -496,6 +514,24 @@ func TestUpgradeInPlace(t *testing.T) {
 	}
 	refuse(4)
 	st.checkExact(t)
+}
+
+// sigMasks reads the SigIgn and SigBlk masks of pid.
+func sigMasks(t *testing.T, pid int) (ign, blk uint64) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			ign, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+		if v, ok := strings.CutPrefix(line, "SigBlk:"); ok {
+			blk, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+	}
+	return ign, blk
 }
 
 // reflectEqual compares two SessionInfo values field by field.

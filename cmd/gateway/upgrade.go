@@ -365,7 +365,9 @@ func execKeeping(bin string, argv, env []string, keep []int) error {
 			return fmt.Errorf("clear close-on-exec on fd %d: %w", fd, err)
 		}
 	}
+	restore := ignoreAcrossExec() // upgrade_sigaction.go
 	err := syscall.Exec(bin, argv, env)
+	restore()
 	restoreCloexec(keep)
 	return fmt.Errorf("exec %s: %w", bin, err)
 }
