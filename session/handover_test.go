@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -221,5 +222,92 @@ func TestEndStrays(t *testing.T) {
 	})
 	if !alive(s.Pid()) {
 		t.Fatal("EndStrays killed a session's child")
+	}
+}
+
+// TestResumeHandover: when the exec fails, the quiesced sessions go back to the readers and
+// the waiter of the same image: output flows again and the exit is reaped.
+func TestResumeHandover(t *testing.T) {
+	r := NewRegistry(testOptions(), nil)
+	wake, w := wakeChan()
+	s, v := openT(t, r, "alice", w, "sh", "-c", "stty raw -echo; read x; echo got-$x; read y; exit 4")
+	c := collect(t, v, wake, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := r.Handover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write([]byte("a\n")); err != nil {
+		t.Fatal(err)
+	}
+	r.ResumeHandover(st)
+	c.waitOutput(t, "got-a\n", 10*time.Second)
+	other, _, err := r.Open(Spec{Argv: []string{"true"}, Cols: 80, Rows: 24, Dir: os.TempDir()}, 0, nil)
+	if err != nil {
+		t.Fatalf("Open after ResumeHandover: %v", err)
+	}
+	cleanupSession(t, other)
+	if _, err := s.Write([]byte("b\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, s.Exited(), 10*time.Second, "exit after ResumeHandover")
+	if e, _ := s.Exit(); e.Code != 4 {
+		t.Fatalf("exit %+v, want code 4", e)
+	}
+}
+
+// TestAdoptTearsDownABadSession: a handed session whose master is not a PTY master is not
+// adopted: its child is killed and reaped (as a shutdown would), the error names it, and the
+// other sessions are adopted.
+func TestAdoptTearsDownABadSession(t *testing.T) {
+	opts := testOptions()
+	opts.KillGrace = 50 * time.Millisecond
+	r1 := NewRegistry(opts, nil)
+	good, _, err := r1.Open(Spec{Argv: []string{"cat"}, Cols: 80, Rows: 24, Dir: os.TempDir(), Owner: "a"}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, _, err := r1.Open(Spec{Argv: []string{"sh", "-c", "trap '' HUP; exec sleep 100"}, Cols: 80, Rows: 24, Dir: os.TempDir(), Owner: "a"}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := r1.Handover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range st.Sessions { // the adopter gets its own descriptors, as across an exec
+		h := &st.Sessions[i]
+		if h.ID == bad.ID() {
+			h.Master, _ = unix.FcntlInt(devnull.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		} else {
+			h.Master, _ = unix.FcntlInt(uintptr(h.Master), unix.F_DUPFD_CLOEXEC, 0)
+		}
+	}
+	devnull.Close()
+	good.ptmx.Close()
+	bad.ptmx.Close()
+	r2 := NewRegistry(opts, nil)
+	n, err := r2.Adopt(st)
+	if n != 1 || err == nil || !strings.Contains(err.Error(), bad.ID()) {
+		t.Fatalf("Adopt: %d adopted, err %v; want 1 and an error naming %s", n, err, bad.ID())
+	}
+	g, err := r2.Get(good.ID(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanupSession(t, g)
+	waitFor(t, 10*time.Second, "the bad session's child to be killed and reaped", func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", bad.Pid()))
+		return err != nil
+	})
+	if _, err := r2.Get(bad.ID(), "a"); err == nil {
+		t.Fatal("the bad session was registered")
 	}
 }
