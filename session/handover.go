@@ -31,6 +31,9 @@ type HandoverState struct {
 	Taken    time.Time // wall clock when the snapshot was taken
 	Sessions []HandedSession
 	Gone     []HandedTombstone // recently closed ids, so an attach to one still says why
+	// Dying are the children of sessions whose teardown had begun and not finished: the next
+	// image ends them (Registry.EndStrays), since this one cannot finish their kill.
+	Dying []int
 }
 
 // HandedSession is one session as the next image adopts it.
@@ -110,6 +113,9 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 	for _, id := range r.goneFIFO {
 		if t, ok := r.gone[id]; ok {
 			st.Gone = append(st.Gone, HandedTombstone{ID: id, Owner: t.owner, Reason: t.reason})
+			if t.done != nil && !isClosed(t.done) && t.pid > 0 {
+				st.Dying = append(st.Dying, t.pid)
+			}
 		}
 	}
 	r.mu.Unlock()
@@ -125,9 +131,14 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 			return nil, fmt.Errorf("handover: reader of %s did not stop: %w", s.id, ctx.Err())
 		}
 	}
-	// 2. The waiter gives up every pidfd it holds; a child it reaped just before publishes
-	// its status on a goroutine, which we wait for.
-	pidfds := children.detachAll()
+	// 2. The waiter gives up the pidfds of these sessions' children (it keeps waiting for
+	// those of sessions being torn down); a child it reaped just before publishes its status
+	// on a goroutine, which we wait for.
+	want := make(map[int]bool, len(ss))
+	for _, s := range ss {
+		want[s.pid] = true
+	}
+	pidfds := children.detach(want)
 	st.Taken = r.now()
 	for _, s := range ss {
 		pidfd, waited := pidfds[s.pid]
@@ -219,20 +230,26 @@ func (s *Session) handedLocked(pidfd int, now time.Time) HandedSession {
 	return h
 }
 
-// detachAll takes every pidfd out of the waiter, still open, by pid, and closes its instance:
-// from here on no child is reaped by this image.
-func (w *waiter) detachAll() map[int]int {
+// detach takes the pidfds of the children in want out of the waiter, still open, by pid: from
+// here on this image does not reap them. When none is left it closes the instance.
+func (w *waiter) detach(want map[int]bool) map[int]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[int]int, len(w.waiting))
+	out := make(map[int]int, len(want))
 	if w.ep == nil {
 		return out
 	}
 	for fd, e := range w.waiting {
+		if !want[e.pid] {
+			continue
+		}
 		out[e.pid] = int(fd)
 		_ = w.ctl(unix.EPOLL_CTL_DEL, int(fd), nil)
+		delete(w.waiting, fd)
 	}
-	w.closeLocked()
+	if len(w.waiting) == 0 {
+		w.closeLocked()
+	}
 	return out
 }
 
@@ -544,29 +561,25 @@ func killChildren(log interface {
 	return len(kids)
 }
 
-// EndStrays ends every child of this process that no registered session owns: after an
-// adoption, a child whose teardown the previous image had begun but not finished when it
-// exec'd (it was no longer in the registry, so it was not handed over). Nothing else of ours
-// has children at that point. It returns how many it found; the kills run on a goroutine.
-func (r *Registry) EndStrays() int {
-	r.mu.Lock()
-	known := make(map[int]bool, len(r.sessions))
-	for _, s := range r.sessions {
-		known[s.pid] = true
-	}
-	r.mu.Unlock()
+// EndStrays ends the children of sessions whose teardown the previous image had begun but not
+// finished when it exec'd (HandoverState.Dying: they had left the registry, so they were not
+// handed over): each that is still our child gets HUP, TERM, KILL and is reaped, on a goroutine.
+// Other children of ours (a descendant re-parented to a subreaper) are not touched. It returns
+// how many it found.
+func (r *Registry) EndStrays(dying []int) int {
+	self := os.Getpid()
 	var strays []int
-	for _, pid := range ownChildren() {
-		if !known[pid] {
+	for _, pid := range dying {
+		if ppid, err := parentOf(pid); err == nil && ppid == self {
 			strays = append(strays, pid)
 		}
 	}
 	if len(strays) > 0 {
 		log := r.opts.Logger
-		log.Warn("handover: ending children no session owns", "pids", strays)
+		log.Warn("handover: ending the children of sessions whose kill had not finished", "pids", strays)
 		go func() {
 			left := killChildren(log, strays, r.opts.KillGrace)
-			log.Info("handover: children no session owned ended", "found", len(strays), "survivors", left)
+			log.Info("handover: those children ended", "found", len(strays), "survivors", left)
 		}()
 	}
 	return len(strays)

@@ -201,8 +201,8 @@ func TestHandoverAdoptInProcess(t *testing.T) {
 	}
 }
 
-// TestEndStrays: after an adoption, a child of ours that no session owns (a teardown the
-// previous image had not finished) is killed and reaped; a session's child is left alone.
+// TestEndStrays: after an adoption, the child of a session whose teardown had not finished is
+// killed and reaped; a child of ours that is not in that list (a session's) is left alone.
 func TestEndStrays(t *testing.T) {
 	r := NewRegistry(testOptions(), nil)
 	s, _ := openT(t, r, "alice", nil, "cat")
@@ -213,8 +213,8 @@ func TestEndStrays(t *testing.T) {
 	}
 	pid := stray.Process.Pid
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
-	if n := r.EndStrays(); n != 1 {
-		t.Fatalf("EndStrays found %d strays, want 1 (the test's)", n)
+	if n := r.EndStrays([]int{pid, 1}); n != 1 { // pid 1 is not our child: skipped
+		t.Fatalf("EndStrays found %d strays, want 1", n)
 	}
 	waitFor(t, 10*time.Second, "the stray to be killed and reaped", func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
@@ -310,4 +310,31 @@ func TestAdoptTearsDownABadSession(t *testing.T) {
 	if _, err := r2.Get(bad.ID(), "a"); err == nil {
 		t.Fatal("the bad session was registered")
 	}
+}
+
+// TestHandoverListsDyingSessions: a session whose teardown runs when the handover is taken is
+// not handed over as a session but its child is listed in Dying, for the next image to end.
+func TestHandoverListsDyingSessions(t *testing.T) {
+	opts := testOptions()
+	opts.KillGrace = 500 * time.Millisecond
+	r := NewRegistry(opts, nil)
+	wake, w := wakeChan()
+	s, v := openT(t, r, "alice", w, "sh", "-c", "trap '' HUP TERM; echo ready; while :; do sleep 1; done")
+	collect(t, v, wake, nil).waitOutput(t, "ready", 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		_, _ = r.Kill(ctx, s.ID(), "alice")
+	}()
+	waitFor(t, 5*time.Second, "the kill to begin", func() bool { return s.State() != StateRunning })
+	st, err := r.Handover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Sessions) != 0 || len(st.Dying) != 1 || st.Dying[0] != s.Pid() {
+		t.Fatalf("handed %d sessions, dying %v; want none and [%d]", len(st.Sessions), st.Dying, s.Pid())
+	}
+	<-killed
 }
