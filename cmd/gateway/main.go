@@ -168,6 +168,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	defer ho.tearDownUnlessAdopted(log, c.killGrace)
 	generated := false
 	if c.token == "" && c.sec.tokensFile == "" && ho != nil && ho.Token != "" {
 		c.token, generated = ho.Token, true

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -31,8 +32,9 @@ import (
 // the environment before anything else reads it.
 const handoverEnv = "MUXTERM_HANDOVER_FD"
 
-// handoverCheckFlag is the dry run: `gateway --handover-check N` exits 0 when this build can
-// adopt a state of version N, 3 when it cannot.
+// handoverCheckFlag is the dry run: `gateway --handover-check N [flags…]` exits 0 when this
+// build can adopt a state of version N and accepts the flags (and MUXTERM_* environment) the
+// running gateway was started with, 3 when it cannot, 2 on a usage error.
 const handoverCheckFlag = "--handover-check"
 
 // stateVersion, when set with -ldflags "-X main.stateVersion=N", makes this build write and
@@ -86,8 +88,8 @@ func handoverCheck(args []string, stdout io.Writer) (handled bool, code int) {
 	if len(args) == 0 || args[0] != handoverCheckFlag {
 		return false, 0
 	}
-	if len(args) != 2 {
-		fmt.Fprintf(stdout, "usage: gateway %s VERSION\n", handoverCheckFlag)
+	if len(args) < 2 {
+		fmt.Fprintf(stdout, "usage: gateway %s VERSION [flags]\n", handoverCheckFlag)
 		return true, 2
 	}
 	v, err := strconv.ParseUint(args[1], 10, 32)
@@ -95,8 +97,35 @@ func handoverCheck(args []string, stdout io.Writer) (handled bool, code int) {
 		fmt.Fprintf(stdout, "muxterm %s: cannot adopt handover state version %s (reads %d)\n", version, args[1], handoverVersion())
 		return true, 3
 	}
+	// The configuration the new image will be started with (the same flags and environment):
+	// a flag this build no longer knows, a value it refuses, a tokens file or TLS key pair that
+	// no longer loads would make it fail after the exec, with every session to tear down.
+	if err := checkConfig(args[2:]); err != nil {
+		fmt.Fprintf(stdout, "muxterm %s: cannot start with this configuration: %v\n", version, err)
+		return true, 3
+	}
 	fmt.Fprintf(stdout, "muxterm %s: can adopt handover state version %d\n", version, handoverVersion())
 	return true, 0
+}
+
+// checkConfig parses args as run would and loads the files run loads, without listening. The
+// flag package's usage text is dropped: the error says what is wrong.
+func checkConfig(args []string) error {
+	c, err := parse(args, os.Getenv, io.Discard)
+	if err != nil {
+		return err
+	}
+	if c.sec.tokensFile != "" {
+		if _, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, slog.New(slog.DiscardHandler)); err != nil {
+			return err
+		}
+	}
+	if c.sec.tlsCert != "" {
+		if _, err := tls.LoadX509KeyPair(c.sec.tlsCert, c.sec.tlsKey); err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+	}
+	return nil
 }
 
 // upgradeState is the whole handover: the gateway's part and the registry's.
@@ -111,6 +140,19 @@ type upgradeState struct {
 	// Terminate: SIGTERM or SIGINT arrived during the upgrade, after the point of no return;
 	// the new image shuts down as soon as it has adopted everything.
 	Terminate bool
+
+	adopted bool // set by adoptHandover; not part of the state
+}
+
+// tearDownUnlessAdopted is deferred by run: if run fails after the state was read and before
+// its sessions were adopted (a listener or a TLS key that no longer loads), the sessions'
+// processes must not outlive this process: they are torn down as a shutdown would.
+func (st *upgradeState) tearDownUnlessAdopted(log *slog.Logger, killGrace time.Duration) {
+	if st == nil || st.adopted {
+		return
+	}
+	ended := session.KillOrphans(log, killGrace)
+	log.Error("upgrade: the new image could not start; the handed-over sessions were torn down", "ended", ended)
 }
 
 // terminate reports whether the previous image was asked to stop during the upgrade.
@@ -335,7 +377,8 @@ func (u *upgrader) abort(st *session.HandoverState, fds map[string]int) error {
 func (u *upgrader) check() error {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, u.bin, handoverCheckFlag, strconv.FormatUint(uint64(handoverVersion()), 10))
+	args := append([]string{handoverCheckFlag, strconv.FormatUint(uint64(handoverVersion()), 10)}, os.Args[1:]...)
+	cmd := exec.CommandContext(ctx, u.bin, args...)
 	cmd.Env = os.Environ()
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
@@ -401,6 +444,7 @@ var upgradeSignals = earlysignal.Upgrade
 
 // adoptHandover registers the handed-over sessions and closes what this image does not use.
 func adoptHandover(st *upgradeState, reg *session.Registry, log *slog.Logger) {
+	st.adopted = true
 	st.closeUnused(log)
 	start := time.Now()
 	n, err := reg.Adopt(st.Sessions)

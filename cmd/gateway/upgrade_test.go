@@ -23,7 +23,11 @@ func TestHandoverCheck(t *testing.T) {
 		{[]string{"--handover-check", "99"}, true, 3, "cannot adopt handover state version 99"},
 		{[]string{"--handover-check", "x"}, true, 3, "cannot adopt"},
 		{[]string{"--handover-check"}, true, 2, "usage"},
-		{[]string{"--handover-check", cur, "extra"}, true, 2, "usage"},
+		{[]string{"--handover-check", cur, "--listen", "127.0.0.1:0", "--kill-grace", "1s"}, true, 0, "can adopt"},
+		{[]string{"--handover-check", cur, "--no-such-flag"}, true, 3, "cannot start with this configuration"},
+		{[]string{"--handover-check", cur, "--kill-grace", "-1s"}, true, 3, "cannot start with this configuration"},
+		{[]string{"--handover-check", cur, "--tokens", "/nonexistent/tokens"}, true, 3, "cannot start with this configuration"},
+		{[]string{"--handover-check", cur, "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"}, true, 3, "--tls-cert/--tls-key"},
 	} {
 		var out bytes.Buffer
 		handled, code := handoverCheck(tc.args, &out)
