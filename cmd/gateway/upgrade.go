@@ -454,4 +454,5 @@ func adoptHandover(st *upgradeState, reg *session.Registry, log *slog.Logger) {
 	log.Info("upgrade: sessions adopted", "adopted", n, "handed", len(st.Sessions.Sessions),
 		"took", time.Since(start).Round(time.Microsecond), "since_signal", time.Since(st.Signalled).Round(time.Microsecond))
 	reg.EndStrays(st.Sessions.Dying)
+	st.Sessions = nil // the rings' copies: run keeps st for as long as it runs
 }
