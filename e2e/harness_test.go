@@ -117,9 +117,22 @@ func startGatewayNofile(t *testing.T, nofile int, args ...string) *gateway {
 // launchGatewayWith is launchGateway with a hook that may change the command before it starts.
 func launchGatewayWith(t *testing.T, tok string, env []string, hook func(*exec.Cmd), args ...string) *gateway {
 	t.Helper()
+	return launchGatewayBinWith(t, binary(t), tok, env, hook, args...)
+}
+
+// launchGatewayBin is launchGateway running the binary at bin.
+func launchGatewayBin(t *testing.T, bin, tok string, env []string, args ...string) *gateway {
+	t.Helper()
+	return launchGatewayBinWith(t, bin, tok, env, nil, args...)
+}
+
+// launchGatewayBinWith runs the binary at bin, with a hook that may change the command before
+// it starts.
+func launchGatewayBinWith(t *testing.T, bin, tok string, env []string, hook func(*exec.Cmd), args ...string) *gateway {
+	t.Helper()
 	g := &gateway{t: t, Token: tok, exited: make(chan struct{})}
 	all := append([]string{"--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
-	g.cmd = exec.Command(binary(t), all...)
+	g.cmd = exec.Command(bin, all...)
 	g.cmd.Env = append(append(os.Environ(), "SHELL=/bin/sh"), env...)
 	if hook != nil {
 		hook(g.cmd)

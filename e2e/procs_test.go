@@ -430,3 +430,75 @@ func TestCgroupsUnderAPopulatedServiceCgroup(t *testing.T) {
 		t.Errorf("the default root outlived a clean stop: %v", err)
 	}
 }
+
+// An upgrade in place keeps each session's cgroup and child: the Go client (with Reconnect)
+// resumes its channel by itself after the 1012, the session's process is in the same cgroup,
+// and a kill after the upgrade still ends a nohup job through cgroup.kill, reaped by the new
+// image (the orphan reaper leaves the adopted child to its waiter).
+func TestUpgradeKeepsCgroupsAndChildren(t *testing.T) {
+	root := testutil.CgroupRoot(t)
+	g := startGateway(t, "--allow-cmd", "*", "--cgroup-root", root, "--kill-grace", "100ms")
+	ctx := ctxT(t, 60*time.Second)
+	resumed := make(chan struct{}, 1)
+	c, err := client.Dial(ctx, g.WS, client.DialOptions{Token: g.Token, Reconnect: &client.ReconnectOptions{
+		OnEvent: func(e client.ReconnectEvent) {
+			if e.Resumed {
+				resumed <- struct{}{}
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
+		Cmd: []string{"sh", "-c", `nohup sleep 1000 >/dev/null 2>&1 & echo "JOB $! READY"; stty raw -echo; exec cat`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := ch.ReadUntil(ctx, "READY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`JOB (\d+) READY`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no job pid in %q", out)
+	}
+	job, _ := strconv.Atoi(m[1])
+	cgroupOf := func(pid int) string {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatalf("cgroup of %d: %v", pid, err)
+		}
+		return string(b)
+	}
+	before := cgroupOf(ch.Pid())
+	if err := g.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	g.waitLog(t, "upgrade complete", 1, 30*time.Second)
+	select {
+	case <-resumed:
+	case <-ctx.Done():
+		t.Fatalf("the client did not resume after the upgrade\n%s", g.Logs())
+	}
+	if _, err := ch.Write([]byte("after-upgrade")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "after-upgrade"); err != nil {
+		t.Fatalf("the resumed channel: %v", err)
+	}
+	if after := cgroupOf(ch.Pid()); after != before {
+		t.Errorf("the session's cgroup: %q before the upgrade, %q after", before, after)
+	}
+	res, err := c.Kill(ctx, ch.Session())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != "killed" || res.Survivors != 0 || res.Exit == nil {
+		t.Errorf("kill after the upgrade: got %+v, want killed with its exit and 0 survivors", res)
+	}
+	waitFor(t, 5*time.Second, "the nohup job to be gone and reaped", func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", job))
+		return os.IsNotExist(err)
+	})
+}

@@ -45,6 +45,11 @@ type Socket interface {
 // {reason: shutdown}` and close the socket with 1001.
 var ErrShutdown = errors.New("gateway shutting down")
 
+// ErrRestart is the cancel cause of an upgrade in place: Serve sends the `gateway.restart`
+// notification and closes the socket with 1012; the channels' sessions stay, held for resume
+// (restart.go).
+var ErrRestart = errors.New("gateway restarting")
+
 // Defaults for ServerOptions.
 const (
 	DefaultWindow          = 256 << 10
@@ -245,15 +250,15 @@ func Serve(ctx context.Context, ws Socket, opts ServerOptions) error {
 	err := c.readLoop()
 	close(c.readDone)
 	c.cancel(err)
-	if errors.Is(context.Cause(c.ctx), ErrShutdown) {
-		// Let the writer tell every channel and send 1001 before the socket goes.
+	if cause := context.Cause(c.ctx); errors.Is(cause, ErrShutdown) || errors.Is(cause, ErrRestart) {
+		// Let the writer tell every channel and send 1001 (1012) before the socket goes.
 		waitAtMost(c.writerDone, closeGrace+c.opts.WriteWait)
 	}
 	ws.Close() // unblocks a writer stuck in a write
 	<-c.writerDone
 	c.wg.Wait()
 	c.detachAll()
-	if cause := context.Cause(c.ctx); errors.Is(cause, ErrShutdown) {
+	if cause := context.Cause(c.ctx); errors.Is(cause, ErrShutdown) || errors.Is(cause, ErrRestart) {
 		return nil
 	}
 	if isNormalClose(err) {
@@ -405,8 +410,12 @@ func (c *conn) writeLoop() {
 				return
 			}
 		case <-c.ctx.Done():
-			if errors.Is(context.Cause(c.ctx), ErrShutdown) {
-				c.shutdownFlush()
+			if cause := context.Cause(c.ctx); errors.Is(cause, ErrShutdown) || errors.Is(cause, ErrRestart) {
+				if errors.Is(cause, ErrRestart) {
+					c.restartFlush()
+				} else {
+					c.shutdownFlush()
+				}
 				// Give the client a moment to answer the close frame: closing with its acks
 				// unread would reset the connection and could discard what we just sent.
 				waitAtMost(c.readDone, closeGrace)

@@ -30,6 +30,8 @@ type server struct {
 	wg   sync.WaitGroup // Serve calls
 	mu   sync.Mutex
 	errs []error
+	// cancel ends every socket's context with a cause (ErrShutdown, ErrRestart).
+	cancel context.CancelCauseFunc
 }
 
 func newServer(t *testing.T, opts ServerOptions, onSocket func(ws *websocket.Conn)) *server {
@@ -37,6 +39,7 @@ func newServer(t *testing.T, opts ServerOptions, onSocket func(ws *websocket.Con
 	s := &server{reg: session.NewRegistry(session.Options{Shell: "/bin/sh", KillGrace: 100 * time.Millisecond}, nil)}
 	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
 	ctx, cancel := context.WithCancelCause(context.Background())
+	s.cancel = cancel
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := up.Upgrade(w, r, nil)
 		if err != nil {

@@ -53,6 +53,16 @@ func (o *orphanReaper) start(cmd *exec.Cmd) error {
 	return nil
 }
 
+// adopt registers pid, a child this image did not start (a session adopted after an upgrade),
+// as one of ours: the reaper leaves it to its waiter.
+func (o *orphanReaper) adopt(pid int) {
+	o.gate.RLock()
+	defer o.gate.RUnlock()
+	o.mu.Lock()
+	o.own[pid] = struct{}{}
+	o.mu.Unlock()
+}
+
 // reaped says our own child pid was reaped by its waiter.
 func (o *orphanReaper) reaped(pid int) {
 	o.mu.Lock()

@@ -45,6 +45,7 @@ type tombstone struct {
 	// tombstone does not keep its scrollback alive.
 	done <-chan struct{}
 	res  *KillResult
+	pid  int // the session's child, for a handover while its teardown runs (handover.go)
 }
 
 // NewRegistry returns an empty registry. now is the clock (nil: time.Now); the reaper's grace is
@@ -230,7 +231,7 @@ func (r *Registry) removeLocked(s *Session, reason Reason) {
 		delete(r.gone, r.goneFIFO[0])
 		r.goneFIFO = r.goneFIFO[1:]
 	}
-	r.gone[s.id] = tombstone{owner: s.owner, reason: reason, done: done, res: res}
+	r.gone[s.id] = tombstone{owner: s.owner, reason: reason, done: done, res: res, pid: s.pid}
 	r.goneFIFO = append(r.goneFIFO, s.id)
 }
 

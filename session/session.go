@@ -289,6 +289,11 @@ type Session struct {
 	// backpressure (disarmed until wakeReaderLocked), or done. The zero value: no reader (a
 	// test's session without a process).
 	readState readState
+	// handingOver: an upgrade in place is taking this session over (handover.go); the reader
+	// stops at the end of its turn instead of re-arming, and readStopped is closed once no
+	// worker reads the master any more.
+	handingOver bool
+	readStopped chan struct{}
 	// holds: the offsets of read-write viewers lost with their socket, which backpressure
 	// follows as if they were attached, each until its own timer (ResumeHold) removes it.
 	holds    []*hold
@@ -719,6 +724,7 @@ const (
 	readBusy                    // a worker reads it (or ends its reading)
 	readParked                  // disarmed while backpressure holds; wakeReaderLocked re-arms it
 	readDone                    // reading ended, the master is closed
+	readHanded                  // unregistered for an upgrade in place; the master stays open
 )
 
 // readReady is a readers worker's turn at s's master, which was reported readable. It reads in
@@ -753,13 +759,18 @@ func (s *Session) readReady(buf []byte) {
 			break // drained for now
 		}
 		s.mu.Lock()
-		paused := s.paused && !s.dropOutput
+		paused := s.paused && !s.dropOutput || s.handingOver
 		s.mu.Unlock()
 		if paused {
 			break
 		}
 	}
 	s.mu.Lock()
+	if s.handingOver {
+		s.stopReadingLocked() // handover.go: not re-armed; the next image reads on
+		s.mu.Unlock()
+		return
+	}
 	if s.paused && !s.dropOutput {
 		s.readState = readParked
 		s.mu.Unlock()
@@ -850,6 +861,9 @@ func (s *Session) endReading(err error) {
 	s.readerSpan.End()
 	s.mu.Lock()
 	s.readState = readDone
+	if s.handingOver {
+		s.markReadStoppedLocked()
+	}
 	s.mu.Unlock()
 	close(s.readerDone)
 }
@@ -922,6 +936,7 @@ const maxHolds = 64
 // viewer had been handed bytes up to upTo; its client resumes somewhere in [from, upTo].
 type hold struct {
 	from, upTo int64
+	until      time.Time // when timer fires, for a handover (handover.go)
 	timer      *time.Timer
 }
 
@@ -939,7 +954,7 @@ func (s *Session) holdLocked(from, upTo int64) {
 		oldest := s.holds[0]
 		s.dropHoldsLocked(func(h *hold) bool { return h == oldest })
 	}
-	h := &hold{from: from, upTo: upTo}
+	h := &hold{from: from, upTo: upTo, until: s.now().Add(d)}
 	s.holds = append(s.holds, h)
 	h.timer = time.AfterFunc(d, func() {
 		s.mu.Lock()

@@ -24,6 +24,7 @@ import (
 	"github.com/muxterm/muxterm/frontend"
 	"github.com/muxterm/muxterm/gateway"
 	"github.com/muxterm/muxterm/internal/cgroup"
+	"github.com/muxterm/muxterm/internal/earlysignal"
 	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/otel"
 	"github.com/muxterm/muxterm/reaper"
@@ -47,13 +48,24 @@ func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
 func main() {
+	if handled, code := handoverCheck(os.Args[1:], os.Stdout); handled { // upgrade.go
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Descendants that double-fork are re-parented to us and reaped here (not in run: the
-	// tests that call run must keep their own children's exit statuses).
-	if err := session.AdoptOrphans(slog.Default()); err != nil {
-		fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
+	// tests that call run must keep their own children's exit statuses). An image started by
+	// an upgrade does it in run, once the sessions it adopted have registered their children,
+	// so that the orphan reaper never takes an adopted child's exit status.
+	if inheritedFD < 0 {
+		if err := session.AdoptOrphans(slog.Default()); err != nil {
+			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
+		}
 	}
+	go func() { // also one caught before NotifyContext (internal/earlysignal, upgrade.go)
+		<-earlysignal.Stop
+		stop()
+	}()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errVersion) {
 			return
@@ -209,8 +221,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	// An upgrade in place hands over listeners, sessions and a generated token (upgrade.go).
+	ho, err := takeHandover(log, c.killGrace)
+	if err != nil {
+		return err
+	}
+	defer ho.tearDownUnlessAdopted(log, c.killGrace)
 	generated := false
-	if c.token == "" && c.sec.tokensFile == "" {
+	if c.token == "" && c.sec.tokensFile == "" && ho != nil && ho.Token != "" {
+		c.token, generated = ho.Token, true
+	} else if c.token == "" && c.sec.tokensFile == "" {
 		var b [24]byte
 		_, _ = rand.Read(b[:])
 		c.token = hex.EncodeToString(b[:])
@@ -220,10 +240,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", c.listen)
+	hl, err := listenOrInherit(ho, "main", c.listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", c.listen, err)
+		return err
 	}
+	listeners := map[string]*gateway.HandoverListener{"main": hl}
+	var ln net.Listener = hl
 	addr := ln.Addr().String()
 	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
 		MaxPendingPerAddr: c.sec.maxPendingPerAddr, TLS: c.sec.tlsCert != "", Logger: log})
@@ -262,19 +284,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
 	}
 	var metricsOnMain http.Handler
+	var msrv *http.Server
 	if c.metricsAddr != "" {
-		mln, err := net.Listen("tcp", c.metricsAddr)
+		mln, err := listenOrInherit(ho, "metrics", c.metricsAddr)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("metrics listen %s: %w", c.metricsAddr, err)
+			return fmt.Errorf("metrics: %w", err)
 		}
+		listeners["metrics"] = mln
 		if !loopbackListener(mln) {
 			// Metrics reveal no terminal content, but they are unauthenticated here.
 			log.Warn("serving /metrics without auth on a non-loopback address", "metrics-listen", mln.Addr().String())
 		}
 		mm := http.NewServeMux()
 		mm.Handle("GET /metrics", tel.Metrics)
-		msrv := newServer(mm, c.sec.httpIdle)
+		msrv = newServer(mm, c.sec.httpIdle)
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
 		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
@@ -311,6 +335,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reapCtx, stopReaper := context.WithCancel(context.Background())
 	defer stopReaper()
 	rp.Start(reapCtx)
+	if ho != nil {
+		adoptHandover(ho, reg, log)
+		// Only now: every adopted child is registered as ours (see main).
+		if err := session.AdoptOrphans(log); err != nil {
+			log.Warn("child subreaper", "err", err)
+		}
+	}
 
 	srv := newServer(gw, c.sec.httpIdle)
 	srv.ConnState = guard.ConnState
@@ -329,11 +360,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=<your token>\n", base)
 	}
 	log.Info("muxterm started", "listen", addr, "version", version, "pid", os.Getpid())
-
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		return fmt.Errorf("serve: %w", err)
+	if ho != nil {
+		log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", reg.Len(),
+			"took", time.Since(ho.Signalled).Round(time.Microsecond))
+	}
+	up := newUpgrader(log, c.shutdownWait, listeners, srv, msrv, gw, reg, func() {
+		stopReaper()
+		select {
+		case <-rp.Done():
+		case <-time.After(c.shutdownWait):
+		}
+	})
+	if generated {
+		up.token = c.token
+	}
+	up.terminating = func() bool { return ctx.Err() != nil }
+wait:
+	for !ho.terminate(log) {
+		select {
+		case <-ctx.Done():
+			break wait
+		case err := <-serveErr:
+			return fmt.Errorf("serve: %w", err)
+		case <-upgradeSignals:
+			// Returns only if refused (nothing changed) or aborted (shut down below).
+			if err := up.upgrade(time.Now()); errors.Is(err, errUpgradeAborted) {
+				break wait
+			}
+		}
 	}
 	log.Info("shutting down")
 	return shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups)

@@ -1,0 +1,468 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/internal/earlysignal"
+	"github.com/muxterm/muxterm/session"
+)
+
+// Upgrade in place (docs/operations.md, "Upgrade and restart"; docs/architecture.md, "Upgrade
+// in place"): SIGUSR2 re-executes the gateway binary in this process, handing every session over.
+
+// handoverEnv names the memfd that carries the state to the next image. init removes it from
+// the environment before anything else reads it.
+const handoverEnv = "MUXTERM_HANDOVER_FD"
+
+// handoverCheckFlag is the dry run: `gateway --handover-check N [flags…]` exits 0 when this
+// build can adopt a state of version N and accepts the flags (and MUXTERM_* environment) the
+// running gateway was started with, 3 when it cannot, 2 on a usage error.
+const handoverCheckFlag = "--handover-check"
+
+// stateVersion, when set with -ldflags "-X main.stateVersion=N", makes this build write and
+// accept state version N instead of session.HandoverVersion. For tests of a refused upgrade.
+var stateVersion = ""
+
+// breakAdoption, when set with -ldflags "-X main.breakAdoption=1", makes this build pass the
+// dry run but fail to read the state after the exec. For the test of the teardown that follows.
+var breakAdoption = ""
+
+// drainWait bounds how long an upgrade waits for HTTP connections accepted before it stopped
+// accepting to send their request and get the answer (a browser's speculative connection may
+// send none).
+const drainWait = time.Second
+
+// checkTimeout bounds the dry run of the new binary.
+const checkTimeout = 10 * time.Second
+
+func handoverVersion() uint32 {
+	if v, err := strconv.ParseUint(stateVersion, 10, 32); err == nil {
+		return uint32(v)
+	}
+	return session.HandoverVersion
+}
+
+// inheritedFD is the state memfd of the previous image, -1 when started fresh; inheritedErr
+// says why the variable could not be read.
+var (
+	inheritedFD  = -1
+	inheritedErr error
+)
+
+func init() {
+	v, ok := os.LookupEnv(handoverEnv)
+	if !ok {
+		return
+	}
+	os.Unsetenv(handoverEnv)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		inheritedErr = fmt.Errorf("%s=%q: not a descriptor", handoverEnv, v)
+		return
+	}
+	unix.CloseOnExec(fd)
+	inheritedFD = fd
+}
+
+// handoverCheck runs the dry run when args start with --handover-check: it reports whether
+// it can adopt the version named, and whether it handled args.
+func handoverCheck(args []string, stdout io.Writer) (handled bool, code int) {
+	if len(args) == 0 || args[0] != handoverCheckFlag {
+		return false, 0
+	}
+	if len(args) < 2 {
+		fmt.Fprintf(stdout, "usage: gateway %s VERSION [flags]\n", handoverCheckFlag)
+		return true, 2
+	}
+	v, err := strconv.ParseUint(args[1], 10, 32)
+	if err != nil || uint32(v) != handoverVersion() {
+		fmt.Fprintf(stdout, "muxterm %s: cannot adopt handover state version %s (reads %d)\n", version, args[1], handoverVersion())
+		return true, 3
+	}
+	// The configuration the new image will be started with (the same flags and environment):
+	// a flag this build no longer knows, a value it refuses, a tokens file or TLS key pair that
+	// no longer loads would make it fail after the exec, with every session to tear down.
+	if err := checkConfig(args[2:]); err != nil {
+		fmt.Fprintf(stdout, "muxterm %s: cannot start with this configuration: %v\n", version, err)
+		return true, 3
+	}
+	fmt.Fprintf(stdout, "muxterm %s: can adopt handover state version %d\n", version, handoverVersion())
+	return true, 0
+}
+
+// checkConfig parses args as run would and loads the files run loads, without listening. The
+// flag package's usage text is dropped: the error says what is wrong.
+func checkConfig(args []string) error {
+	c, err := parse(args, os.Getenv, io.Discard)
+	if err != nil {
+		return err
+	}
+	if c.sec.tokensFile != "" {
+		if _, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, slog.New(slog.DiscardHandler)); err != nil {
+			return err
+		}
+	}
+	if c.sec.tlsCert != "" {
+		if _, err := tls.LoadX509KeyPair(c.sec.tlsCert, c.sec.tlsKey); err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+	}
+	return nil
+}
+
+// upgradeState is the whole handover: the gateway's part and the registry's.
+type upgradeState struct {
+	FromVersion string
+	Signalled   time.Time // when SIGUSR2 arrived, for the log line of the next image
+	// Token is the generated token (none was configured), so the URL printed stays valid.
+	Token string
+	// Listeners are the listening sockets' descriptors by name ("main", "metrics").
+	Listeners map[string]int
+	Sessions  *session.HandoverState
+	// Terminate: SIGTERM or SIGINT arrived during the upgrade, after the point of no return;
+	// the new image shuts down as soon as it has adopted everything.
+	Terminate bool
+
+	adopted bool // set by adoptHandover; not part of the state
+}
+
+// tearDownUnlessAdopted is deferred by run: if run fails after the state was read and before
+// its sessions were adopted (a listener or a TLS key that no longer loads), the sessions'
+// processes must not outlive this process: they are torn down as a shutdown would.
+func (st *upgradeState) tearDownUnlessAdopted(log *slog.Logger, killGrace time.Duration) {
+	if st == nil || st.adopted {
+		return
+	}
+	ended := session.KillOrphans(log, killGrace)
+	log.Error("upgrade: the new image could not start; the handed-over sessions were torn down", "ended", ended)
+}
+
+// terminate reports whether the previous image was asked to stop during the upgrade.
+func (st *upgradeState) terminate(log *slog.Logger) bool {
+	if st == nil || !st.Terminate {
+		return false
+	}
+	log.Info("upgrade: a stop signal arrived during the upgrade; shutting down")
+	st.Terminate = false // once
+	return true
+}
+
+// takeHandover reads and decodes the state the previous image handed over; nil when started
+// fresh. A state that cannot be read is torn down as a shutdown would (every child of this
+// process killed, every descriptor it carried closed) and reported as an error.
+func takeHandover(log *slog.Logger, killGrace time.Duration) (*upgradeState, error) {
+	if inheritedErr != nil || inheritedFD < 0 {
+		if inheritedErr == nil {
+			return nil, nil
+		}
+		err := inheritedErr
+		ended := session.KillOrphans(log, killGrace)
+		log.Error("upgrade: handover state unreadable; previous sessions torn down", "err", err, "ended", ended)
+		return nil, err
+	}
+	data, err := session.ReadHandoverFD(inheritedFD)
+	st := &upgradeState{}
+	if err == nil {
+		err = session.DecodeHandover(data, handoverVersion(), st)
+	}
+	if err == nil && breakAdoption != "" {
+		err = errors.New("adoption broken by this build (-X main.breakAdoption)")
+	}
+	if err == nil && st.Sessions == nil {
+		st.Sessions = &session.HandoverState{}
+	}
+	if err != nil {
+		ended := session.KillOrphans(log, killGrace)
+		log.Error("upgrade: handover state cannot be adopted; previous sessions torn down", "err", err, "ended", ended)
+		return nil, fmt.Errorf("adopt handover state: %w", err)
+	}
+	return st, nil
+}
+
+// listenOrInherit returns the listener the previous image handed over under name, or a new
+// one on addr, wrapped so an upgrade can stop it without closing its socket.
+func listenOrInherit(st *upgradeState, name, addr string) (*gateway.HandoverListener, error) {
+	var ln net.Listener
+	var err error
+	if fd, ok := st.listener(name); ok {
+		ln, err = gateway.InheritListener(fd)
+	} else if ln, err = net.Listen("tcp", addr); err != nil {
+		err = fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	hl, err := gateway.NewHandoverListener(ln)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return hl, nil
+}
+
+// listener takes the handed-over listener name out of st.
+func (st *upgradeState) listener(name string) (int, bool) {
+	if st == nil {
+		return -1, false
+	}
+	fd, ok := st.Listeners[name]
+	delete(st.Listeners, name)
+	return fd, ok
+}
+
+// closeUnused closes handed-over listeners this image does not use (a flag removed).
+func (st *upgradeState) closeUnused(log *slog.Logger) {
+	for name, fd := range st.Listeners {
+		log.Warn("upgrade: handed-over listener not used; closing it", "listener", name)
+		unix.Close(fd)
+	}
+}
+
+// binaryPath is the binary an upgrade executes: the path this process was started from
+// (argv[0] resolved against $PATH and the working directory, at start), not /proc/self/exe,
+// so a deploy that replaced the file at that path is what SIGUSR2 runs.
+func binaryPath() (string, error) {
+	p := os.Args[0]
+	if filepath.Base(p) == p {
+		lp, err := exec.LookPath(p)
+		if err != nil {
+			return "", fmt.Errorf("binary %q: %w", p, err)
+		}
+		p = lp
+	}
+	return filepath.Abs(p)
+}
+
+// upgrader runs an upgrade in place on SIGUSR2.
+type upgrader struct {
+	log   *slog.Logger
+	bin   string // binaryPath at start; "" when it could not be resolved
+	token string // the generated token, handed on
+	wait  time.Duration
+	// listeners by name, before any TLS wrapping, and the servers serving them.
+	listeners map[string]*gateway.HandoverListener
+	servers   []*http.Server
+	gw        *gateway.Gateway
+	reg       *session.Registry
+	// stopReaper stops the reaper's loop and returns once it has ended.
+	stopReaper func()
+	// terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived.
+	terminating func() bool
+	busy        atomic.Bool
+}
+
+// errUpgradeAborted: the upgrade got past the point of no return and could not exec; the
+// sessions are back in this image but nothing serves them, so the caller shuts down.
+var errUpgradeAborted = errors.New("upgrade aborted after quiescing")
+
+// upgrade asks the binary whether it can adopt this state, then quiesces everything and execs
+// it. It returns only when the upgrade was refused (nothing changed: the gateway serves on) or,
+// with errUpgradeAborted, when even the fallback exec failed.
+func (u *upgrader) upgrade(signalled time.Time) error {
+	if !u.busy.CompareAndSwap(false, true) {
+		u.log.Warn("upgrade refused: an upgrade is running")
+		return errors.New("upgrade running")
+	}
+	defer u.busy.Store(false)
+	if u.bin == "" {
+		u.log.Error("upgrade refused: the binary's path could not be resolved at start")
+		return errors.New("no binary path")
+	}
+	if err := u.check(); err != nil {
+		u.log.Error("upgrade refused; still serving", "binary", u.bin, "err", err)
+		return err
+	}
+	fds := make(map[string]int, len(u.listeners))
+	for name, ln := range u.listeners {
+		fd, err := gateway.ListenerFD(ln)
+		if err != nil {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			u.log.Error("upgrade refused; still serving", "err", err)
+			return err
+		}
+		fds[name] = fd
+	}
+	u.log.Info("upgrade: the new binary can adopt this state; quiescing", "binary", u.bin,
+		"state_version", handoverVersion(), "dry_run", time.Since(signalled).Round(time.Microsecond))
+	ctx, cancel := context.WithTimeout(context.Background(), u.wait)
+	defer cancel()
+	// From here on there is no way back but the fallback exec of this very image.
+	u.stopReaper()
+	// The listeners stop accepting (the duplicates keep the sockets and their backlogs). The
+	// HTTP servers close their idle keep-alive connections and answer every request already
+	// accepted, with Connection: close (not http.Server.Shutdown: it drops a request it reads
+	// after it began, unanswered). The sockets are told and closed with 1012. Then every
+	// connection accepted has ended, or is closed when drainWait runs out.
+	for _, ln := range u.listeners {
+		ln.Stop()
+	}
+	for _, srv := range u.servers {
+		srv.SetKeepAlivesEnabled(false)
+	}
+	if err := u.gw.Restart(ctx); err != nil {
+		u.log.Warn("upgrade: sockets did not end in time; their viewers hold no resume", "err", err)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, drainWait)
+	for name, ln := range u.listeners {
+		if err := ln.Drain(dctx); err != nil {
+			u.log.Warn("upgrade: connections that sent no request are closed", "listener", name, "err", err)
+		}
+	}
+	dcancel()
+	var wg sync.WaitGroup
+	for _, srv := range u.servers {
+		wg.Go(func() { _ = srv.Shutdown(ctx) }) // closes what is left; idle by now
+	}
+	wg.Wait()
+	st, err := u.reg.Handover(ctx)
+	if err != nil {
+		u.log.Error("upgrade: quiescing failed", "err", err)
+		return u.abort(nil, fds)
+	}
+	state := &upgradeState{FromVersion: version, Signalled: signalled, Token: u.token,
+		Listeners: fds, Sessions: st, Terminate: u.terminating != nil && u.terminating()}
+	memfd, err := session.WriteHandoverMemfd(handoverVersion(), state)
+	if err != nil {
+		u.log.Error("upgrade: writing the state failed", "err", err)
+		return u.abort(st, fds)
+	}
+	keep := append(st.FDs(), memfd)
+	for _, fd := range fds {
+		keep = append(keep, fd)
+	}
+	env := append(os.Environ(), handoverEnv+"="+strconv.Itoa(memfd))
+	u.log.Info("upgrade: executing", "binary", u.bin, "sessions", len(st.Sessions),
+		"quiesce", time.Since(signalled).Round(time.Microsecond))
+	err = execKeeping(u.bin, os.Args, env, keep)
+	// Still here: the exec failed. The running image can always read its own state.
+	u.log.Error("upgrade: exec failed; re-executing the running image", "binary", u.bin, "err", err)
+	err = execKeeping("/proc/self/exe", os.Args, env, keep)
+	u.log.Error("upgrade: exec of the running image failed too", "err", err)
+	unix.Close(memfd)
+	return u.abort(st, fds)
+}
+
+// abort puts the sessions back in this image after a failed exec; the caller shuts down.
+func (u *upgrader) abort(st *session.HandoverState, fds map[string]int) error {
+	if st != nil {
+		u.reg.ResumeHandover(st)
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	return errUpgradeAborted
+}
+
+// check runs the new binary's dry run with the state version.
+func (u *upgrader) check() error {
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	args := append([]string{handoverCheckFlag, strconv.FormatUint(uint64(handoverVersion()), 10)}, os.Args[1:]...)
+	cmd := exec.CommandContext(ctx, u.bin, args...)
+	cmd.Env = os.Environ()
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	// Started as one of our own children, so that the orphan reaper leaves its exit status to
+	// cmd.Wait.
+	done, err := session.StartChild(cmd)
+	if err == nil {
+		err = cmd.Wait()
+		done()
+	}
+	out := buf.Bytes()
+	if ctx.Err() != nil {
+		return fmt.Errorf("dry run %s: no answer within %v", handoverCheckFlag, checkTimeout)
+	}
+	if err != nil {
+		return fmt.Errorf("dry run %s %d: %w: %q", handoverCheckFlag, handoverVersion(), err, truncate(out, 200))
+	}
+	return nil
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		b = b[:n]
+	}
+	return string(b)
+}
+
+// execKeeping execs bin with close-on-exec cleared on keep, and only for the exec: the fork
+// lock keeps any concurrent fork from inheriting them, and a failed exec sets it again.
+func execKeeping(bin string, argv, env []string, keep []int) error {
+	syscall.ForkLock.Lock()
+	defer syscall.ForkLock.Unlock()
+	for _, fd := range keep {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			restoreCloexec(keep)
+			return fmt.Errorf("clear close-on-exec on fd %d: %w", fd, err)
+		}
+	}
+	restore := ignoreAcrossExec() // upgrade_sigaction.go
+	err := syscall.Exec(bin, argv, env)
+	restore()
+	restoreCloexec(keep)
+	return fmt.Errorf("exec %s: %w", bin, err)
+}
+
+func restoreCloexec(fds []int) {
+	for _, fd := range fds {
+		unix.CloseOnExec(fd)
+	}
+}
+
+// newUpgrader wires an upgrader; msrv may be nil.
+func newUpgrader(log *slog.Logger, wait time.Duration, listeners map[string]*gateway.HandoverListener, srv, msrv *http.Server,
+	gw *gateway.Gateway, reg *session.Registry, stopReaper func()) *upgrader {
+	u := &upgrader{log: log, wait: wait, listeners: listeners, servers: []*http.Server{srv},
+		gw: gw, reg: reg, stopReaper: stopReaper}
+	if msrv != nil {
+		u.servers = append(u.servers, msrv)
+	}
+	bin, err := binaryPath()
+	if err != nil {
+		log.Warn("upgrade in place unavailable: the binary's path cannot be resolved", "err", err)
+	}
+	u.bin = bin
+	return u
+}
+
+// upgradeSignals receives SIGUSR2, caught from the process's first package initializer on
+// (internal/earlysignal): its default action would end the gateway, and orphan every session,
+// if one arrived before run is ready, in particular in a new image still adopting.
+var upgradeSignals = earlysignal.Upgrade
+
+// adoptHandover registers the handed-over sessions and closes what this image does not use.
+func adoptHandover(st *upgradeState, reg *session.Registry, log *slog.Logger) {
+	st.adopted = true
+	st.closeUnused(log)
+	start := time.Now()
+	n, err := reg.Adopt(st.Sessions)
+	if err != nil {
+		log.Error("upgrade: sessions not adopted (torn down)", "adopted", n, "err", err)
+	}
+	log.Info("upgrade: sessions adopted", "adopted", n, "handed", len(st.Sessions.Sessions),
+		"took", time.Since(start).Round(time.Microsecond), "since_signal", time.Since(st.Signalled).Round(time.Microsecond))
+	reg.EndStrays(st.Sessions.Dying)
+	st.Sessions = nil // the rings' copies: run keeps st for as long as it runs
+}

@@ -1,0 +1,658 @@
+package session
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sys/unix"
+
+	"github.com/muxterm/muxterm/internal/cgroup"
+	"github.com/muxterm/muxterm/otel"
+)
+
+// An upgrade in place (docs/architecture.md, "Upgrade in place") hands every session to the
+// next image of the gateway in the same process: Registry.Handover quiesces the sessions and
+// describes them (HandoverState, its descriptors still open), the caller encodes that into a
+// memfd and execs; the next image decodes it and calls Registry.Adopt.
+
+// HandoverState is everything the registry hands to the next image. The descriptors it names
+// (Master, Pidfd) are open in this process and stay open across the exec.
+type HandoverState struct {
+	Taken    time.Time // wall clock when the snapshot was taken
+	Sessions []HandedSession
+	Gone     []HandedTombstone // recently closed ids, so an attach to one still says why
+	// Dying are the children of sessions whose teardown had begun and not finished: the next
+	// image ends them (Registry.EndStrays), since this one cannot finish their kill.
+	Dying []int
+}
+
+// HandedSession is one session as the next image adopts it.
+type HandedSession struct {
+	ID, Owner, Name string
+	Argv            []string
+	Pid             int
+	Created         time.Time
+	Cols, Rows      int
+	PtsName         string
+	// Master is the PTY master's descriptor, or -1 when reading had ended (every holder of the
+	// slave is gone, so there is nothing left to read).
+	Master int
+	// Pidfd is the child's pidfd, or -1 when the exit is known or the child was waited for
+	// without one (the next image then opens one, after checking the pid is still its child).
+	Pidfd int
+	// RingStart is the offset of Ring's first byte; the output end is RingStart+len(Ring).
+	RingStart int64
+	Ring      []byte
+	// Exit is the status once the child was reaped.
+	Exit           *ExitStatus
+	OutputFinal    bool
+	UnwatchedSince time.Time // zero while a viewer was attached
+	LeaseUntil     time.Time
+	Holds          []HandedHold
+	// Cgroup is the session's cgroup directory, "" when it has none (a state from an image
+	// without cgroups decodes to "").
+	Cgroup string
+}
+
+// HandedHold is one resume hold and the time it had left.
+type HandedHold struct {
+	From, UpTo int64
+	Left       time.Duration
+}
+
+// HandedTombstone is a recently closed id.
+type HandedTombstone struct {
+	ID, Owner string
+	Reason    Reason
+}
+
+// FDs returns every descriptor the state names, for the exec to keep open.
+func (h *HandoverState) FDs() []int {
+	var fds []int
+	for _, s := range h.Sessions {
+		if s.Master >= 0 {
+			fds = append(fds, s.Master)
+		}
+		if s.Pidfd >= 0 {
+			fds = append(fds, s.Pidfd)
+		}
+	}
+	return fds
+}
+
+// reapSettle bounds how long Handover waits for the exit of a child the waiter reaped just
+// before it was detached (its status is published by a goroutine of its own).
+const reapSettle = 2 * time.Second
+
+// Handover freezes the registry (Open refuses with ErrShuttingDown from now on) and quiesces
+// every session: its reader stops at the end of its turn and its master leaves the readers'
+// epoll instance, its child leaves the waiter, and then its state is read under its lock. No
+// byte is read from a master after its ring was snapshotted: what the program prints from here
+// on waits in the PTY for the next image. The caller must have stopped everything that kills
+// or attaches (the reaper, the sockets) first. After Handover the sessions are inert until
+// ResumeHandover or the exec.
+func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("handover: %w", ErrShuttingDown)
+	}
+	r.closed = true
+	ss := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		ss = append(ss, s)
+	}
+	st := &HandoverState{}
+	for _, id := range r.goneFIFO {
+		if t, ok := r.gone[id]; ok {
+			st.Gone = append(st.Gone, HandedTombstone{ID: id, Owner: t.owner, Reason: t.reason})
+			if t.done != nil && !isClosed(t.done) && t.pid > 0 {
+				st.Dying = append(st.Dying, t.pid)
+			}
+		}
+	}
+	r.mu.Unlock()
+	sortSessions(ss)
+	// 1. Readers: each stops at the end of its turn (bytes it read are ingested first).
+	for _, s := range ss {
+		s.stopReading()
+	}
+	for _, s := range ss {
+		select {
+		case <-s.readStopped:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("handover: reader of %s did not stop: %w", s.id, ctx.Err())
+		}
+	}
+	// 2. The waiter gives up the pidfds of these sessions' children (it keeps waiting for
+	// those of sessions being torn down); a child it reaped just before publishes its status
+	// on a goroutine, which we wait for.
+	want := make(map[int]bool, len(ss))
+	for _, s := range ss {
+		want[s.pid] = true
+	}
+	pidfds := children.detach(want)
+	st.Taken = r.now()
+	for _, s := range ss {
+		pidfd, waited := pidfds[s.pid]
+		if !waited {
+			pidfd = -1
+			t := time.NewTimer(reapSettle)
+			select {
+			case <-s.exited:
+			case <-t.C:
+				// Waited for by a blocking wait4 of its own (a traced child): the next
+				// image opens a pidfd for it if it is still our child.
+				s.opts.Logger.Warn("handover: child not waited through a pidfd", "session", s.id, "pid", s.pid)
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		// 3. The snapshot, under the session's lock.
+		st.Sessions = append(st.Sessions, s.handedLocked(pidfd, st.Taken))
+	}
+	return st, nil
+}
+
+// sortSessions orders ss oldest first, so the next image lists them in the same order.
+func sortSessions(ss []*Session) {
+	for i := 1; i < len(ss); i++ {
+		for j := i; j > 0 && ss[j].created.Before(ss[j-1].created); j-- {
+			ss[j], ss[j-1] = ss[j-1], ss[j]
+		}
+	}
+}
+
+// stopReading sets handingOver and takes the master away from the readers unless a worker
+// reads it now (the worker then stops at the end of its turn). readStopped is closed once no
+// worker reads the master.
+func (s *Session) stopReading() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handingOver = true
+	s.readStopped = make(chan struct{})
+	switch s.readState {
+	case readArmed, readParked:
+		s.stopReadingLocked()
+	case readBusy:
+		// The worker calls stopReadingLocked at the end of its turn, or endReading.
+	default:
+		s.markReadStoppedLocked()
+	}
+}
+
+// stopReadingLocked unregisters the master (it stays open) and marks the reading stopped.
+// s.mu is held (lock order: Session.mu before readPoller.mu).
+func (s *Session) stopReadingLocked() {
+	s.readState = readHanded
+	readers.remove(s)
+	s.markReadStoppedLocked()
+}
+
+// markReadStoppedLocked closes readStopped once. s.mu is held.
+func (s *Session) markReadStoppedLocked() {
+	if s.readStopped != nil && !isClosed(s.readStopped) {
+		close(s.readStopped)
+	}
+}
+
+// handedLocked describes s for the next image; it takes s.mu.
+func (s *Session) handedLocked(pidfd int, now time.Time) HandedSession {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := HandedSession{ID: s.id, Owner: s.owner, Name: s.name, Argv: s.argv, Pid: s.pid,
+		Created: s.created, Cols: s.cols, Rows: s.rows, PtsName: s.ptsName, Master: -1,
+		Pidfd: pidfd, RingStart: s.ring.start, OutputFinal: s.outputFinal,
+		UnwatchedSince: s.unwatchedSince, LeaseUntil: s.leaseUntil, Cgroup: s.cgroup.Path()}
+	if s.readState == readHanded {
+		h.Master = s.masterFD
+	}
+	if n := s.ring.size(); n > 0 {
+		h.Ring = make([]byte, n)
+		s.ring.copyOut(h.Ring, s.ring.start)
+	}
+	if isClosed(s.exited) {
+		e := s.exit
+		h.Exit = &e
+	}
+	for _, hd := range s.holds {
+		if left := hd.until.Sub(now); left > 0 {
+			h.Holds = append(h.Holds, HandedHold{From: hd.from, UpTo: hd.upTo, Left: left})
+		}
+	}
+	return h
+}
+
+// detach takes the pidfds of the children in want out of the waiter, still open, by pid: from
+// here on this image does not reap them. When none is left it closes the instance.
+func (w *waiter) detach(want map[int]bool) map[int]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[int]int, len(want))
+	if w.ep == nil {
+		return out
+	}
+	for fd, e := range w.waiting {
+		if !want[e.pid] {
+			continue
+		}
+		out[e.pid] = int(fd)
+		_ = w.ctl(unix.EPOLL_CTL_DEL, int(fd), nil)
+		delete(w.waiting, fd)
+	}
+	if len(w.waiting) == 0 {
+		w.closeLocked()
+	}
+	return out
+}
+
+// ResumeHandover undoes Handover in this image (the exec failed): every session's child goes
+// back to the waiter and its master back to the readers, and the registry opens again.
+func (r *Registry) ResumeHandover(st *HandoverState) {
+	byID := make(map[string]HandedSession, len(st.Sessions))
+	for _, h := range st.Sessions {
+		byID[h.ID] = h
+	}
+	r.mu.Lock()
+	r.closed = false
+	ss := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		ss = append(ss, s)
+	}
+	r.mu.Unlock()
+	for _, s := range ss {
+		h, ok := byID[s.id]
+		if ok && h.Pidfd >= 0 {
+			s.waitChild(h.Pidfd)
+		}
+		s.mu.Lock()
+		s.handingOver = false
+		handed := s.readState == readHanded
+		s.mu.Unlock()
+		if handed {
+			s.startReading()
+		}
+	}
+}
+
+// waitChild hands pidfd to the waiter (or a blocking wait when it will not take it).
+func (s *Session) waitChild(pidfd int) {
+	if err := children.add(s.pid, pidfd, s.reaped); err != nil {
+		s.opts.Logger.Warn("child waiter", "session", s.id, "pid", s.pid, "err", err)
+		unix.Close(pidfd)
+		blockingWait(&waitEntry{pid: s.pid, reaped: s.reaped})
+	}
+}
+
+// startReading registers the master with the readers, armed, or parked while backpressure
+// holds; a failure ends the reading.
+func (s *Session) startReading() {
+	s.mu.Lock()
+	s.readState = readArmed
+	err := readers.add(s)
+	if err == nil && s.paused && !s.dropOutput {
+		// Registered armed: a report that comes now finds it parked and is dropped;
+		// wakeReaderLocked re-arms it.
+		s.readState = readParked
+	}
+	if err != nil {
+		s.readState = readBusy
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.endReading(err)
+	}
+}
+
+// Adopt registers the sessions of a state the previous image handed over. A session it cannot
+// adopt (a descriptor that is not what the state says it is) is torn down as a shutdown would,
+// and the failure is logged and returned; the others are adopted.
+func (r *Registry) Adopt(st *HandoverState) (adopted int, err error) {
+	var errs []error
+	for _, h := range st.Gone {
+		r.mu.Lock()
+		if len(r.goneFIFO) < tombstones {
+			r.gone[h.ID] = tombstone{owner: h.Owner, reason: h.Reason}
+			r.goneFIFO = append(r.goneFIFO, h.ID)
+		}
+		r.mu.Unlock()
+	}
+	for _, h := range st.Sessions {
+		s, aerr := r.adoptOne(h, st.Taken)
+		if aerr != nil {
+			aerr = fmt.Errorf("adopt session %s (pid %d): %w", h.ID, h.Pid, aerr)
+			r.opts.Logger.Error("handover: session not adopted, tearing it down", "session", h.ID, "pid", h.Pid, "err", aerr)
+			errs = append(errs, aerr)
+			if s != nil {
+				res := s.Teardown(context.Background())
+				r.opts.Logger.Info("handover: session torn down", "session", h.ID, "status", res.Status,
+					"survivors", res.Survivors, "signals", res.Signals)
+			}
+			continue
+		}
+		r.mu.Lock()
+		r.sessions[s.id] = s
+		r.mu.Unlock()
+		adopted++
+	}
+	return adopted, errors.Join(errs...)
+}
+
+// adoptOne builds a session from h. On error it returns the session as far as it could be
+// built (child waited for, master closed), for a teardown, or nil when there is nothing of ours
+// to tear down.
+func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) {
+	opts := &r.opts
+	s := &Session{
+		id: h.ID, owner: h.Owner, name: h.Name, argv: h.Argv, pid: h.Pid, created: h.Created,
+		opts: opts, ptsName: h.PtsName, now: r.now,
+		exited: make(chan struct{}), readerDone: make(chan struct{}),
+		ring: newRing(opts.ScrollbackBytes), viewers: make(map[*Viewer]struct{}),
+		cols: h.Cols, rows: h.Rows, testHookBeforeIngest: opts.testHookBeforeIngest,
+		unwatchedSince: h.UnwatchedSince, leaseUntil: h.LeaseUntil, outputFinal: h.OutputFinal,
+		cgroup: cgroup.Group(h.Cgroup),
+	}
+	if h.Exit == nil {
+		// Our child still: the orphan reaper must leave its exit status to the waiter.
+		orphans.adopt(h.Pid)
+	}
+	if s.unwatchedSince.IsZero() {
+		s.unwatchedSince = taken // the viewers it had were left behind with the old image
+	}
+	s.ring.start, s.ring.end = h.RingStart, h.RingStart
+	s.ring.append(h.Ring)
+	_, s.readerSpan = opts.Tracer.Start(context.Background(), otel.SpanSessionReader,
+		trace.WithAttributes(attribute.String(otel.AttrSessionID, s.id), semconv.ProcessPID(s.pid),
+			attribute.Bool("muxterm.session.adopted", true)))
+	opts.Instruments.Sessions.Add(context.Background(), 1)
+
+	// The child: known exit, our pidfd, or a pidfd opened anew for a child still ours.
+	var childErr error
+	switch {
+	case h.Exit != nil:
+		if h.Pidfd >= 0 {
+			unix.Close(h.Pidfd)
+		}
+		s.exit = *h.Exit
+		s.exitSettled = true
+		close(s.exited)
+	case h.Pidfd >= 0:
+		childErr = checkPidfd(h.Pidfd, h.Pid)
+		if childErr == nil {
+			unix.CloseOnExec(h.Pidfd)
+			s.waitChild(h.Pidfd)
+		} else {
+			unix.Close(h.Pidfd)
+		}
+	default:
+		childErr = errors.New("no pidfd")
+	}
+	if childErr != nil {
+		// Still ours (unreaped, so its pid cannot have been reused)? Then wait through a new
+		// pidfd.
+		if fd, err := ownChildPidfd(h.Pid); err == nil {
+			s.waitChild(fd)
+			childErr = nil
+		} else {
+			childErr = errors.Join(childErr, err)
+		}
+	}
+	if childErr != nil {
+		// Nothing we can wait for or safely signal: the status is lost.
+		s.exit = ExitStatus{Code: -1}
+		s.exitSettled = true
+		close(s.exited)
+	}
+
+	// The master.
+	var masterErr error
+	if h.Master >= 0 {
+		if _, err := unix.IoctlGetUint32(h.Master, unix.TIOCGPTN); err != nil {
+			masterErr = fmt.Errorf("fd %d is not a PTY master: %w", h.Master, err)
+			unix.Close(h.Master)
+		} else {
+			unix.CloseOnExec(h.Master)
+			s.ptmx = os.NewFile(uintptr(h.Master), "/dev/ptmx")
+			masterErr = rawFD(s.ptmx, &s.masterFD)
+		}
+	}
+	if s.ptmx == nil || masterErr != nil {
+		// Nothing to read: a closed file makes every master call fail as a closed session.
+		if s.ptmx == nil {
+			s.ptmx = closedFile()
+		}
+		s.ptmxClosed = true
+		s.readState = readDone
+		s.outputFinal = true
+		close(s.readerDone)
+		s.readerSpan.End()
+	}
+	for _, hd := range h.Holds {
+		s.mu.Lock()
+		s.holdLocked(hd.From, hd.UpTo)
+		if n := len(s.holds); n > 0 {
+			last := s.holds[n-1]
+			last.until = s.now().Add(hd.Left)
+			last.timer.Reset(hd.Left)
+		}
+		s.mu.Unlock()
+	}
+	if childErr != nil && masterErr != nil {
+		return nil, errors.Join(childErr, masterErr)
+	}
+	if childErr != nil || masterErr != nil {
+		return s, errors.Join(childErr, masterErr)
+	}
+	if h.Master >= 0 {
+		s.mu.Lock()
+		if !s.paused && s.minLagLocked() > int64(opts.HighWaterBytes) {
+			s.paused, s.pausedAt = true, s.now()
+		}
+		s.mu.Unlock()
+		s.startReading()
+	}
+	return s, nil
+}
+
+// closedFile returns an *os.File that is closed: its methods fail with os.ErrClosed.
+func closedFile() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return os.NewFile(^uintptr(0), "closed") // invalid: methods fail with os.ErrInvalid
+	}
+	f.Close()
+	return f
+}
+
+// checkPidfd checks that fd is a pidfd for pid (its fdinfo's Pid line).
+func checkPidfd(fd, pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		return fmt.Errorf("pidfd %d: %w", fd, err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			if p, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && p == pid {
+				return nil
+			}
+			return fmt.Errorf("pidfd %d is for %s, not %d", fd, strings.TrimSpace(v), pid)
+		}
+	}
+	return fmt.Errorf("fd %d is not a pidfd", fd)
+}
+
+// ownChildPidfd opens a pidfd for pid if pid is a child of this process (unreaped, so the pid
+// is still the one we started).
+func ownChildPidfd(pid int) (int, error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return -1, fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	// Checked after the open: the pidfd pins the process it names, so if that process is our
+	// child now, it is the child the state names.
+	if ppid, err := parentOf(pid); err != nil || ppid != os.Getpid() {
+		unix.Close(fd)
+		return -1, fmt.Errorf("pid %d is not our child (parent %d, %v)", pid, ppid, err)
+	}
+	return fd, nil
+}
+
+// parentOf reads pid's parent from /proc.
+func parentOf(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	return strconv.Atoi(f[1])
+}
+
+// KillOrphans is the teardown for a state the next image cannot read at all: it kills the
+// process group of every child of this process (HUP, TERM, KILL, grace apart) and reaps them,
+// and closes every descriptor above 2 that is not close-on-exec (what the exec carried over).
+// Each failure is logged. It returns how many children it ended.
+func KillOrphans(log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}, grace time.Duration) int {
+	closeInherited(log)
+	kids := ownChildren()
+	found := len(kids)
+	left := killChildren(log, kids, grace)
+	log.Info("handover teardown: children ended", "found", found, "survivors", left)
+	return found - left
+}
+
+// killChildren ends the children pids (each its process group's leader, as a session's child
+// is): HUP, TERM, KILL, grace apart, reaping each as it exits. It returns how many survived.
+func killChildren(log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}, kids []int, grace time.Duration) int {
+	for i, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM, syscall.SIGKILL} {
+		left := kids[:0]
+		for _, pid := range kids {
+			if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+				log.Warn("handover teardown: signal group", "pid", pid, "signal", sig, "err", err)
+			}
+			if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+				log.Warn("handover teardown: signal", "pid", pid, "signal", sig, "err", err)
+			}
+			left = append(left, pid)
+		}
+		kids = reapSome(left, grace*time.Duration(i+1))
+		if len(kids) == 0 {
+			break
+		}
+	}
+	for _, pid := range kids {
+		log.Warn("handover teardown: child survived KILL", "pid", pid)
+	}
+	return len(kids)
+}
+
+// EndStrays ends the children of sessions whose teardown the previous image had begun but not
+// finished when it exec'd (HandoverState.Dying: they had left the registry, so they were not
+// handed over): each that is still our child gets HUP, TERM, KILL and is reaped, on a goroutine.
+// Other children of ours (a descendant re-parented to a subreaper) are not touched. It returns
+// how many it found.
+func (r *Registry) EndStrays(dying []int) int {
+	self := os.Getpid()
+	var strays []int
+	for _, pid := range dying {
+		if ppid, err := parentOf(pid); err == nil && ppid == self {
+			strays = append(strays, pid)
+		}
+	}
+	if len(strays) > 0 {
+		log := r.opts.Logger
+		log.Warn("handover: ending the children of sessions whose kill had not finished", "pids", strays)
+		go func() {
+			left := killChildren(log, strays, r.opts.KillGrace)
+			log.Info("handover: those children ended", "found", len(strays), "survivors", left)
+		}()
+	}
+	return len(strays)
+}
+
+// reapSome reaps the pids that exit within d and returns the others.
+func reapSome(pids []int, d time.Duration) []int {
+	deadline := time.Now().Add(d)
+	for {
+		left := pids[:0]
+		for _, pid := range pids {
+			var ws unix.WaitStatus
+			wpid, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+			if wpid == pid || errors.Is(err, unix.ECHILD) {
+				continue
+			}
+			left = append(left, pid)
+		}
+		pids = left
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return pids
+		}
+		time.Sleep(10 * time.Millisecond) // polling a process table we cannot wait on as a set
+	}
+}
+
+// ownChildren lists this process's children (every thread's).
+func ownChildren() []int {
+	var out []int
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(strings.NewReader(string(b)))
+		sc.Split(bufio.ScanWords)
+		for sc.Scan() {
+			if pid, err := strconv.Atoi(sc.Text()); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// closeInherited closes every descriptor above 2 that is not close-on-exec.
+func closeInherited(log interface{ Warn(string, ...any) }) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		log.Warn("handover teardown: list fds", "err", err)
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue
+		}
+		if err := unix.Close(fd); err != nil {
+			log.Warn("handover teardown: close fd", "fd", fd, "err", err)
+		}
+	}
+}
