@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -402,7 +403,12 @@ func TestUpgradeInPlace(t *testing.T) {
 		t.Logf("upgrade %d: dialer made %d requests, none failed, slowest %v", n, d.tries, d.slowst)
 	}
 
-	upgrade(1, "0.1.0-dev")
+	// The same binary: whatever version it was built with (make build stamps git describe).
+	started := regexp.MustCompile(`msg="muxterm started" .*version=(\S+)`).FindStringSubmatch(g.Logs())
+	if started == nil {
+		t.Fatalf("no version in the start line:\n%s", g.Logs())
+	}
+	upgrade(1, started[1])
 	if c.Init().Server.Version == "" {
 		t.Fatal("no version")
 	}

@@ -278,6 +278,19 @@ func TestWindowSizeFlag(t *testing.T) {
 			stty(aWrite, aRead, tc.resized)
 
 			b.close() // the second viewer's socket ends
+			// The gateway recomputes the size when it sees the socket end: wait for a's
+			// session.size before asking the shell (the size may already be a's own).
+			for deadline := time.After(10 * time.Second); ; {
+				if cols, rows := a.Size(); cols == 70 && rows == 30 {
+					break
+				}
+				select {
+				case <-a.SizeChanged():
+				case <-deadline:
+					cols, rows := a.Size()
+					t.Fatalf("after the second viewer left: size %dx%d, want 70x30", cols, rows)
+				}
+			}
 			stty(aWrite, aRead, size{70, 30})
 		})
 	}
