@@ -1,0 +1,76 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// An interactive shell runs its foreground job in a process group of its own (issue 15 point
+// 9). Each step of a kill signals every process group of the session's terminal session, so the
+// job dies with the shell at the first step (HUP) and the kill takes well under one grace, not a
+// second escalation for the job; the result counts the groups it signalled.
+func TestKillSignalsEveryGroupOfTheTerminalSession(t *testing.T) {
+	t.Parallel()
+	for _, argv := range [][]string{{"bash", "--norc", "--noprofile", "-i"}, {"sh", "-i"}} {
+		t.Run(argv[0], func(t *testing.T) {
+			t.Parallel()
+			killJobControlShell(t, argv)
+		})
+	}
+}
+
+func killJobControlShell(t *testing.T, argv []string) {
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		t.Skipf("%s not installed", argv[0])
+	}
+	opts := testOptions()
+	opts.KillGrace = 2 * time.Second
+	r := NewRegistry(opts, nil)
+	wake, wakeFn := wakeChan()
+	s, v := openT(t, r, "alice", wakeFn, append([]string{path}, argv[1:]...)...)
+	c := collect(t, v, wake, nil)
+	if _, err := s.Write([]byte("set -m; PS1='$ '; echo READ''Y\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitOutput(t, "READY", 5*time.Second)
+	if _, err := s.Write([]byte("exec 2>&1; sh -c 'echo JOB $$ E''ND; exec sleep 60'\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitOutput(t, " END", 5*time.Second)
+	var job int
+	b := c.bytes()
+	if _, err := fmt.Sscanf(string(b[lastIndex(b, "JOB "):]), "JOB %d END", &job); err != nil {
+		t.Fatalf("job pid: %v in %q", err, b)
+	}
+	if pgrp := pgrpOf(t, job); pgrp == s.Pid() {
+		t.Fatalf("job %d: got process group %v, want one of its own (job control)", job, pgrp)
+	}
+
+	res, took := killWithin(t, 4*opts.KillGrace+2*time.Second, func(ctx context.Context) (KillResult, error) {
+		return r.Kill(ctx, s.ID(), "alice")
+	})
+	t.Logf("kill took %v: signals %v, groups %d, signalled %d, survivors %d", took, res.Signals, res.Groups, res.Signalled, res.Survivors)
+	if took > opts.KillGrace {
+		t.Errorf("kill took %v, want under one kill grace (%v): the job's group was not signalled with the shell's", took, opts.KillGrace)
+	}
+	if res.Groups < 2 {
+		t.Errorf("groups: got %d, want at least 2 (the shell's and the job's)", res.Groups)
+	}
+	if res.Survivors != 0 || res.Unverified != 0 {
+		t.Errorf("survivors, unverified: got %d, %d, want 0, 0", res.Survivors, res.Unverified)
+	}
+	waitFor(t, time.Second, "job gone", func() bool { return !alive(job) })
+}
+
+func lastIndex(b []byte, s string) int {
+	for i := len(b) - len(s); i >= 0; i-- {
+		if string(b[i:i+len(s)]) == s {
+			return i
+		}
+	}
+	return 0
+}
