@@ -108,6 +108,8 @@ type ServerOptions struct {
 	// testHookBeforeStarve runs in the writer after it found a channel's output waiting with no
 	// credit and before it marks the channel starved: where an ack can slip in.
 	testHookBeforeStarve func(*channel)
+	// testHookAfterClosed runs in the writer right after it wrote a channel's session.closed.
+	testHookAfterClosed func(*conn, *channel)
 }
 
 func (o ServerOptions) withDefaults() ServerOptions {
@@ -585,15 +587,20 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	}
 	if st.EOF && st.Closing != "" {
 		ch.closedSent = true
-		if err := c.write(websocket.TextMessage, closedNote(ch, st.Closing)); err != nil {
-			return false, fmt.Errorf("write closed: %w", err)
-		}
+		// The number is free before the client can learn it is: a client that reuses it the
+		// instant session.closed arrives must not get channel_in_use.
 		c.mu.Lock()
 		if c.channels[ch.id] == ch {
 			delete(c.channels, ch.id)
 		}
 		c.mu.Unlock()
 		c.unbind(ch, false)
+		if err := c.write(websocket.TextMessage, closedNote(ch, st.Closing)); err != nil {
+			return false, fmt.Errorf("write closed: %w", err)
+		}
+		if h := c.opts.testHookAfterClosed; h != nil {
+			h(c, ch)
+		}
 		return true, nil
 	}
 	return lost > 0, nil
