@@ -243,6 +243,9 @@ func Serve(ctx context.Context, ws Socket, opts ServerOptions) error {
 	defer tel.Instruments.Sockets.Add(context.Background(), -1)
 	c.tel = tel
 	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	if err := boundUnsent(ws); err != nil {
+		c.log.Warn("socket: TCP_NOTSENT_LOWAT not set: replies may queue behind output on a slow link", "err", err)
+	}
 	go c.writeLoop()
 	err := c.readLoop()
 	close(c.readDone)
