@@ -16,9 +16,9 @@ const NotSentLowat = 16 << 10
 // tcpNotSentLowat is TCP_NOTSENT_LOWAT (linux/tcp.h); syscall does not name it.
 const tcpNotSentLowat = 25
 
-// boundUnsent sets TCP_NOTSENT_LOWAT on the TCP socket under ws (through TLS too); it does
-// nothing for a socket that is not TCP (a test's pipe) and reports a failure to the caller.
-func boundUnsent(ws Socket) error {
+// tcpConn returns the TCP connection under ws (unwrapping NetConn: the websocket, TLS, the
+// gateway's guarded connection), or nil for a socket that is not TCP (a test's pipe).
+func tcpConn(ws Socket) *net.TCPConn {
 	var c any = ws
 	for {
 		nc, ok := c.(interface{ NetConn() net.Conn })
@@ -27,8 +27,15 @@ func boundUnsent(ws Socket) error {
 		}
 		c = nc.NetConn()
 	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
+	tc, _ := c.(*net.TCPConn)
+	return tc
+}
+
+// boundUnsent sets TCP_NOTSENT_LOWAT on the TCP socket under ws (through TLS too); it does
+// nothing for a socket that is not TCP and reports a failure to the caller.
+func boundUnsent(ws Socket) error {
+	tc := tcpConn(ws)
+	if tc == nil {
 		return nil
 	}
 	rc, err := tc.SyscallConn()
