@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -51,6 +52,9 @@ func reserveKillFDs() {
 // reserve, runs f again and fills the reserve afterwards. Another thread may take a released
 // slot first; f's error then says so, and the caller counts the check as unverified.
 func withFDs(f func() error) error {
+	if testNoFDs.Load() {
+		return unix.EMFILE
+	}
 	err := f()
 	if !outOfFDs(err) {
 		return err
@@ -65,6 +69,10 @@ func withFDs(f func() error) error {
 	killFDs.fillLocked()
 	return err
 }
+
+// testNoFDs makes every withFDs step fail with EMFILE, as a full table would even after the
+// reserve (a test of what the kill reports then).
+var testNoFDs atomic.Bool
 
 // outOfFDs reports whether err is the process's or the system's descriptor table being full.
 func outOfFDs(err error) bool {

@@ -74,3 +74,26 @@ func lastIndex(b []byte, s string) int {
 	}
 	return 0
 }
+
+// When the kill cannot check for survivors at all (every step that needs a descriptor fails,
+// as with a full table that even the reserve cannot relieve), the result says so in Unverified;
+// it never reports survivors 0 with nothing unverified while an escapee runs (issue 15 point 2).
+// Not parallel: testNoFDs is package-wide.
+func TestKillWithoutDescriptorsReportsUnverified(t *testing.T) {
+	r, s, _, pid := openWithEscapee(t, testOptions(), "")
+	testNoFDs.Store(true)
+	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
+		defer testNoFDs.Store(false)
+		return r.Kill(ctx, s.ID(), "alice")
+	})
+	t.Logf("kill: escapees %d, survivors %d, unverified %d", res.Escapees, res.Survivors, res.Unverified)
+	if alive(pid) && res.Survivors == 0 && res.Unverified == 0 {
+		t.Errorf("the escapee %d runs and the result says survivors 0, unverified 0", pid)
+	}
+	if res.Unverified == 0 {
+		t.Errorf("unverified: got 0, want at least 1 (no /proc scan could be made)")
+	}
+	if !alive(pid) {
+		t.Errorf("the escapee %d died: want it found by nothing (every check failed), which is what this tests", pid)
+	}
+}

@@ -140,7 +140,15 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 			if i == 2 {
 				wait = max(4*grace, time.Second)
 			}
-			if s.waitSessionEmpty(ctx, wait) {
+			empty, err := s.waitSessionEmpty(ctx, wait)
+			if err != nil {
+				// The child is reaped, and whether the rest of its session is gone cannot be
+				// seen: say so rather than escalate blind.
+				s.opts.Logger.Warn("kill: list the terminal session's processes", "session", s.id, "err", err)
+				res.Unverified++
+				break escalate
+			}
+			if empty {
 				break escalate
 			}
 			if ctx.Err() != nil {
@@ -154,7 +162,7 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 		// The kernel's word on what is left: whatever the signals above missed dies here.
 		surv, unverified = s.endCgroup(ctx, span, max(4*grace, time.Second))
 	}
-	res.Unverified = unverified
+	res.Unverified += unverified
 	if e, ok := s.Exit(); ok {
 		res.Exit, res.Reaped = e, true
 		span.AddEvent(otel.EventChildReaped, trace.WithAttributes(semconv.ProcessExitCode(e.Code)))
@@ -514,31 +522,36 @@ func sessionGroups(sid int) ([]int, error) {
 }
 
 // waitSessionEmpty waits up to d for the child to be reaped and every other process of its
-// terminal session to exit, or ctx to end. It reports whether the session emptied.
-func (s *Session) waitSessionEmpty(ctx context.Context, d time.Duration) bool {
+// terminal session to exit, or ctx to end. It reports whether the session emptied, or, once the
+// child is reaped, the error that kept it from listing the session's processes.
+func (s *Session) waitSessionEmpty(ctx context.Context, d time.Duration) (bool, error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-s.exited:
 	case <-t.C:
-		return false
+		return false, nil
 	case <-ctx.Done():
-		return false
+		return false, nil
 	}
 	// Jobs of an interactive shell (and background jobs) are not our children: their end is
 	// seen in /proc.
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if groups, err := sessionGroups(s.pid); err == nil && len(groups) == 0 {
-			return true
+		groups, err := sessionGroups(s.pid)
+		if err != nil {
+			return false, err
+		}
+		if len(groups) == 0 {
+			return true, nil
 		}
 		select {
 		case <-tick.C:
 		case <-t.C:
-			return false
+			return false, nil
 		case <-ctx.Done():
-			return false
+			return false, nil
 		}
 	}
 }
