@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/muxterm/muxterm/internal/leakcheck"
 )
 
 // An interactive shell runs its foreground job in a process group of its own (issue 15 point
@@ -96,4 +98,35 @@ func TestKillWithoutDescriptorsReportsUnverified(t *testing.T) {
 	if !alive(pid) {
 		t.Errorf("the escapee %d died: want it found by nothing (every check failed), which is what this tests", pid)
 	}
+}
+
+// A stopped job (an interactive shell's ^Z) dies with the first step too: its group gets HUP
+// with the shell's, and once the shell is gone the group is orphaned with a stopped member, so
+// the kernel follows with HUP and CONT (the kill sends no CONT of its own).
+func TestKillWakesAStoppedJob(t *testing.T) {
+	t.Parallel()
+	opts := testOptions()
+	opts.KillGrace = 2 * time.Second
+	r := NewRegistry(opts, nil)
+	wake, wakeFn := wakeChan()
+	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "set -m; sleep 60 & kill -STOP $!; echo JOB $! E''ND; exec sleep 60")
+	c := collect(t, v, wake, nil)
+	c.waitOutput(t, " END", 5*time.Second)
+	var job int
+	b := c.bytes()
+	if _, err := fmt.Sscanf(string(b[lastIndex(b, "JOB "):]), "JOB %d END", &job); err != nil {
+		t.Fatalf("job pid: %v in %q", err, b)
+	}
+	waitFor(t, 5*time.Second, "the job to stop", func() bool {
+		st, _, ok := leakcheck.Stat(job)
+		return ok && st == 'T'
+	})
+	res, took := killWithin(t, 4*opts.KillGrace+2*time.Second, func(ctx context.Context) (KillResult, error) {
+		return r.Kill(ctx, s.ID(), "alice")
+	})
+	t.Logf("kill took %v: signals %v, groups %d, survivors %d", took, res.Signals, res.Groups, res.Survivors)
+	if took > opts.KillGrace {
+		t.Errorf("kill took %v, want under one kill grace (%v): the stopped job did not act on HUP", took, opts.KillGrace)
+	}
+	waitFor(t, time.Second, "job gone", func() bool { return !alive(job) })
 }
