@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,23 +81,37 @@ func lastIndex(b []byte, s string) int {
 // When the kill cannot check for survivors at all (every step that needs a descriptor fails,
 // as with a full table that even the reserve cannot relieve), the result says so in Unverified;
 // it never reports survivors 0 with nothing unverified while an escapee runs (issue 15 point 2).
-// Not parallel: testNoFDs is package-wide.
+// With cgroups too: cgroup.procs and cgroup.kill cannot be opened either. Not parallel:
+// testNoFDs is package-wide.
 func TestKillWithoutDescriptorsReportsUnverified(t *testing.T) {
-	r, s, _, pid := openWithEscapee(t, testOptions(), "")
-	testNoFDs.Store(true)
-	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
-		defer testNoFDs.Store(false)
-		return r.Kill(ctx, s.ID(), "alice")
-	})
-	t.Logf("kill: escapees %d, survivors %d, unverified %d", res.Escapees, res.Survivors, res.Unverified)
-	if alive(pid) && res.Survivors == 0 && res.Unverified == 0 {
-		t.Errorf("the escapee %d runs and the result says survivors 0, unverified 0", pid)
-	}
-	if res.Unverified == 0 {
-		t.Errorf("unverified: got 0, want at least 1 (no /proc scan could be made)")
-	}
-	if !alive(pid) {
-		t.Errorf("the escapee %d died: want it found by nothing (every check failed), which is what this tests", pid)
+	for _, cg := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cgroups=%v", cg), func(t *testing.T) {
+			opts := testOptions()
+			if cg {
+				opts = cgroupOptions(t)
+			}
+			r, s, _, pid := openWithEscapee(t, opts, "")
+			testNoFDs.Store(true)
+			res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
+				defer testNoFDs.Store(false)
+				return r.Kill(ctx, s.ID(), "alice")
+			})
+			t.Logf("kill: escapees %d, survivors %d, unverified %d", res.Escapees, res.Survivors, res.Unverified)
+			if alive(pid) && res.Survivors == 0 && res.Unverified == 0 {
+				t.Errorf("the escapee %d runs and the result says survivors 0, unverified 0", pid)
+			}
+			if res.Unverified == 0 {
+				t.Errorf("unverified: got 0, want at least 1 (no /proc scan could be made)")
+			}
+			if !alive(pid) {
+				t.Errorf("the escapee %d died: want it found by nothing (every check failed), which is what this tests", pid)
+			}
+			if cg {
+				// The cleanup's teardown waits for the one above: end the escapee and the
+				// cgroup now that descriptors are back.
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		})
 	}
 }
 

@@ -159,10 +159,12 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 	res.Groups = len(signalled)
 	esc, sig, surv, unverified := s.killHolders(ctx)
 	if s.cgroup != "" {
-		// The kernel's word on what is left: whatever the signals above missed dies here.
-		surv, unverified = s.endCgroup(ctx, span, max(4*grace, time.Second))
+		// The kernel's word on what is left: whatever the signals above missed dies here, and
+		// what the scans above could not see no longer matters.
+		surv, res.Unverified = s.endCgroup(ctx, span, max(4*grace, time.Second))
+	} else {
+		res.Unverified += unverified
 	}
-	res.Unverified += unverified
 	if e, ok := s.Exit(); ok {
 		res.Exit, res.Reaped = e, true
 		span.AddEvent(otel.EventChildReaped, trace.WithAttributes(semconv.ProcessExitCode(e.Code)))
