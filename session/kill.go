@@ -28,7 +28,7 @@ type KillResult struct {
 	Exit       ExitStatus    // valid when Reaped
 	Reaped     bool          // the child was reaped before Kill returned
 	Duration   time.Duration // from the kill point to the return
-	Signals    []string      // signals sent to the process group, in order ("HUP", "TERM", "KILL")
+	Signals    []string      // signals sent to the terminal session's process groups, in order ("HUP", "TERM", "KILL")
 	Escapees   int           // processes outside the session that held the PTY
 	Signalled  int           // escapees and group stragglers that were signalled
 	Survivors  int           // processes (child or PTY holders) still alive when Kill returned
