@@ -157,11 +157,14 @@ func TestShutdownWithAStalledClientExitsZero(t *testing.T) {
 			pid = r.Result.Pid
 		}
 	}
-	// Wait until the gateway's side of the socket holds a full send queue.
+	// Wait until the gateway's side of the socket holds a full send queue: its writes block
+	// once 16 KiB wait unsent (TCP_NOTSENT_LOWAT, mux.NotSentLowat).
+	q := 0
 	waitFor(t, 10*time.Second, "the gateway's send queue to fill", func() bool {
-		q := sendQueue(t, ws.RemoteAddr().String(), ws.LocalAddr().String())
-		return q > 64<<10
+		q = sendQueue(t, ws.RemoteAddr().String(), ws.LocalAddr().String())
+		return q >= 16<<10
 	})
+	t.Logf("the gateway's send queue holds %d bytes", q)
 	took := g.Stop(15 * time.Second)
 	if g.err != nil {
 		t.Errorf("exit after SIGTERM with a stalled client: %v, want status 0\n%s", g.err, tail(g.Logs()))

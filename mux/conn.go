@@ -66,6 +66,8 @@ const (
 	killTimeout     = 30 * time.Second
 	firstMsgTimeout = 30 * time.Second
 	closeGrace      = time.Second // wait for the client's close reply after our close frame
+	// closeLinger bounds the drain of a socket after our close frame (lingerAfterClose).
+	closeLinger = 5 * time.Second
 )
 
 // ServerOptions configure one multiplexed connection.
@@ -113,6 +115,8 @@ type ServerOptions struct {
 	// testHookBeforeStarve runs in the writer after it found a channel's output waiting with no
 	// credit and before it marks the channel starved: where an ack can slip in.
 	testHookBeforeStarve func(*channel)
+	// testHookAfterClosed runs in the writer right after it wrote a channel's session.closed.
+	testHookAfterClosed func(*conn, *channel)
 }
 
 func (o ServerOptions) withDefaults() ServerOptions {
@@ -203,7 +207,7 @@ type conn struct {
 	readDone   chan struct{} // closed when readLoop has returned
 	pending    chan struct{} // semaphore for slow requests
 
-	// mu guards channels and ctrl. Lock order: session.mu may be held when taking mu (viewer
+	// mu guards channels, ctrl, closeAfter, closeWhy and lingerUntil. Lock order: session.mu may be held when taking mu (viewer
 	// wake callbacks), so never call into session or registry while holding mu.
 	mu       sync.Mutex
 	channels map[uint32]*channel
@@ -212,6 +216,8 @@ type conn struct {
 	// closeWhy the connection's end cause then.
 	closeAfter []byte
 	closeWhy   error
+	// lingerUntil, once set by lingerAfterClose, is when the drain after our close frame ends.
+	lingerUntil time.Time
 
 	// readyMu guards ready, the channels that may have data, in round-robin order. It is taken
 	// from viewer wake callbacks with a session.mu held; nothing else is taken under it.
@@ -246,6 +252,9 @@ func Serve(ctx context.Context, ws Socket, opts ServerOptions) error {
 	defer tel.Instruments.Sockets.Add(context.Background(), -1)
 	c.tel = tel
 	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	if err := boundUnsent(ws); err != nil {
+		c.log.Warn("socket: TCP_NOTSENT_LOWAT not set: replies may queue behind output on a slow link", "err", err)
+	}
 	go c.writeLoop()
 	err := c.readLoop()
 	close(c.readDone)
@@ -254,7 +263,7 @@ func Serve(ctx context.Context, ws Socket, opts ServerOptions) error {
 		// Let the writer tell every channel and send 1001 (1012) before the socket goes.
 		waitAtMost(c.writerDone, closeGrace+c.opts.WriteWait)
 	}
-	ws.Close() // unblocks a writer stuck in a write
+	c.closeSocket() // unblocks a writer stuck in a write
 	<-c.writerDone
 	c.wg.Wait()
 	c.detachAll()
@@ -369,11 +378,50 @@ func (c *conn) closing() bool {
 	return c.closeAfter != nil
 }
 
-// closeWith sends a close frame and closes the socket at once; both loops then end.
+// closeWith sends a close frame and ends the socket at once (lingerAfterClose: no more is
+// written, what the client sends is drained); both loops then end.
 func (c *conn) closeWith(code int, text string) {
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text),
 		time.Now().Add(c.opts.WriteWait))
 	c.cancel(fmt.Errorf("closed with %d: %s", code, text))
+	c.lingerAfterClose()
+}
+
+// lingerAfterClose follows a close frame of ours: it shuts down our side of the TCP connection
+// (FIN after everything written so far; a writer stuck in a write fails at once) and bounds the
+// reads to closeLinger from now. closeSocket then drains what the client still sends before it
+// closes: closing a socket with unread input resets the connection, and a reset can discard the
+// close frame and the responses before it at the client (it saw 1006 instead of 1008). For a
+// socket that is not TCP it closes it.
+func (c *conn) lingerAfterClose() {
+	tc := tcpConn(c.ws)
+	if tc == nil {
+		c.ws.Close()
+		return
+	}
+	c.mu.Lock()
+	first := c.lingerUntil.IsZero()
+	if first {
+		c.lingerUntil = time.Now().Add(closeLinger)
+	}
+	until := c.lingerUntil
+	c.mu.Unlock()
+	if first {
+		_ = tc.CloseWrite()
+		_ = tc.SetReadDeadline(until)
+	}
+}
+
+// closeSocket closes the socket; after lingerAfterClose it first reads and discards what the
+// client sends until it closes its side or the linger ends.
+func (c *conn) closeSocket() {
+	c.mu.Lock()
+	until := c.lingerUntil
+	c.mu.Unlock()
+	if tc := tcpConn(c.ws); tc != nil && !until.IsZero() {
+		_ = tc.SetReadDeadline(until) // the read loop moved it after each message
+		_, _ = io.Copy(io.Discard, tc)
+	}
 	c.ws.Close()
 }
 
@@ -436,10 +484,16 @@ func waitAtMost(done <-chan struct{}, d time.Duration) {
 	}
 }
 
-// fail ends the connection after a write error.
+// fail ends the connection after a write error. After a close frame of ours the socket is
+// lingering (its reads end by the linger's deadline) and Serve closes it.
 func (c *conn) fail(err error) {
 	c.cancel(err)
-	c.ws.Close()
+	c.mu.Lock()
+	lingering := !c.lingerUntil.IsZero()
+	c.mu.Unlock()
+	if !lingering {
+		c.ws.Close()
+	}
 }
 
 // shutdownFlush tells every bound channel it is closed for shutdown, then closes with 1001.
@@ -481,6 +535,7 @@ func (c *conn) flushControl() error {
 		c.mu.Unlock()
 		if len(msgs) == 0 && closing != nil {
 			_ = c.ws.WriteControl(websocket.CloseMessage, closing, time.Now().Add(c.opts.WriteWait))
+			c.lingerAfterClose()
 			// Give the client a moment to read and answer: closing with its messages unread
 			// would reset the connection and could discard the responses and the close frame.
 			waitAtMost(c.readDone, closeGrace)
@@ -594,15 +649,20 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	}
 	if st.EOF && st.Closing != "" {
 		ch.closedSent = true
-		if err := c.write(websocket.TextMessage, closedNote(ch, st.Closing)); err != nil {
-			return false, fmt.Errorf("write closed: %w", err)
-		}
+		// The number is free before the client can learn it is: a client that reuses it the
+		// instant session.closed arrives must not get channel_in_use.
 		c.mu.Lock()
 		if c.channels[ch.id] == ch {
 			delete(c.channels, ch.id)
 		}
 		c.mu.Unlock()
 		c.unbind(ch, false)
+		if err := c.write(websocket.TextMessage, closedNote(ch, st.Closing)); err != nil {
+			return false, fmt.Errorf("write closed: %w", err)
+		}
+		if h := c.opts.testHookAfterClosed; h != nil {
+			h(c, ch)
+		}
 		return true, nil
 	}
 	return lost > 0, nil

@@ -24,7 +24,8 @@ func exitInfo(e *session.ExitStatus) *proto.ExitInfo {
 func killResult(id string, res session.KillResult) proto.KillResult {
 	out := proto.KillResult{Session: id, Status: res.Status,
 		DurationMs: float64(res.Duration.Microseconds()) / 1000, Signals: res.Signals,
-		Escapees: res.Escapees, Survivors: res.Survivors, Offset: res.Offset}
+		Groups: res.Groups, Escapees: res.Escapees, Survivors: res.Survivors, Unverified: res.Unverified,
+		Offset: res.Offset}
 	if res.Reaped {
 		out.Exit = exitInfo(&res.Exit)
 	}

@@ -64,8 +64,10 @@ type KillResult struct {
 	Exit       *ExitInfo `json:"exit"`
 	DurationMs float64   `json:"duration_ms"`
 	Signals    []string  `json:"signals"`
+	Groups     int       `json:"groups"`
 	Escapees   int       `json:"escapees"`
 	Survivors  int       `json:"survivors"`
+	Unverified int       `json:"unverified"`
 	Offset     int64     `json:"offset"`
 }
 

@@ -50,16 +50,17 @@ func (s *Session) killCgroup(ctx context.Context, wait time.Duration) (killed in
 	// the cgroup it has killed.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
-	pids, err := g.AllProcs()
-	if err != nil {
+	// Each step needs a descriptor: under a full table, the reserve's (withFDs).
+	var pids []int
+	if err := withFDs(func() (err error) { pids, err = g.AllProcs(); return err }); err != nil {
 		return 0, nil, err
 	}
 	if len(pids) > 0 {
-		if err := g.Kill(); err != nil {
+		if err := withFDs(g.Kill); err != nil {
 			return 0, pids, err
 		}
 	}
-	left, err = g.WaitEmpty(ctx)
+	err = withFDs(func() (err error) { left, err = g.WaitEmpty(ctx); return err })
 	if err != nil || len(left) > 0 {
 		return len(pids), left, err
 	}

@@ -1,8 +1,10 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -21,16 +23,18 @@ import (
 
 // KillResult reports what a kill did.
 type KillResult struct {
-	Status    string        // "killed", or "exited" when the process had already exited
-	Reason    Reason        // why the session was closed
-	Exit      ExitStatus    // valid when Reaped
-	Reaped    bool          // the child was reaped before Kill returned
-	Duration  time.Duration // from the kill point to the return
-	Signals   []string      // signals sent to the process group, in order ("HUP", "TERM", "KILL")
-	Escapees  int           // processes outside the session that held the PTY
-	Signalled int           // escapees and group stragglers that were signalled
-	Survivors int           // processes (child or PTY holders) still alive when Kill returned
-	Offset    int64         // the final output offset
+	Status     string        // "killed", or "exited" when the process had already exited
+	Reason     Reason        // why the session was closed
+	Exit       ExitStatus    // valid when Reaped
+	Reaped     bool          // the child was reaped before Kill returned
+	Duration   time.Duration // from the kill point to the return
+	Signals    []string      // signals sent to the terminal session's process groups, in order ("HUP", "TERM", "KILL")
+	Escapees   int           // processes outside the session that held the PTY
+	Signalled  int           // escapees and group stragglers that were signalled
+	Survivors  int           // processes (child or PTY holders) still alive when Kill returned
+	Groups     int           // process groups of the terminal session signalled (the shell's own included)
+	Unverified int           // checks for survivors that could not be made: Survivors is then a lower bound
+	Offset     int64         // the final output offset
 	// ReaderBlocked says reading the master had not ended when Kill returned: a descendant held
 	// the PTY open, so the master is still registered with the readers.
 	ReaderBlocked bool
@@ -61,8 +65,9 @@ func (s *Session) beginCloseLocked(reason Reason) bool {
 	return true
 }
 
-// teardown signals the process group (HUP, TERM, KILL, KillGrace apart, stopping once the child
-// is reaped), then the processes that still hold the PTY, and records the result. It never
+// teardown signals every process group of the child's terminal session (HUP, TERM, KILL,
+// KillGrace apart, stopping once the child is reaped and no other process of its session is
+// left), then the processes that still hold the PTY, and records the result. It never
 // waits for the reader: the reader closes the PTY itself when its read ends. beginCloseLocked
 // must have run first. Only the first call tears down; later calls wait for its result.
 func (s *Session) teardown(ctx context.Context) (res KillResult) {
@@ -92,9 +97,12 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 		outcome := res.Status
 		if res.Survivors > 0 {
 			outcome = "survivors"
+		} else if res.Unverified > 0 {
+			outcome = "unverified"
 		}
 		span.SetAttributes(attribute.String(otel.AttrOutcome, outcome),
 			attribute.Int(otel.AttrEscapees, res.Escapees), attribute.Int(otel.AttrSurvivors, res.Survivors),
+			attribute.Int("muxterm.kill.groups", res.Groups), attribute.Int("muxterm.kill.unverified", res.Unverified),
 			attribute.Bool(otel.AttrReaderAlive, res.ReaderBlocked))
 		span.End()
 		s.opts.Instruments.KillDuration.Record(ctx, res.Duration.Seconds(),
@@ -103,37 +111,59 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 	}()
 
 	grace := s.opts.KillGrace
+	signalled := map[int]bool{} // the process groups signalled
 	if _, exited := s.Exit(); exited {
 		res.Status = "exited"
 	} else {
 	escalate:
 		for i, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM, syscall.SIGKILL} {
-			if err := syscall.Kill(-s.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-				s.opts.Logger.Warn("kill: signal group", "session", s.id, "pid", s.pid, "signal", sig, "err", err)
+			// Every process group of the terminal session, not only the shell's: an
+			// interactive shell runs each job in a group of its own.
+			groups, err := sessionGroups(s.pid)
+			if err != nil {
+				s.opts.Logger.Warn("kill: list the terminal session's process groups", "session", s.id, "pid", s.pid, "err", err)
+			}
+			if !slices.Contains(groups, s.pid) {
+				groups = append(groups, s.pid)
+			}
+			for _, pg := range groups {
+				if err := syscall.Kill(-pg, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+					s.opts.Logger.Warn("kill: signal group", "session", s.id, "pgid", pg, "signal", sig, "err", err)
+				}
+				signalled[pg] = true
 			}
 			res.Signals = append(res.Signals, strings.TrimPrefix(unix.SignalName(sig), "SIG"))
 			span.AddEvent(otel.EventSignalSent, trace.WithAttributes(
-				attribute.String(otel.AttrSignal, res.Signals[len(res.Signals)-1])))
+				attribute.String(otel.AttrSignal, res.Signals[len(res.Signals)-1]),
+				attribute.Int("muxterm.kill.groups", len(groups))))
 			wait := grace
 			if i == 2 {
 				wait = max(4*grace, time.Second)
 			}
-			t := time.NewTimer(wait)
-			select {
-			case <-s.exited:
-				t.Stop()
+			empty, err := s.waitSessionEmpty(ctx, wait)
+			if err != nil {
+				// The child is reaped, and whether the rest of its session is gone cannot be
+				// seen: say so rather than escalate blind.
+				s.opts.Logger.Warn("kill: list the terminal session's processes", "session", s.id, "err", err)
+				res.Unverified++
 				break escalate
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			}
+			if empty {
+				break escalate
+			}
+			if ctx.Err() != nil {
 				break escalate
 			}
 		}
 	}
-	esc, sig, surv := s.killHolders(ctx)
+	res.Groups = len(signalled)
+	esc, sig, surv, unverified := s.killHolders(ctx)
 	if s.cgroup != "" {
-		// The kernel's word on what is left: whatever the signals above missed dies here.
-		surv = s.endCgroup(ctx, span, max(4*grace, time.Second))
+		// The kernel's word on what is left: whatever the signals above missed dies here, and
+		// what the scans above could not see no longer matters.
+		surv, res.Unverified = s.endCgroup(ctx, span, max(4*grace, time.Second))
+	} else {
+		res.Unverified += unverified
 	}
 	if e, ok := s.Exit(); ok {
 		res.Exit, res.Reaped = e, true
@@ -176,45 +206,67 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 
 // endCgroup runs killCgroup and returns the survivors: the processes still in the session's
 // cgroup, plus any process outside it that still holds the PTY (one that moved itself out of
-// the cgroup, or was handed the terminal over a socket).
-func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Duration) int {
+// the cgroup, or was handed the terminal over a socket); and how many of those checks could not
+// be made (the cgroup or /proc unreadable, even with the descriptor reserve).
+func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Duration) (survivors, unverified int) {
 	killed, left, err := s.killCgroup(ctx, wait)
 	if err != nil {
 		s.opts.Logger.Warn("kill: cgroup", "session", s.id, "cgroup", s.cgroup.Path(), "err", err)
+		if left == nil {
+			unverified++ // what is left in the cgroup is not known
+		}
 	}
 	span.AddEvent(otel.EventCgroupKilled, trace.WithAttributes(attribute.Int(otel.AttrCgroupProcs, killed),
 		attribute.Int(otel.AttrSurvivors, len(left))))
-	survivors := len(left)
+	survivors = len(left)
 	s.ptyMu.Lock()
 	defer s.ptyMu.Unlock()
 	if s.ptmxClosed || s.masterHungUpLocked() {
-		return survivors
+		return survivors, unverified
 	}
 	self := os.Getpid()
-	for _, pid := range ptyHolders(s.ptsName) {
-		if slices.Contains(left, pid) {
+	holders, unv, err := ptyHolders(s.ptsName)
+	if err != nil {
+		s.opts.Logger.Warn("kill: find the PTY's holders", "session", s.id, "err", err)
+		unv++
+	}
+	for _, h := range holders {
+		if slices.Contains(left, h.pid) {
 			continue
 		}
-		if _, ppid, err := sessionOf(pid); err == nil && ppid == self && preExec(pid) {
-			continue // a sibling spawn's child before its exec (see killHolders)
+		if preExec(h.pid) {
+			if _, ppid, err := sessionOf(h.pid); err == nil && ppid == self {
+				continue // a sibling spawn's child before its exec (see killHolders)
+			}
 		}
 		survivors++
 	}
-	return survivors
+	return survivors, unverified + unv
+}
+
+// target is a PTY holder killHolders signals: through its pidfd, or by pid (fd < 0) when no
+// descriptor was to be had, each time after re-reading that it still holds the PTY.
+type target struct {
+	holder
+	fd int
 }
 
 // killHolders finds processes other than the reaped child that still hold the PTY slave: group
 // stragglers (same session id) and escapees (a descendant that called setsid). Stragglers are
 // always signalled; escapees too unless Options.SpareEscapees. Each is signalled through a
-// pidfd that was opened before its fds were re-checked, so a recycled pid is never hit. It
-// returns the escapees found, the processes signalled and those still alive at the end (spared
-// escapees included: they still hold the PTY).
-func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivors int) {
-	var fds []int
+// pidfd that was opened before its fds were re-checked, so a recycled pid is never hit; when the
+// descriptor table is full even with the reserve, by pid right after re-reading the fd links
+// that showed it held the PTY (readlink needs no descriptor). It returns the escapees found,
+// the processes signalled, those still alive at the end (spared escapees included: they still
+// hold the PTY) and the checks it could not make.
+func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivors, unverified int) {
+	var targets []target
 	spared := 0
 	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
+		for _, t := range targets {
+			if t.fd >= 0 {
+				unix.Close(t.fd)
+			}
 		}
 	}()
 	// ptyMu is held only while we look: once a holder's pidfd is open, a recycled pid can no
@@ -224,47 +276,67 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 		// Closed: the slave name may belong to another session by now. Hung up: no process
 		// holds the slave any more, so there is nothing to scan /proc for.
 		s.ptyMu.Unlock()
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	self := os.Getpid()
-	for _, pid := range ptyHolders(s.ptsName) {
-		sid, ppid, err := sessionOf(pid)
-		if err != nil {
-			continue
-		}
-		if ppid == self && preExec(pid) {
+	holders, unverified, err := ptyHolders(s.ptsName)
+	if err != nil {
+		s.opts.Logger.Warn("kill: find the PTY's holders", "session", s.id, "err", err)
+		unverified++
+	}
+	for _, h := range holders {
+		if preExec(h.pid) {
 			// A sibling spawn's child between fork and exec: it inherits every fd we have
 			// open, this slave included, and is no descendant of this session. (A real
 			// escapee may have us as its parent too: when the gateway is PID 1 or a
 			// subreaper, orphans are re-parented to it; those have exec'd.)
-			continue
+			if _, ppid, err := sessionOf(h.pid); err == nil && ppid == self {
+				continue
+			}
 		}
-		escapee := sid != s.pid
-		if escapee {
+		sid, err := unix.Getsid(h.pid)
+		if err != nil {
+			continue // gone
+		}
+		if sid != s.pid {
 			escapees++
 			if s.opts.SpareEscapees {
 				spared++
 				continue
 			}
 		}
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
+		fd := -1
+		_ = withFDs(func() error {
+			var err error
+			fd, err = unix.PidfdOpen(h.pid, 0)
+			if err != nil {
+				fd = -1
+			}
+			return err
+		})
+		if ok, err := h.still(s.ptsName); !ok {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			if err != nil {
+				unverified++
+			}
 			continue
 		}
-		if !holds(pid, s.ptsName) {
-			unix.Close(fd)
-			continue
-		}
-		fds = append(fds, fd)
+		targets = append(targets, target{h, fd})
 	}
 	s.ptyMu.Unlock()
-	signalled = len(fds)
-	if len(fds) == 0 {
-		return escapees, 0, spared
+	signalled = len(targets)
+	if len(targets) == 0 {
+		return escapees, 0, spared, unverified
 	}
 	for i, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM, syscall.SIGKILL} {
-		for _, fd := range fds {
-			_ = unix.PidfdSendSignal(fd, sig, nil, 0)
+		for _, t := range targets {
+			if t.fd >= 0 {
+				_ = unix.PidfdSendSignal(t.fd, sig, nil, 0)
+			} else if ok, _ := t.still(s.ptsName); ok {
+				_ = unix.Kill(t.pid, sig)
+			}
 		}
 		wait := s.opts.KillGrace
 		if i == 2 {
@@ -273,12 +345,60 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 		if dl, ok := ctx.Deadline(); ok {
 			wait = min(wait, time.Until(dl))
 		}
-		fds = waitPidfds(fds, wait)
-		if len(fds) == 0 {
-			return escapees, signalled, spared
+		targets = s.waitTargets(targets, wait)
+		if len(targets) == 0 {
+			return escapees, signalled, spared, unverified
 		}
 	}
-	return escapees, signalled, len(fds) + spared
+	for _, t := range targets {
+		if t.fd < 0 {
+			if _, err := t.still(s.ptsName); err != nil {
+				unverified++
+				continue
+			}
+		}
+		survivors++
+	}
+	return escapees, signalled, survivors + spared, unverified
+}
+
+// waitTargets waits up to d for the targets to exit and returns those still alive; it closes
+// the pidfds of the others. Targets without a pidfd are re-read every 10 ms.
+func (s *Session) waitTargets(targets []target, d time.Duration) []target {
+	deadline := time.Now().Add(d)
+	var fds []int
+	var byPid []target
+	for _, t := range targets {
+		if t.fd >= 0 {
+			fds = append(fds, t.fd)
+		} else {
+			byPid = append(byPid, t)
+		}
+	}
+	for {
+		step := time.Until(deadline)
+		if len(byPid) > 0 {
+			step = min(step, 10*time.Millisecond)
+		}
+		fds = waitPidfds(fds, step)
+		alive := byPid[:0]
+		for _, t := range byPid {
+			if ok, err := t.still(s.ptsName); ok || err != nil {
+				alive = append(alive, t)
+			}
+		}
+		byPid = alive
+		if (len(fds) == 0 && len(byPid) == 0) || !time.Now().Before(deadline) {
+			break
+		}
+	}
+	out := targets[:0]
+	for _, t := range targets {
+		if (t.fd >= 0 && slices.Contains(fds, t.fd)) || (t.fd < 0 && slices.ContainsFunc(byPid, func(b target) bool { return b.pid == t.pid })) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // waitPidfds waits up to d for the processes behind fds to exit and returns (and keeps open)
@@ -314,43 +434,144 @@ func waitPidfds(fds []int, d time.Duration) []int {
 	return fds
 }
 
-// ptyHolders lists the pids (not ours) with an open fd on the slave at path.
-func ptyHolders(path string) []int {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
-	self := os.Getpid()
-	var pids []int
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid == self {
-			continue
-		}
-		if holds(pid, path) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+// holder is a process with an open fd on a PTY slave, and the names of those fds.
+type holder struct {
+	pid int
+	fds []string
 }
 
-// holds reports whether pid has an open fd on path.
-func holds(pid int, path string) bool {
-	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
-	d, err := os.Open(dir)
-	if err != nil {
-		return false
-	}
-	fds, _ := d.Readdirnames(-1)
-	d.Close()
-	for _, fd := range fds {
-		if target, err := os.Readlink(dir + "/" + fd); err == nil && target == path {
-			return true
+// still reports whether h still holds path, re-reading only the fd links found before (readlink
+// needs no descriptor). A process that exited, or closed them, no longer holds it; err is set
+// when no link could be read for another reason.
+func (h holder) still(path string) (bool, error) {
+	dir := "/proc/" + strconv.Itoa(h.pid) + "/fd/"
+	var first error
+	for _, fd := range h.fds {
+		target, err := os.Readlink(dir + fd)
+		if err == nil && target == path {
+			return true, nil
+		}
+		if err != nil && !gone(err) && first == nil {
+			first = err
 		}
 	}
-	return false
+	return false, first
+}
+
+// ptyHolders lists the processes (not us) with an open fd on the slave at path, and counts
+// those it could not inspect for want of a descriptor (or another error than the process being
+// gone or another user's). err is set when /proc itself could not be listed.
+func ptyHolders(path string) (holders []holder, unverified int, err error) {
+	pids, err := procPids()
+	if err != nil {
+		return nil, 0, fmt.Errorf("list /proc: %w", err)
+	}
+	for _, pid := range pids {
+		fds, err := holderFDs(pid, path)
+		switch {
+		case err == nil:
+			if len(fds) > 0 {
+				holders = append(holders, holder{pid, fds})
+			}
+		case gone(err), errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+			// Exited, or another user's: not ours to signal either.
+		default:
+			unverified++
+		}
+	}
+	return holders, unverified, nil
+}
+
+// holderFDs returns the names of pid's fds open on path.
+func holderFDs(pid int, path string) ([]string, error) {
+	names, err := fdNames(pid)
+	if err != nil {
+		return nil, err
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
+	var fds []string
+	for _, fd := range names {
+		if target, err := os.Readlink(dir + fd); err == nil && target == path {
+			fds = append(fds, fd)
+		}
+	}
+	return fds, nil
+}
+
+// sessionGroups returns the process groups of the live processes (zombies excluded) whose
+// session id is sid: the groups of a terminal session whose leader is sid. getsid and getpgid
+// need no descriptor; listing /proc and telling a zombie do (the reserve's).
+func sessionGroups(sid int) ([]int, error) {
+	pids, err := procPids()
+	if err != nil {
+		return nil, fmt.Errorf("list /proc: %w", err)
+	}
+	var groups []int
+	for _, pid := range pids {
+		if s, err := unix.Getsid(pid); err != nil || s != sid {
+			continue
+		}
+		if zombie(pid) {
+			continue
+		}
+		pg, err := unix.Getpgid(pid)
+		if err != nil || slices.Contains(groups, pg) {
+			continue
+		}
+		groups = append(groups, pg)
+	}
+	return groups, nil
+}
+
+// waitSessionEmpty waits up to d for the child to be reaped and every other process of its
+// terminal session to exit, or ctx to end. It reports whether the session emptied, or, once the
+// child is reaped, the error that kept it from listing the session's processes.
+func (s *Session) waitSessionEmpty(ctx context.Context, d time.Duration) (bool, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.exited:
+	case <-t.C:
+		return false, nil
+	case <-ctx.Done():
+		return false, nil
+	}
+	// Jobs of an interactive shell (and background jobs) are not our children: their end is
+	// seen in /proc.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		groups, err := sessionGroups(s.pid)
+		if err != nil {
+			return false, err
+		}
+		if len(groups) == 0 {
+			return true, nil
+		}
+		select {
+		case <-tick.C:
+		case <-t.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, nil
+		}
+	}
+}
+
+// zombie reports whether pid has exited and awaits its reaping (an unreadable stat counts as
+// alive).
+func zombie(pid int) bool {
+	var b []byte
+	err := withFDs(func() error {
+		var err error
+		b, err = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return err
+	})
+	if err != nil {
+		return gone(err)
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
 
 // preExec reports whether pid still runs our own executable: a child we forked that has not
@@ -363,7 +584,12 @@ func preExec(pid int) bool {
 
 // sessionOf reads pid's session id and parent pid from /proc/pid/stat.
 func sessionOf(pid int) (sid, ppid int, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	var b []byte
+	err = withFDs(func() error {
+		var err error
+		b, err = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return err
+	})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -426,8 +426,10 @@ func TestKillSignalsStragglersInOtherGroups(t *testing.T) {
 			res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
 				return r.Kill(ctx, s.ID(), "alice")
 			})
-			if res.Escapees != 0 || res.Signalled != 1 || res.Survivors != 0 {
-				t.Errorf("escapees, signalled, survivors: got %v, %v, %v, want 0, 1, 0", res.Escapees, res.Signalled, res.Survivors)
+			// The job's group is one of the terminal session's: the group steps signal it with
+			// the shell's, so no holder is left for a second round (issue 15 point 9).
+			if res.Escapees != 0 || res.Groups != 2 || res.Signalled != 0 || res.Survivors != 0 {
+				t.Errorf("escapees, groups, signalled, survivors: got %v, %v, %v, %v, want 0, 2, 0, 0", res.Escapees, res.Groups, res.Signalled, res.Survivors)
 			}
 			waitClosed(t, s.ReaderDone(), time.Second, "reader end")
 			waitFor(t, time.Second, "job gone", func() bool { return !alive(job) })

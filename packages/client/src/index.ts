@@ -356,8 +356,12 @@ export interface SessionKillResult {
   exit: ExitStatus;
   duration_ms: number;
   signals: string[];
+  /** Process groups of the session's terminal session signalled (protocol 1.1). */
+  groups?: number;
   escapees: number;
   survivors: number;
+  /** Checks for survivors that could not be made: survivors is then a lower bound (1.1). */
+  unverified?: number;
   offset: number;
 }
 

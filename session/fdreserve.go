@@ -1,0 +1,125 @@
+package session
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// killReserveFDs is how many descriptors the session package holds back for the kill path: the
+// /proc scans, the pidfds of PTY holders and the cgroup files of a kill all need one, and a
+// gateway whose descriptor table is full must still be able to end a session and say truly what
+// is left.
+const killReserveFDs = 4
+
+// killFDs is the package's descriptor reserve: killReserveFDs descriptors on /dev/null, opened
+// when the package is initialized (the table is then nearly empty), released only by withFDs.
+var killFDs fdReserve
+
+func init() { reserveKillFDs() }
+
+type fdReserve struct {
+	// mu guards fds. withFDs holds it while it runs a step on the released reserve, so two
+	// kills short of descriptors take turns.
+	mu  sync.Mutex
+	fds []int
+}
+
+// fillLocked opens /dev/null until the reserve is whole again (as far as the table allows).
+// r.mu must be held.
+func (r *fdReserve) fillLocked() {
+	for len(r.fds) < killReserveFDs {
+		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return
+		}
+		r.fds = append(r.fds, fd)
+	}
+}
+
+// reserveKillFDs fills the reserve.
+func reserveKillFDs() {
+	killFDs.mu.Lock()
+	killFDs.fillLocked()
+	killFDs.mu.Unlock()
+}
+
+// withFDs runs f; if f failed for want of a descriptor (EMFILE, ENFILE), it releases the
+// reserve, runs f again and fills the reserve afterwards. Another thread may take a released
+// slot first; f's error then says so, and the caller counts the check as unverified.
+func withFDs(f func() error) error {
+	if testNoFDs.Load() {
+		return unix.EMFILE
+	}
+	err := f()
+	if !outOfFDs(err) {
+		return err
+	}
+	killFDs.mu.Lock()
+	defer killFDs.mu.Unlock()
+	for _, fd := range killFDs.fds {
+		unix.Close(fd)
+	}
+	killFDs.fds = killFDs.fds[:0]
+	err = f()
+	killFDs.fillLocked()
+	return err
+}
+
+// testNoFDs makes every withFDs step fail with EMFILE, as a full table would even after the
+// reserve (a test of what the kill reports then).
+var testNoFDs atomic.Bool
+
+// outOfFDs reports whether err is the process's or the system's descriptor table being full.
+func outOfFDs(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE)
+}
+
+// gone reports whether err says the process is no longer there.
+func gone(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH)
+}
+
+// procPids lists the pids in /proc (ours excluded).
+func procPids() ([]int, error) {
+	var names []string
+	err := withFDs(func() error {
+		d, err := os.Open("/proc")
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		names, err = d.Readdirnames(-1)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	self := os.Getpid()
+	pids := make([]int, 0, len(names))
+	for _, name := range names {
+		if pid, err := strconv.Atoi(name); err == nil && pid != self {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// fdNames lists the names in /proc/PID/fd.
+func fdNames(pid int) ([]string, error) {
+	var names []string
+	err := withFDs(func() error {
+		d, err := os.Open("/proc/" + strconv.Itoa(pid) + "/fd")
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		names, err = d.Readdirnames(-1)
+		return err
+	})
+	return names, err
+}
