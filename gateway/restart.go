@@ -172,6 +172,10 @@ type countedConn struct {
 	once sync.Once
 }
 
+// NetConn returns the TCP connection, for code that tunes the socket under every wrapper
+// (mux sets TCP_NOTSENT_LOWAT through it).
+func (c *countedConn) NetConn() net.Conn { return c.TCPConn }
+
 func (c *countedConn) Close() error {
 	err := c.TCPConn.Close()
 	c.once.Do(func() {
