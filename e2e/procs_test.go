@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -501,4 +502,66 @@ func TestUpgradeKeepsCgroupsAndChildren(t *testing.T) {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", job))
 		return os.IsNotExist(err)
 	})
+}
+
+// The whole scenario: 20 sessions with the hard jobs (a setsid escapee, nohup'ed,
+// disowned, double-forked, HUP-ignoring jobs and a shell that ignores HUP and TERM), upgraded in
+// place to the same binary and then to a second build: after each upgrade every process of
+// every session is still running with the same pid, every session is listed with the same id,
+// and the second build's version answers; then SIGTERM leaves none of them running.
+func TestUpgradeKeepsTwentySessionsAndTheirJobs(t *testing.T) {
+	root := testutil.CgroupRoot(t)
+	mark := randomToken()
+	dir := t.TempDir()
+	bin, next := dir+"/gateway", dir+"/gateway.next"
+	copyFile(t, binary(t), bin)
+	buildGateway(t, next, "-X main.version=9.9.9-twenty")
+	tok := randomToken()
+	g := launchGatewayBin(t, bin, tok, nil, "--token", tok, "--allow-cmd", "*", "--cgroup-root", root, "--kill-grace", "100ms")
+	c := openMarked(t, g, 20, mark)
+	ctx := ctxT(t, 60*time.Second)
+	ids := func(c *client.Client) []string {
+		list, err := c.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, s := range list {
+			out = append(out, s.Session)
+		}
+		slices.Sort(out)
+		return out
+	}
+	wantIDs, wantPids := ids(c), marked(mark)
+	slices.Sort(wantPids)
+	if len(wantIDs) != 20 || len(wantPids) < 20+len(hardJobs) {
+		t.Fatalf("before: %d sessions, %d marked processes:%s", len(wantIDs), len(wantPids), describe(wantPids))
+	}
+	for n, step := range []string{"same binary", "second build"} {
+		if step == "second build" {
+			if err := os.Rename(next, bin); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := g.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		g.waitLog(t, "upgrade complete", n+1, 60*time.Second)
+		c2 := dialRetry(t, g, 10*time.Second)
+		if got := ids(c2); !slices.Equal(got, wantIDs) {
+			t.Errorf("%s: sessions %v, want %v", step, got, wantIDs)
+		}
+		got := marked(mark)
+		slices.Sort(got)
+		if !slices.Equal(got, wantPids) {
+			t.Errorf("%s: marked processes changed:\nbefore:%s\nafter:%s", step, describe(wantPids), describe(got))
+		}
+		if step == "second build" && c2.Init().Server.Version != "9.9.9-twenty" {
+			t.Errorf("%s: version %q, want 9.9.9-twenty", step, c2.Init().Server.Version)
+		}
+	}
+	g.Stop(30 * time.Second)
+	if left := marked(mark); len(left) > 0 {
+		t.Errorf("%d processes of the sessions outlived the shutdown after two upgrades:%s", len(left), describe(left))
+	}
 }

@@ -14,14 +14,26 @@ import (
 )
 
 // guardServer serves h through a ConnGuard on 127.0.0.1, closed in cleanup.
-func guardServer(t *testing.T, o GuardOptions, h http.Handler) (*ConnGuard, string) {
+// guardServer serves h behind a ConnGuard; idle receives a value each time a connection goes
+// idle in the guard's view (after its ConnState ran), so a test can wait for it.
+func guardServer(t *testing.T, o GuardOptions, h http.Handler) (g *ConnGuard, addr string, idle <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := NewConnGuard(o)
-	srv := &http.Server{Handler: h, ConnState: g.ConnState, ReadHeaderTimeout: 10 * time.Second,
+	g = NewConnGuard(o)
+	idleCh := make(chan struct{}, 64)
+	state := func(c net.Conn, st http.ConnState) {
+		g.ConnState(c, st)
+		if st == http.StateIdle {
+			select {
+			case idleCh <- struct{}{}:
+			default:
+			}
+		}
+	}
+	srv := &http.Server{Handler: h, ConnState: state, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: time.Minute}
 	done := make(chan struct{})
 	go func() {
@@ -32,7 +44,7 @@ func guardServer(t *testing.T, o GuardOptions, h http.Handler) (*ConnGuard, stri
 		srv.Close()
 		<-done
 	})
-	return g, ln.Addr().String()
+	return g, ln.Addr().String(), idleCh
 }
 
 // keepAlive dials addr and does one GET /, leaving the connection idle and open.
@@ -91,7 +103,7 @@ func waitActive(t *testing.T, g *ConnGuard, n int) {
 // gets 503 and Connection: close.
 func TestConnGuardEvictsTheLongestIdle(t *testing.T) {
 	block := make(chan struct{})
-	g, addr := guardServer(t, GuardOptions{MaxPending: 100, MaxPendingPerAddr: 2,
+	g, addr, idle := guardServer(t, GuardOptions{MaxPending: 100, MaxPendingPerAddr: 2,
 		Logger: slog.New(slog.DiscardHandler)},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/block" {
@@ -100,8 +112,18 @@ func TestConnGuardEvictsTheLongestIdle(t *testing.T) {
 			_, _ = io.WriteString(w, "ok\n")
 		}))
 	defer close(block)
+	wentIdle := func() {
+		t.Helper()
+		select {
+		case <-idle:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a connection did not go idle")
+		}
+	}
 	a := keepAlive(t, addr)
+	wentIdle()
 	b := keepAlive(t, addr)
+	wentIdle()
 	c := keepAlive(t, addr) // over 2: a, idle the longest, goes
 	if !closedByPeer(a) {
 		t.Fatal("the longest idle connection was not evicted")
