@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/muxterm/muxterm/client"
 )
 
@@ -57,7 +59,7 @@ func TestDroppedSocketGraceResumeThenReap(t *testing.T) {
 		if !slices.Contains(listed, id) {
 			t.Fatalf("session %s gone right after the drop; list: %v", id, listed)
 		}
-		if !alive(pids[i]) {
+		if !testutil.Alive(pids[i]) {
 			t.Fatalf("shell %d died with the socket", pids[i])
 		}
 		off := offs[i]
@@ -77,7 +79,7 @@ func TestDroppedSocketGraceResumeThenReap(t *testing.T) {
 	abandoned := time.Now()
 
 	c3 := g.dial(t)
-	waitFor(t, grace+15*time.Second, "the reaper to close the abandoned sessions", func() bool {
+	testutil.WaitFor(t, grace+15*time.Second, "the reaper to close the abandoned sessions", func() bool {
 		l, err := c3.List(ctx)
 		return err == nil && len(l) == 0
 	})
@@ -85,10 +87,10 @@ func TestDroppedSocketGraceResumeThenReap(t *testing.T) {
 		t.Errorf("sessions reaped %v after they were abandoned, before the %v grace", took, grace)
 	}
 	for _, pid := range pids {
-		waitFor(t, 5*time.Second, fmt.Sprintf("shell %d to be gone", pid), func() bool { return !alive(pid) })
+		testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("shell %d to be gone", pid), func() bool { return !testutil.Alive(pid) })
 	}
 	// The PTY masters are closed: the gateway's fds are back where they were with one socket.
-	waitFor(t, 5*time.Second, "the gateway's fds back to the baseline", func() bool { return fdCount(t, gwPid) <= baseFDs })
+	testutil.WaitFor(t, 5*time.Second, "the gateway's fds back to the baseline", func() bool { return fdCount(t, gwPid) <= baseFDs })
 	for _, id := range ids {
 		_, _, err := c3.Attach(ctx, id, nil)
 		if got := rpcErr(t, err).Kind(); got != "session_closed" && got != "unknown_session" {

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
@@ -50,7 +52,7 @@ func copyFile(t *testing.T, src, dst string) {
 // waitLog waits until the gateway has printed want at least n times.
 func (g *gateway) waitLog(t *testing.T, want string, n int, d time.Duration) {
 	t.Helper()
-	waitFor(t, d, fmt.Sprintf("%d× %q in the gateway's log", n, want), func() bool {
+	testutil.WaitFor(t, d, fmt.Sprintf("%d× %q in the gateway's log", n, want), func() bool {
 		return strings.Count(g.Logs(), want) >= n
 	})
 }
@@ -112,7 +114,7 @@ func (s *stream) checkExact(t *testing.T) {
 // waitGrowth waits until the stream has read more than n bytes.
 func (s *stream) waitGrowth(t *testing.T, n int64, d time.Duration) {
 	t.Helper()
-	waitFor(t, d, fmt.Sprintf("stream %s past %d bytes", s.id, n), func() bool { return s.len() > n })
+	testutil.WaitFor(t, d, fmt.Sprintf("stream %s past %d bytes", s.id, n), func() bool { return s.len() > n })
 }
 
 // dialer hammers /healthz on fresh connections until stop is closed (for at most limit),
@@ -292,7 +294,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	t.Cleanup(func() {
 		g.Stop(15 * time.Second)
 		for id, pid := range pids {
-			if alive(pid) {
+			if testutil.Alive(pid) {
 				t.Errorf("session %s's process %d outlived the gateway", id, pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
@@ -342,8 +344,8 @@ func TestUpgradeInPlace(t *testing.T) {
 			t.Fatalf("the gateway exited: %v\n%s", g.err, g.Logs())
 		default:
 		}
-		if g.cmd.Process.Pid != gwPid || !alive(gwPid) {
-			t.Fatalf("gateway pid %d, alive %v; want %d", g.cmd.Process.Pid, alive(gwPid), gwPid)
+		if g.cmd.Process.Pid != gwPid || !testutil.Alive(gwPid) {
+			t.Fatalf("gateway pid %d, alive %v; want %d", g.cmd.Process.Pid, testutil.Alive(gwPid), gwPid)
 		}
 
 		// Reconnect and resume from what was consumed.
@@ -419,7 +421,7 @@ func TestUpgradeInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	pids[fresh.Session()] = fresh.Pid()
-	waitFor(t, 10*time.Second, "the fresh session to exec sleep", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the fresh session to exec sleep", func() bool {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", fresh.Pid()))
 		return strings.TrimSpace(string(b)) == "sleep"
 	})
@@ -557,7 +559,7 @@ func TestUpgradeUnadoptableStateIsTornDown(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		for _, pid := range pids {
-			if alive(pid) {
+			if testutil.Alive(pid) {
 				t.Errorf("process %d outlived the gateway", pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
@@ -584,7 +586,7 @@ func TestUpgradeUnadoptableStateIsTornDown(t *testing.T) {
 		t.Fatalf("the log does not account for the teardown:\n%s", logs)
 	}
 	for _, pid := range pids {
-		if alive(pid) {
+		if testutil.Alive(pid) {
 			t.Errorf("session process %d survived the teardown", pid)
 		}
 	}
@@ -610,7 +612,7 @@ func TestStopSignalDuringUpgradeIsNotLost(t *testing.T) {
 			}
 			pid := ch.Pid()
 			t.Cleanup(func() {
-				if alive(pid) {
+				if testutil.Alive(pid) {
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
 			})
@@ -631,7 +633,7 @@ func TestStopSignalDuringUpgradeIsNotLost(t *testing.T) {
 			if g.err != nil {
 				t.Fatalf("gateway exit: %v\n%s", g.err, g.Logs())
 			}
-			if alive(pid) {
+			if testutil.Alive(pid) {
 				t.Fatalf("session process %d survived the stop:\n%s", pid, g.Logs())
 			}
 			t.Logf("stopped by the %s image; handed over as a stop: %v", map[bool]string{true: "new", false: "old"}[strings.Contains(g.Logs(), "upgrade complete")],

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
@@ -98,18 +100,6 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// waitUntil polls cond; for state owned by other goroutines that has no event to wait on.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestEchoThroughSocket(t *testing.T) {
 	s := newServer(t, ServerOptions{}, nil)
 	c := s.dial(t)
@@ -158,7 +148,7 @@ func TestWindowBoundsUnacknowledgedOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	buffered := flood.Buffered
-	waitUntil(t, "the window to fill", func() bool { return buffered() >= window })
+	testutil.WaitFor(t, 10*time.Second, "the window to fill", func() bool { return buffered() >= window })
 	for i := range 20 { // barriers: the socket goes on, the flood stays at the window
 		tag := string(rune('a'+i)) + "!"
 		if _, err := echo.Write([]byte(tag)); err != nil {
@@ -177,7 +167,7 @@ func TestWindowBoundsUnacknowledgedOutput(t *testing.T) {
 	if err != nil || n == 0 {
 		t.Fatalf("read: %d %v", n, err)
 	}
-	waitUntil(t, "more output after the ack", func() bool { return flood.Offset()+int64(buffered()) > window })
+	testutil.WaitFor(t, 10*time.Second, "more output after the ack", func() bool { return flood.Offset()+int64(buffered()) > window })
 }
 
 // readToOffset reads ch until its offset reaches want, failing the test if the stream errs or
@@ -338,7 +328,7 @@ func TestAttachReplyFailureUnsubscribes(t *testing.T) {
 		t.Fatal("attach succeeded over a dead socket")
 	}
 	<-hookRan
-	waitUntil(t, "the viewer to be released", func() bool { return sess.Info().Viewers == 0 })
+	testutil.WaitFor(t, 10*time.Second, "the viewer to be released", func() bool { return sess.Info().Viewers == 0 })
 	since := sess.UnwatchedSince()
 	if since.IsZero() {
 		t.Fatal("the session was pinned as watched")
@@ -364,7 +354,7 @@ func TestSocketEndDetachesButKeepsSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	waitUntil(t, "the socket's viewer to go", func() bool { return sess.Info().Viewers == 0 })
+	testutil.WaitFor(t, 10*time.Second, "the socket's viewer to go", func() bool { return sess.Info().Viewers == 0 })
 	if st := sess.State(); st != session.StateRunning {
 		t.Fatalf("state after the socket ended: got %v, want running", st)
 	}
@@ -407,7 +397,7 @@ func TestSilentSocketIsClosedAndDetached(t *testing.T) {
 	}
 	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
 	send(`{"jsonrpc":"2.0","id":2,"method":"session.attach","params":{"channel":1,"session":"` + sess.ID() + `"}}`)
-	waitUntil(t, "the attach", func() bool { return sess.Info().Viewers == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the attach", func() bool { return sess.Info().Viewers == 1 })
 	// From here the client reads nothing: pings go unanswered.
 	go func() {
 		s.wg.Wait()

@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/muxterm/muxterm/session"
 )
 
@@ -111,8 +113,8 @@ func (h *harness) close() {
 		}
 	}
 	for _, s := range opened {
-		waitClosed(t, s.Exited(), waitLong, "reap of the child of "+s.ID())
-		waitClosed(t, s.ReaderDone(), waitLong, "reader of "+s.ID())
+		testutil.WaitClosed(t, s.Exited(), waitLong, "reap of the child of "+s.ID())
+		testutil.WaitClosed(t, s.ReaderDone(), waitLong, "reader of "+s.ID())
 	}
 }
 
@@ -150,7 +152,7 @@ func (h *harness) mustOpen(argv ...string) *session.Session {
 // mustOpenWatched opens argv with a viewer attached in the same step.
 func (h *harness) mustOpenWatched(argv ...string) (*session.Session, *session.Viewer, <-chan struct{}) {
 	h.t.Helper()
-	wakeCh, wake := wakeChan()
+	wakeCh, wake := testutil.WakeChan()
 	s, v, err := h.openSpec(session.Spec{Argv: argv}, wake)
 	if err != nil {
 		h.t.Fatalf("open %q: got %v, want nil", argv, err)
@@ -162,7 +164,7 @@ func (h *harness) mustOpenWatched(argv ...string) (*session.Session, *session.Vi
 // attach attaches a viewer through the registry, as a reconnecting client does.
 func (h *harness) attach(s *session.Session) (*session.Viewer, <-chan struct{}) {
 	h.t.Helper()
-	wakeCh, wake := wakeChan()
+	wakeCh, wake := testutil.WakeChan()
 	v, _, err := h.reg.Attach(s.ID(), owner, 0, wake)
 	if err != nil {
 		h.t.Fatalf("attach %s: got %v, want nil", s.ID(), err)
@@ -212,7 +214,7 @@ func (h *harness) sweepAsync(rp *Reaper) <-chan Result {
 		defer cancel()
 		out <- rp.Sweep(ctx)
 	}()
-	h.t.Cleanup(func() { waitClosed(h.t, ended, 3*waitLong, "the sweep") })
+	h.t.Cleanup(func() { testutil.WaitClosed(h.t, ended, 3*waitLong, "the sweep") })
 	return out
 }
 
@@ -249,26 +251,6 @@ func victimIDs(vs []Victim) []string {
 }
 
 // ---- channels and viewers ----
-
-// wakeChan returns a capacity-1 channel and a non-blocking wake function that notifies it.
-func wakeChan() (chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	return ch, func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func waitClosed(t testing.TB, ch <-chan struct{}, timeout time.Duration, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(timeout):
-		t.Fatalf("%s: not within %v", what, timeout)
-	}
-}
 
 func isClosed(ch <-chan struct{}) bool {
 	select {
@@ -419,7 +401,7 @@ func TestSelect(t *testing.T) {
 	type setup func(h *harness) (s *session.Session, now time.Time)
 	exited := func(h *harness, argv ...string) *session.Session {
 		s := h.mustOpen(argv...)
-		waitClosed(h.t, s.Exited(), waitLong, "exit of "+s.ID())
+		testutil.WaitClosed(h.t, s.Exited(), waitLong, "exit of "+s.ID())
 		return s
 	}
 	tests := []struct {
@@ -461,7 +443,7 @@ func TestSelect(t *testing.T) {
 		}, session.ReasonExited},
 		{"dead process, watched", func(h *harness) (*session.Session, time.Time) {
 			s, _, _ := h.mustOpenWatched("sh", "-c", "exit 0")
-			waitClosed(h.t, s.Exited(), waitLong, "exit of "+s.ID())
+			testutil.WaitClosed(h.t, s.Exited(), waitLong, "exit of "+s.ID())
 			return s, h.clock.Now()
 		}, session.ReasonExited},
 		{"dead process, leased", func(h *harness) (*session.Session, time.Time) {
@@ -525,8 +507,8 @@ func TestSweepReapsOnlyVictims(t *testing.T) {
 	h.wantRegistered(recent)
 
 	// The reap closes the PTY and removes the entry.
-	waitClosed(t, old.ReaderDone(), waitLong, "the reaped session's reader closing its PTY")
-	waitClosed(t, old.Exited(), waitLong, "the reaped child")
+	testutil.WaitClosed(t, old.ReaderDone(), waitLong, "the reaped session's reader closing its PTY")
+	testutil.WaitClosed(t, old.Exited(), waitLong, "the reaped child")
 	h.wantGone(old)
 	if got, want := h.reg.Len(), 2; got != want {
 		t.Fatalf("registered: got %v, want %v", got, want)
@@ -557,9 +539,9 @@ func TestSweepReapsOnlyVictims(t *testing.T) {
 func TestDeadSessionWithViewerIsReaped(t *testing.T) {
 	h := newHarness(t, nil)
 	s, v, wake := h.mustOpenWatched("sh", "-c", "printf last-words; exit 0")
-	waitClosed(t, s.Exited(), waitLong, "exit of the child")
+	testutil.WaitClosed(t, s.Exited(), waitLong, "exit of the child")
 	// Once the reader has ended, all the output is in the ring: the kill point cannot drop it.
-	waitClosed(t, s.ReaderDone(), waitLong, "the reader")
+	testutil.WaitClosed(t, s.ReaderDone(), waitLong, "the reader")
 
 	if got, want := h.sweep(), (Result{Selected: 1, Claimed: 1}); got != want {
 		t.Fatalf("sweep: got %+v, want %+v", got, want)
@@ -586,7 +568,7 @@ func TestDeadSessionWithViewerIsReaped(t *testing.T) {
 func TestDeadSessionWithViewerIsReapedWhileReading(t *testing.T) {
 	h := newHarness(t, nil)
 	s, v, wake := h.mustOpenWatched("true")
-	waitClosed(t, s.Exited(), waitLong, "exit of the child")
+	testutil.WaitClosed(t, s.Exited(), waitLong, "exit of the child")
 
 	type readEnd struct {
 		err error
@@ -686,7 +668,7 @@ func TestStartRunsOneLoop(t *testing.T) {
 		t.Fatalf("Done: closed by the ctx of a Start that returned false")
 	}
 	cancel()
-	waitClosed(t, done, waitLong, "the loop ending with its ctx")
+	testutil.WaitClosed(t, done, waitLong, "the loop ending with its ctx")
 
 	// Once the loop has ended, Start may run a new one.
 	ctx3, cancel3 := context.WithCancel(context.Background())
@@ -694,7 +676,7 @@ func TestStartRunsOneLoop(t *testing.T) {
 		t.Fatalf("Start after the loop ended: got false, want true")
 	}
 	cancel3()
-	waitClosed(t, h.rp.Done(), waitLong, "the restarted loop ending with its ctx")
+	testutil.WaitClosed(t, h.rp.Done(), waitLong, "the restarted loop ending with its ctx")
 }
 
 // ---- the selection → reconnect → claim race (TOCTOU) ----
@@ -768,7 +750,7 @@ func TestReconnectRacingTheClaimKeepsSession(t *testing.T) {
 			t.Errorf("the reaper selected nothing within %v", waitLong)
 			return
 		}
-		wakeCh, wakeFn := wakeChan()
+		wakeCh, wakeFn := testutil.WakeChan()
 		var err error
 		v, _, err = h.reg.Attach(s.ID(), owner, 0, wakeFn)
 		if err != nil || v == nil {
@@ -807,7 +789,7 @@ func TestReapThatClaimsFirstMakesAttachFail(t *testing.T) {
 		if got, want := h.sweep(), (Result{Selected: 1, Claimed: 1}); got != want {
 			t.Fatalf("sweep: got %+v, want %+v", got, want)
 		}
-		waitClosed(t, s.ReaderDone(), waitLong, "the reaped session's reader")
+		testutil.WaitClosed(t, s.ReaderDone(), waitLong, "the reaped session's reader")
 		h.wantGone(s)
 		v, _, err := h.reg.Attach(s.ID(), owner, 0, nil)
 		if v != nil {
@@ -852,7 +834,7 @@ func TestReapThatClaimsFirstMakesAttachFail(t *testing.T) {
 		if res := s.Teardown(ctx); !res.Reaped {
 			t.Fatalf("teardown: got %+v, want the child reaped", res)
 		}
-		waitClosed(t, s.ReaderDone(), waitLong, "the reader")
+		testutil.WaitClosed(t, s.ReaderDone(), waitLong, "the reader")
 	})
 }
 
@@ -1018,7 +1000,7 @@ func TestTeardownRunsWithoutRegistryLock(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		f.Close()
-		waitClosed(t, readerDone, waitLong, "the fifo reader")
+		testutil.WaitClosed(t, readerDone, waitLong, "the fifo reader")
 	})
 	nextEvent := func(want string) {
 		t.Helper()
@@ -1132,7 +1114,7 @@ func TestLeaseKeepsIdleSession(t *testing.T) {
 	if got, want := h.sweep(), (Result{Selected: 1, Claimed: 1}); got != want {
 		t.Fatalf("sweep once the lease ended: got %+v, want %+v", got, want)
 	}
-	waitClosed(t, s.ReaderDone(), waitLong, "the reaped session's reader")
+	testutil.WaitClosed(t, s.ReaderDone(), waitLong, "the reaped session's reader")
 	h.wantGone(s)
 }
 
