@@ -373,6 +373,8 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	done := make(chan struct{})
+	// Ends when every kill has: when ctx ends first, it outlives this call (bounded by the kills'
+	// own escalation), and a later Shutdown waits on r.wg again.
 	go func() {
 		r.wg.Wait()
 		close(done)

@@ -167,10 +167,10 @@ type Options struct {
 	testHookBeforeIngest func([]byte)
 }
 
-// readBatch bounds one ingest so that a batch read just under the high watermark still fits in
-// the ring: backpressure must pause the program before the ring drops unread bytes. o has its
-// defaults.
-func (o Options) readBatch() int {
+// batchSize is the most one read batch (Session.readBatch) takes: small enough that a batch read
+// just under the high watermark still fits in the ring, since backpressure must pause the
+// program before the ring drops unread bytes. o has its defaults.
+func (o Options) batchSize() int {
 	return max(min(readChunk, o.ScrollbackBytes-o.HighWaterBytes), min(4096, readChunk))
 }
 
@@ -180,7 +180,7 @@ func (o Options) readBatch() int {
 // drops, which the resume hold then cannot bring back.
 func (o Options) KeptBehind() int {
 	o = o.withDefaults()
-	return max(o.ScrollbackBytes-o.HighWaterBytes-o.readBatch(), 0)
+	return max(o.ScrollbackBytes-o.HighWaterBytes-o.batchSize(), 0)
 }
 
 func (o Options) withDefaults() Options {
@@ -743,7 +743,7 @@ func (s *Session) readReady(buf []byte) {
 	}
 	s.readState = readBusy
 	s.mu.Unlock()
-	buf = buf[:s.opts.readBatch()]
+	buf = buf[:s.opts.batchSize()]
 	// A master that keeps filling gets a few batches per turn, one ingest each, before it goes
 	// back to the instance (behind the other ready masters).
 	for range maxBatchesPerTurn {
