@@ -336,7 +336,7 @@ func TestAttachReplyFailureUnsubscribes(t *testing.T) {
 	if _, ok := s.reg.Claim(sess.ID(), sess, since.Add(time.Hour), time.Minute); !ok {
 		t.Fatal("the session is not reapable after the failed attach")
 	}
-	sess.Teardown(ctx)
+	s.reg.Teardown(ctx, sess)
 }
 
 // TestShutdownClosesChannelsWith1001: cancelling with ErrShutdown tells every channel and

@@ -109,7 +109,7 @@ func (h *harness) close() {
 		// Shutdown tore down what was registered and waited for it. A session still closing
 		// was claimed by a test that failed before its teardown; nobody else runs one now.
 		if s.State() == session.StateClosing {
-			s.Teardown(ctx)
+			h.reg.Teardown(ctx, s)
 		}
 	}
 	for _, s := range opened {
@@ -831,7 +831,7 @@ func TestReapThatClaimsFirstMakesAttachFail(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 		defer cancel()
-		if res := s.Teardown(ctx); !res.Reaped {
+		if res := h.reg.Teardown(ctx, s); !res.Reaped {
 			t.Fatalf("teardown: got %+v, want the child reaped", res)
 		}
 		testutil.WaitClosed(t, s.ReaderDone(), waitLong, "the reader")
@@ -1244,7 +1244,7 @@ func TestAttachVersusClaimStress(t *testing.T) {
 					teardowns.Go(func() {
 						ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 						defer cancel()
-						claimedSession.Teardown(ctx)
+						h.reg.Teardown(ctx, claimedSession)
 					})
 					if s, err = h.open("cat"); err != nil {
 						t.Errorf("round %d: open a fresh session: got %v, want nil", r, err)

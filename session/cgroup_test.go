@@ -66,7 +66,7 @@ func TestCgroupPlacement(t *testing.T) {
 	testutil.WaitClosed(t, s.exited, 10*time.Second, "exit of cat")
 	ctx, cancel := context.WithTimeout(context.Background(), killDeadline)
 	defer cancel()
-	if res := s.Teardown(ctx); res.Survivors != 0 {
+	if res := r.Teardown(ctx, s); res.Survivors != 0 {
 		t.Errorf("teardown of an exited session: %+v", res)
 	}
 	if _, err := os.Stat(s.CgroupPath()); !os.IsNotExist(err) {

@@ -336,7 +336,7 @@ func (r *Registry) Adopt(st *HandoverState) (adopted int, err error) {
 			r.opts.Logger.Error("handover: session not adopted, tearing it down", "session", h.ID, "pid", h.Pid, "err", aerr)
 			errs = append(errs, aerr)
 			if s != nil {
-				res := s.Teardown(context.Background())
+				res := r.Teardown(context.Background(), s)
 				r.opts.Logger.Info("handover: session torn down", "session", h.ID, "status", res.Status,
 					"survivors", res.Survivors, "signals", res.Signals)
 			}

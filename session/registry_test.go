@@ -324,7 +324,7 @@ func TestClaim(t *testing.T) {
 				res, _ := r.Kill(context.Background(), s.ID(), "alice")
 				killed <- res
 			}()
-			res := s.Teardown(context.Background())
+			res := r.Teardown(context.Background(), s)
 			if res.Reason != tt.wantReason {
 				t.Errorf("teardown reason: got %q, want %q", res.Reason, tt.wantReason)
 			}
@@ -459,4 +459,36 @@ func idleSessionsUseFewThreads(t *testing.T) {
 		testutil.WaitClosed(t, s.ReaderDone(), 10*time.Second, "reader of "+s.ID())
 	}
 	testutil.WaitFor(t, 10*time.Second, "readers to stop once no master is registered", func() bool { return !readersRunning() })
+}
+
+// A teardown of a session nobody claimed leaves the registry as a kill does: the session is no
+// longer listed or found, a later kill reports that teardown (its tombstone), and the child is
+// gone. (Session.Teardown, exported before, left it registered but not running, where no claim
+// could ever remove it.)
+func TestTeardownOfUnclaimedSessionLeavesTheRegistry(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry(testOptions(), nil)
+	s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "exec sleep 60")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := r.Teardown(ctx, s)
+	if res.Reason != ReasonKilled || !res.Reaped {
+		t.Fatalf("teardown: got %+v, want reason killed and the child reaped", res)
+	}
+	if slices.Contains(r.Snapshot(), s) {
+		t.Error("the torn-down session is still registered")
+	}
+	if _, err := r.Get(s.ID(), "alice"); err == nil {
+		t.Error("get after the teardown: got nil, want an error")
+	}
+	if k, err := r.Kill(ctx, s.ID(), "alice"); err != nil || k.Reason != ReasonKilled {
+		t.Errorf("kill after the teardown: got %+v, %v, want the teardown's result", k, err)
+	}
+	if testutil.Alive(s.Pid()) {
+		t.Errorf("pid %d still runs", s.Pid())
+	}
+	// A second teardown waits for the first and returns its result.
+	if again := r.Teardown(ctx, s); again.Reason != res.Reason || again.Exit != res.Exit {
+		t.Errorf("second teardown: got %+v, want %+v", again, res)
+	}
 }
