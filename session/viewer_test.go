@@ -498,23 +498,7 @@ func TestBackpressure(t *testing.T) {
 		}
 	})
 
-	t.Run("the hold ends after ResumeHold", func(t *testing.T) {
-		t.Parallel()
-		opts, _ := newOpts(t)
-		opts.ResumeHold = 2 * time.Second
-		_, s, v, _ := openBig(t, opts)
-		testutil.WaitFor(t, 10*time.Second, "reader paused by the unread viewer", func() bool { return isPaused(s) })
-		v.CloseHolding(0) // at offset 0: without the hold this would resume the reader at once
-		if !isPaused(s) {
-			t.Fatal("the reader resumed when the viewer was lost: no hold")
-		}
-		testutil.WaitClosed(t, s.Exited(), 30*time.Second, "exit once the hold ended")
-		testutil.WaitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
-		got, start := ringBytes(s)
-		if start != int64(len(want)-ringSize) || !bytes.Equal(got, want[start:]) {
-			t.Errorf("ring: got %d bytes from %v, want the last %d bytes from %v", len(got), start, ringSize, len(want)-ringSize)
-		}
-	})
+	// The hold ending after ResumeHold: TestResumeHoldEndsAfterResumeHold, on a fake clock.
 
 	t.Run("a reattach takes the hold over", func(t *testing.T) {
 		t.Parallel()

@@ -56,3 +56,36 @@ func TestSettleExitAfterExitSettle(t *testing.T) {
 		}
 	})
 }
+
+// A lost viewer's resume hold keeps the reader paused for ResumeHold, then lets it resume. On
+// the fake clock, with a session that has no process: the output is ingested as the reader
+// would.
+func TestResumeHoldEndsAfterResumeHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := fakeSession(1 << 20)
+		s.opts.ResumeHold = 2 * time.Second
+		hw := s.opts.HighWaterBytes
+		if hw >= 1<<20 {
+			t.Fatalf("high watermark %d not below the scrollback", hw)
+		}
+		v, _, err := s.Subscribe(0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ingest(make([]byte, hw+1)) // the viewer reads nothing: backpressure
+		if !isPaused(s) {
+			t.Fatal("not paused above the high watermark")
+		}
+		v.CloseHolding(0) // at offset 0: without the hold the reader would resume at once
+		time.Sleep(s.opts.ResumeHold - time.Nanosecond)
+		synctest.Wait()
+		if !isPaused(s) {
+			t.Fatal("the reader resumed before ResumeHold")
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if isPaused(s) {
+			t.Fatal("the reader still paused once the hold ended")
+		}
+	})
+}
