@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muxterm/muxterm/internal/testutil"
-
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // TestAttachFromBeforeTheRingFollowsTheResumeFormula checks protocol.md §3's rule for an attach

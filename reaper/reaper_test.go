@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/internal/testutil"
-
 	"github.com/muxterm/muxterm/session"
 )
 

@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muxterm/muxterm/internal/testutil"
-
 	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // TestMain fails the package if a goroutine or a file descriptor outlives the tests, or if a
