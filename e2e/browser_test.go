@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
@@ -254,7 +256,7 @@ func TestBrowserCloseTabKillsItsProcess(t *testing.T) {
 	if i := strings.LastIndex(text, "pid-is-"); i >= 0 {
 		fmt.Sscanf(text[i:], "pid-is-%d", &pid)
 	}
-	if pid <= 0 || !alive(pid) {
+	if pid <= 0 || !testutil.Alive(pid) {
 		t.Fatalf("shell pid %d not found alive in %q", pid, text)
 	}
 	eval[string](b, "window.muxterm.newTab()") // so closing the first does not leave zero tabs
@@ -262,7 +264,7 @@ func TestBrowserCloseTabKillsItsProcess(t *testing.T) {
 	eval[any](b, "window.muxterm.closeTab(0)")
 	b.waitJS("window.muxterm.tabs().length === 1", 10*time.Second)
 	b.screenshot("close-tab")
-	waitFor(t, 5*time.Second, "the closed tab's shell to exit", func() bool { return !alive(pid) })
+	testutil.WaitFor(t, 5*time.Second, "the closed tab's shell to exit", func() bool { return !testutil.Alive(pid) })
 }
 
 func TestBrowserReloadResumesSessions(t *testing.T) {
@@ -455,7 +457,7 @@ func TestBrowserShowsLostBytes(t *testing.T) {
 	if err := ch.Detach(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the shell to print past the ring", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the shell to print past the ring", func() bool {
 		l, err := c.List(ctx)
 		return err == nil && len(l) == 1 && l[0].End > 100000
 	})

@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 )
@@ -370,7 +372,7 @@ func TestCLIAttachTypeResizeDetachReattach(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := g.dial(t)
-	waitFor(t, 10*time.Second, "the session to be 101x33", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the session to be 101x33", func() bool {
 		list, err := c.List(ctxT(t, 5*time.Second))
 		return err == nil && len(list) == 1 && list[0].Cols == 101 && list[0].Rows == 33
 	})
@@ -510,7 +512,7 @@ func TestCLIExecSIGTERMKillsSession(t *testing.T) {
 	})
 	c := g.dial(t)
 	var pid int
-	waitFor(t, 10*time.Second, "the exec session", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the exec session", func() bool {
 		list, err := c.List(ctxT(t, 5*time.Second))
 		if err == nil && len(list) == 1 {
 			pid = list[0].Pid
@@ -529,8 +531,8 @@ func TestCLIExecSIGTERMKillsSession(t *testing.T) {
 		t.Fatal("exec did not exit on SIGTERM")
 	}
 	list, err := c.List(ctxT(t, 5*time.Second))
-	if err != nil || len(list) != 0 || alive(pid) {
-		t.Fatalf("after SIGTERM: sessions %+v (%v), sleep alive %v; want none", list, err, alive(pid))
+	if err != nil || len(list) != 0 || testutil.Alive(pid) {
+		t.Fatalf("after SIGTERM: sessions %+v (%v), sleep alive %v; want none", list, err, testutil.Alive(pid))
 	}
 }
 
@@ -858,7 +860,7 @@ func TestCLIReplayAnswersDoNotOutliveAttach(t *testing.T) {
 	g := startGateway(t, "--allow-cmd", "*")
 	env := cliEnv(t, g)
 	id := newSession(t, env, "--", "sh", "-c", `printf '\033[c\033[6nBYE'; exit 5`)
-	waitFor(t, 10*time.Second, "the program's exit", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the program's exit", func() bool {
 		list, err := g.dial(t).List(ctxT(t, 5*time.Second))
 		return err == nil && len(list) == 1 && list[0].Exit != nil
 	})

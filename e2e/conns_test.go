@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
@@ -160,7 +162,7 @@ func TestShutdownWithAStalledClientExitsZero(t *testing.T) {
 	// Wait until the gateway's side of the socket holds a full send queue: its writes block
 	// once 16 KiB wait unsent (TCP_NOTSENT_LOWAT, mux.NotSentLowat).
 	q := 0
-	waitFor(t, 10*time.Second, "the gateway's send queue to fill", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the gateway's send queue to fill", func() bool {
 		q = sendQueue(t, ws.RemoteAddr().String(), ws.LocalAddr().String())
 		return q >= 16<<10
 	})

@@ -51,7 +51,7 @@ func TestKillUnderDescriptorExhaustion(t *testing.T) {
 			}
 			esc, _ := strconv.Atoi(m[1])
 			t.Cleanup(func() { _ = syscall.Kill(esc, syscall.SIGKILL) })
-			waitFor(t, 5*time.Second, "the escapee to exec sleep", func() bool {
+			testutil.WaitFor(t, 5*time.Second, "the escapee to exec sleep", func() bool {
 				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", esc))
 				return err == nil && string(b) == "sleep\n"
 			})
@@ -78,14 +78,14 @@ func TestKillUnderDescriptorExhaustion(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("kill: %+v", res)
-			if alive(esc) && res.Survivors == 0 && res.Unverified == 0 {
+			if testutil.Alive(esc) && res.Survivors == 0 && res.Unverified == 0 {
 				t.Errorf("kill result says survivors 0, unverified 0 while the escapee %d runs: %+v", esc, res)
 			}
 			if res.Escapees != 1 || res.Survivors != 0 || res.Unverified != 0 {
 				t.Errorf("escapees, survivors, unverified: got %d, %d, %d, want 1, 0, 0 (the reserve lets the kill check everything)",
 					res.Escapees, res.Survivors, res.Unverified)
 			}
-			waitFor(t, 2*time.Second, "the escapee to die", func() bool { return !alive(esc) })
+			testutil.WaitFor(t, 2*time.Second, "the escapee to die", func() bool { return !testutil.Alive(esc) })
 		})
 	}
 }
@@ -147,5 +147,5 @@ func TestKillInteractiveShellWithForegroundJob(t *testing.T) {
 	if res.Groups != 2 || res.Survivors != 0 || res.Unverified != 0 {
 		t.Errorf("groups, survivors, unverified: got %d, %d, %d, want 2, 0, 0", res.Groups, res.Survivors, res.Unverified)
 	}
-	waitFor(t, 2*time.Second, "the job to die", func() bool { return !alive(job) })
+	testutil.WaitFor(t, 2*time.Second, "the job to die", func() bool { return !testutil.Alive(job) })
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -164,7 +166,7 @@ func TestOTelKillTraceAndMetrics(t *testing.T) {
 	}
 
 	var kill *tracepb.Span
-	waitFor(t, 10*time.Second, "the session.kill span at the receiver", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the session.kill span at the receiver", func() bool {
 		kill = rcv.find("session.kill", tid[:])
 		return kill != nil
 	})
@@ -191,7 +193,7 @@ func TestOTelKillTraceAndMetrics(t *testing.T) {
 		}
 	}
 	var reader *tracepb.Span
-	waitFor(t, 10*time.Second, "the session.reader span", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the session.reader span", func() bool {
 		reader = rcv.findBySession("session.reader", ch.Session())
 		return reader != nil
 	})

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/procfs"
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
@@ -40,7 +41,7 @@ func marked(mark string) []int {
 		if err != nil || !bytes.Contains(env, want) {
 			continue
 		}
-		if alive(pid) {
+		if testutil.Alive(pid) {
 			pids = append(pids, pid)
 		}
 	}
@@ -129,7 +130,7 @@ func TestCrashThenStartSweepsSessions(t *testing.T) {
 	}
 	// stderr is scanned apart from the listening line on stdout: the line may trail it.
 	var m []string
-	waitFor(t, 5*time.Second, "the 'cgroups on ... swept_processes=' log line", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the 'cgroups on ... swept_processes=' log line", func() bool {
 		m = sweptRE.FindStringSubmatch(g2.Logs())
 		return m != nil
 	})
@@ -227,7 +228,7 @@ func TestKillWithCgroupEndsNohupJob(t *testing.T) {
 		t.Fatalf("no job pid in %q", out)
 	}
 	job, _ := strconv.Atoi(m[1])
-	if !alive(job) {
+	if !testutil.Alive(job) {
 		t.Fatalf("the nohup job %d is not running", job)
 	}
 	res, err := c.Kill(ctx, ch.Session())
@@ -237,12 +238,12 @@ func TestKillWithCgroupEndsNohupJob(t *testing.T) {
 	if res.Status != "killed" || res.Survivors != 0 {
 		t.Errorf("kill: got %+v, want killed with 0 survivors", res)
 	}
-	if alive(job) {
+	if testutil.Alive(job) {
 		t.Errorf("the nohup job %d survived session.kill", job)
 	}
 	// Its parent died first, so it was re-parented to the gateway (a subreaper), which reaps it:
 	// no zombie stays behind.
-	waitFor(t, 5*time.Second, "the killed nohup job to be reaped", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the killed nohup job to be reaped", func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", job))
 		return os.IsNotExist(err)
 	})
@@ -286,7 +287,7 @@ func TestGatewayReapsOrphans(t *testing.T) {
 		// 0: it already exited and was reaped, which is what the test wants anyway.
 		t.Errorf("the orphan's parent: got %d, want the gateway %d", ppid, gw)
 	}
-	waitFor(t, 10*time.Second, "the orphan to exit and be reaped", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the orphan to exit and be reaped", func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", orphan))
 		return os.IsNotExist(err)
 	})
@@ -294,17 +295,11 @@ func TestGatewayReapsOrphans(t *testing.T) {
 
 // parentOf reads pid's parent from /proc/pid/stat, or 0 when pid is gone.
 func parentOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0
 	}
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
+	return s.PPID
 }
 
 // A client that never answers the close keeps its socket open past --shutdown-timeout: the last
@@ -325,7 +320,7 @@ func TestShutdownTimeoutNamesWhatRanOut(t *testing.T) {
 		t.Fatalf("session.open: %s (%v)", reply, err)
 	}
 	pid := r.Result.Pid
-	waitFor(t, 10*time.Second, "the shell to ignore HUP and TERM", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the shell to ignore HUP and TERM", func() bool {
 		return ignores(pid, syscall.SIGHUP) && ignores(pid, syscall.SIGTERM)
 	})
 	took := g.Stop(30 * time.Second)
@@ -341,7 +336,7 @@ func TestShutdownTimeoutNamesWhatRanOut(t *testing.T) {
 	if !strings.Contains(last, "stopped: every session process ended; shutdown: sockets still open") || !strings.Contains(last, "--shutdown-timeout 300ms") {
 		t.Errorf("last log line: %q, want the stop naming the sockets and the timeout", last)
 	}
-	if alive(pid) {
+	if testutil.Alive(pid) {
 		t.Errorf("the shell that ignores HUP and TERM (%d) outlived the shutdown", pid)
 	}
 	t.Logf("shutdown took %v; last log line %s", took, strings.TrimSpace(last))
@@ -395,7 +390,7 @@ func TestCgroupsUnderAPopulatedServiceCgroup(t *testing.T) {
 	})
 	tok := randomToken()
 	g := launchGatewayWith(t, tok, nil, inSvc, "--token", tok, "--allow-cmd", "*")
-	waitFor(t, 5*time.Second, "the 'cgroups on' log line", func() bool { return strings.Contains(g.Logs(), `msg="cgroups on"`) })
+	testutil.WaitFor(t, 5*time.Second, "the 'cgroups on' log line", func() bool { return strings.Contains(g.Logs(), `msg="cgroups on"`) })
 	wantRoot := filepath.Join(svc, "muxterm-sessions")
 	if !strings.Contains(g.Logs(), "root="+wantRoot+" ") {
 		t.Fatalf("want the default root %s in the log:\n%s", wantRoot, g.Logs())
@@ -420,8 +415,8 @@ func TestCgroupsUnderAPopulatedServiceCgroup(t *testing.T) {
 	}
 	job, _ := strconv.Atoi(m[1])
 	res, err := c.Kill(ctx, ch.Session())
-	if err != nil || res.Survivors != 0 || alive(job) {
-		t.Errorf("kill: %+v, %v; nohup job alive: %v", res, err, alive(job))
+	if err != nil || res.Survivors != 0 || testutil.Alive(job) {
+		t.Errorf("kill: %+v, %v; nohup job alive: %v", res, err, testutil.Alive(job))
 	}
 	g.Stop(10 * time.Second)
 	if g.err != nil {
@@ -498,7 +493,7 @@ func TestUpgradeKeepsCgroupsAndChildren(t *testing.T) {
 	if res.Status != "killed" || res.Survivors != 0 || res.Exit == nil {
 		t.Errorf("kill after the upgrade: got %+v, want killed with its exit and 0 survivors", res)
 	}
-	waitFor(t, 5*time.Second, "the nohup job to be gone and reaped", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the nohup job to be gone and reaped", func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", job))
 		return os.IsNotExist(err)
 	})

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
@@ -205,7 +207,7 @@ func TestResumeHoldAfterDrop(t *testing.T) {
 			t.Fatal(err)
 		}
 		// With an hour's hold the program would stop about 160 KiB on; detached, it finishes.
-		waitFor(t, 20*time.Second, "the program to print everything", func() bool {
+		testutil.WaitFor(t, 20*time.Second, "the program to print everything", func() bool {
 			l, err := c.List(ctx)
 			return err == nil && len(l) == 1 && l[0].End == int64(len(want))
 		})
@@ -229,7 +231,7 @@ func TestResumeHoldAfterDrop(t *testing.T) {
 				past = off + 256<<10 + 16<<10
 			}
 			c2 := g.dial(t)
-			waitFor(t, 10*time.Second, "the stream to run on after the drop", func() bool {
+			testutil.WaitFor(t, 10*time.Second, "the stream to run on after the drop", func() bool {
 				l, err := c2.List(ctx)
 				return err == nil && len(l) == 1 && l[0].End > past
 			})
@@ -532,7 +534,7 @@ func TestGracefulShutdownLeavesNoChild(t *testing.T) {
 		t.Errorf("got %v, want close 1001", c.Err())
 	}
 	for _, pid := range pids {
-		waitFor(t, 5*time.Second, fmt.Sprintf("pid %d to be gone", pid), func() bool { return !alive(pid) })
+		testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("pid %d to be gone", pid), func() bool { return !testutil.Alive(pid) })
 	}
 	if took > 5*time.Second {
 		t.Errorf("shutdown took %v, want well under 10s", took)

@@ -36,6 +36,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/procfs"
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
@@ -232,17 +235,11 @@ func childPids(t *testing.T, pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		s, err := procfs.ReadStat(p)
 		if err != nil {
 			continue // gone meanwhile
 		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:]) // state ppid ...
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+		if s.PPID == pid {
 			out = append(out, p)
 		}
 	}
@@ -512,7 +509,7 @@ func TestSecurityOwnershipAcrossPrincipals(t *testing.T) {
 		}
 	})
 	// Nothing bob did touched alice's session: it runs, unleased, with alice's one viewer.
-	if !alive(mine.Pid()) {
+	if !testutil.Alive(mine.Pid()) {
 		t.Errorf("alice's session %d died", mine.Pid())
 	}
 	echo := "echo still-''alive\r"
@@ -1049,7 +1046,7 @@ func TestSecurityAttacksHarmNothing(t *testing.T) {
 	}
 	// Every refused or closed connection is gone from the gateway: its descriptor count comes
 	// back to the baseline.
-	waitFor(t, 10*time.Second, fmt.Sprintf("the gateway's fds back to %d", baseline),
+	testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("the gateway's fds back to %d", baseline),
 		func() bool { return fdCount(t, pid) <= baseline })
 }
 

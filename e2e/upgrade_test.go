@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
@@ -51,7 +53,7 @@ func copyFile(t *testing.T, src, dst string) {
 // waitLog waits until the gateway has printed want at least n times.
 func (g *gateway) waitLog(t *testing.T, want string, n int, d time.Duration) {
 	t.Helper()
-	waitFor(t, d, fmt.Sprintf("%d× %q in the gateway's log", n, want), func() bool {
+	testutil.WaitFor(t, d, fmt.Sprintf("%d× %q in the gateway's log", n, want), func() bool {
 		return strings.Count(g.Logs(), want) >= n
 	})
 }
@@ -113,7 +115,7 @@ func (s *stream) checkExact(t *testing.T) {
 // waitGrowth waits until the stream has read more than n bytes.
 func (s *stream) waitGrowth(t *testing.T, n int64, d time.Duration) {
 	t.Helper()
-	waitFor(t, d, fmt.Sprintf("stream %s past %d bytes", s.id, n), func() bool { return s.len() > n })
+	testutil.WaitFor(t, d, fmt.Sprintf("stream %s past %d bytes", s.id, n), func() bool { return s.len() > n })
 }
 
 // dialer hammers /healthz on fresh connections until stop is closed (for at most limit),
@@ -293,7 +295,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	t.Cleanup(func() {
 		g.Stop(15 * time.Second)
 		for id, pid := range pids {
-			if alive(pid) {
+			if testutil.Alive(pid) {
 				t.Errorf("session %s's process %d outlived the gateway", id, pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
@@ -343,8 +345,8 @@ func TestUpgradeInPlace(t *testing.T) {
 			t.Fatalf("the gateway exited: %v\n%s", g.err, g.Logs())
 		default:
 		}
-		if g.cmd.Process.Pid != gwPid || !alive(gwPid) {
-			t.Fatalf("gateway pid %d, alive %v; want %d", g.cmd.Process.Pid, alive(gwPid), gwPid)
+		if g.cmd.Process.Pid != gwPid || !testutil.Alive(gwPid) {
+			t.Fatalf("gateway pid %d, alive %v; want %d", g.cmd.Process.Pid, testutil.Alive(gwPid), gwPid)
 		}
 
 		// Reconnect and resume from what was consumed.
@@ -425,7 +427,7 @@ func TestUpgradeInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	pids[fresh.Session()] = fresh.Pid()
-	waitFor(t, 10*time.Second, "the fresh session to exec sleep", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the fresh session to exec sleep", func() bool {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", fresh.Pid()))
 		return strings.TrimSpace(string(b)) == "sleep"
 	})
@@ -563,7 +565,7 @@ func TestUpgradeUnadoptableStateIsTornDown(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		for _, pid := range pids {
-			if alive(pid) {
+			if testutil.Alive(pid) {
 				t.Errorf("process %d outlived the gateway", pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
@@ -590,7 +592,7 @@ func TestUpgradeUnadoptableStateIsTornDown(t *testing.T) {
 		t.Fatalf("the log does not account for the teardown:\n%s", logs)
 	}
 	for _, pid := range pids {
-		if alive(pid) {
+		if testutil.Alive(pid) {
 			t.Errorf("session process %d survived the teardown", pid)
 		}
 	}
@@ -616,7 +618,7 @@ func TestStopSignalDuringUpgradeIsNotLost(t *testing.T) {
 			}
 			pid := ch.Pid()
 			t.Cleanup(func() {
-				if alive(pid) {
+				if testutil.Alive(pid) {
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
 			})
@@ -637,7 +639,7 @@ func TestStopSignalDuringUpgradeIsNotLost(t *testing.T) {
 			if g.err != nil {
 				t.Fatalf("gateway exit: %v\n%s", g.err, g.Logs())
 			}
-			if alive(pid) {
+			if testutil.Alive(pid) {
 				t.Fatalf("session process %d survived the stop:\n%s", pid, g.Logs())
 			}
 			t.Logf("stopped by the %s image; handed over as a stop: %v", map[bool]string{true: "new", false: "old"}[strings.Contains(g.Logs(), "upgrade complete")],

@@ -11,6 +11,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // guardServer serves h through a ConnGuard on 127.0.0.1, closed in cleanup.
@@ -77,24 +79,17 @@ func closedByPeer(c net.Conn) bool {
 // waitActive waits until n pending connections are answering a request.
 func waitActive(t *testing.T, g *ConnGuard, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("%d active connections", n), func() bool {
 		g.mu.Lock()
+		defer g.mu.Unlock()
 		active := 0
 		for c := range g.pending {
 			if c.active && c.idleSince.IsZero() {
 				active++
 			}
 		}
-		g.mu.Unlock()
-		if active == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %d active connections (have %d)", n, active)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return active == n
+	})
 }
 
 // TestConnGuardEvictsTheLongestIdle: over the per-address bound, a new connection takes the

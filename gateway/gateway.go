@@ -471,6 +471,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	// the caller then waits for the kills itself with a second Registry.Shutdown.
 	go func() { regErr <- g.opts.Registry.Shutdown(ctx) }()
 	done := make(chan struct{})
+	// Ends when every socket's handler has returned: when ctx ends first, it outlives this call
+	// (the handlers end when their sockets do, at the latest when the process exits).
 	go func() {
 		g.conns.Wait()
 		close(done)

@@ -94,7 +94,8 @@ type ServerOptions struct {
 	// session.open calls per second per principal (key: Principal). Both are shared by every
 	// socket of a gateway; nil means unlimited. See limits.go.
 	InputRate, OpenRate *RateLimiter
-	// PongWait: a socket silent this long is closed (default 60s). Pings go out at 9/10 of it.
+	// PongWait: a socket silent this long is closed (default 60s). Pings go out every 5/12 of it
+	// (25 s at the default), so two are sent before a silent socket is given up.
 	// WriteWait bounds each write (default 10s).
 	PongWait, WriteWait time.Duration
 	// Version is reported by initialize.
@@ -207,8 +208,9 @@ type conn struct {
 	readDone   chan struct{} // closed when readLoop has returned
 	pending    chan struct{} // semaphore for slow requests
 
-	// mu guards channels, ctrl, closeAfter, closeWhy and lingerUntil. Lock order: session.mu may be held when taking mu (viewer
-	// wake callbacks), so never call into session or registry while holding mu.
+	// mu guards channels, ctrl, closeAfter, closeWhy and lingerUntil. Nothing is taken under it, and it is
+	// never taken with a session lock held (the viewer wake callbacks take only readyMu), so
+	// never call into session or registry while holding mu.
 	mu       sync.Mutex
 	channels map[uint32]*channel
 	ctrl     [][]byte // queued text messages, written ahead of data
@@ -863,7 +865,10 @@ func (c *conn) reserve(id json.RawMessage, num uint32) *channel {
 	return ch
 }
 
-// send0 queues a message with c.mu held (it never closes the socket under the lock).
+// send0 is send for a caller that holds c.mu: it queues msg unless maxQueuedCtrl messages wait
+// already, in which case it drops msg instead of closing the socket (closing takes c.mu). It
+// skips send's check of the connection's context: a message queued after the end is never
+// written, which is harmless.
 func (c *conn) send0(msg []byte) {
 	if len(c.ctrl) < maxQueuedCtrl {
 		c.ctrl = append(c.ctrl, msg)
@@ -1195,6 +1200,8 @@ func (c *conn) handleBinary(b []byte) {
 		}
 		c.tel.Instruments.BytesIn.Add(c.ctx, int64(len(f.Payload)))
 		if _, err := ch.v.Write(f.Payload); err != nil {
+			// sessionError builds a new *Error, which is not shared yet: adding to its Data here
+			// is part of building it (withChannel copies, for errors that may be shared).
 			e := sessionError(err, ch.sess.ID())
 			if e.Data == nil {
 				e.Data = map[string]any{}

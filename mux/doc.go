@@ -10,7 +10,9 @@
 // they are tested on their own. The multiplexer sees the WebSocket only
 // through a small interface (read message, write message, write control,
 // close); its tests run over a real gorilla/websocket connection on
-// 127.0.0.1.
+// 127.0.0.1, except the timer tests (pings, the pong wait, the time to
+// initialize), which run Serve over an in-memory Socket inside a
+// testing/synctest bubble, on a fake clock (fakesocket_test.go).
 //
 // Dependencies point one way: cmd/gateway → gateway → mux → session, and mux
 // → proto. Package mux never imports Echo, nor package gateway, nor package

@@ -5,8 +5,10 @@ import (
 	"io"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // TestAttachFromBeforeTheRingFollowsTheResumeFormula checks protocol.md §3's rule for an attach
@@ -40,7 +42,7 @@ func TestAttachFromBeforeTheRingFollowsTheResumeFormula(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the program did not finish printing")
 	}
-	waitUntil(t, "the reader to reach the end", func() bool { return sess.Info().End == int64(want.Len()) })
+	testutil.WaitFor(t, 10*time.Second, "the reader to reach the end", func() bool { return sess.Info().End == int64(want.Len()) })
 
 	from := int64(0)
 	ch2, res, err := c.Attach(ctx, ch.Session(), &from)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
@@ -80,7 +82,7 @@ func TestRestartSends1012AndKeepsSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the viewer to go", func() bool { return sess.Info().Viewers == 0 })
+	testutil.WaitFor(t, 10*time.Second, "the viewer to go", func() bool { return sess.Info().Viewers == 0 })
 	if st := sess.State(); st != session.StateRunning {
 		t.Fatalf("state after the restart: %v, want running", st)
 	}

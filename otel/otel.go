@@ -55,14 +55,18 @@ const (
 // Attribute keys muxterm defines (semantic conventions are used where one exists:
 // process.pid, process.exit.code, rpc.method, session.id).
 const (
-	AttrSessionID    = "session.id"
-	AttrSignal       = "muxterm.signal"
-	AttrReason       = "muxterm.reason"
-	AttrOutcome      = "muxterm.kill.outcome"
-	AttrEscapees     = "muxterm.kill.escapees"
-	AttrSurvivors    = "muxterm.kill.survivors"
-	AttrCgroupProcs  = "muxterm.cgroup.procs"
-	AttrReaderAlive  = "muxterm.reader.blocked"
+	AttrSessionID   = "session.id"
+	AttrSignal      = "muxterm.signal"
+	AttrReason      = "muxterm.reason"
+	AttrOutcome     = "muxterm.kill.outcome"
+	AttrEscapees    = "muxterm.kill.escapees"
+	AttrSurvivors   = "muxterm.kill.survivors"
+	AttrCgroupProcs = "muxterm.cgroup.procs"
+	// AttrReaderBlocked: whether the kill found the session's reader still blocked.
+	AttrReaderBlocked = "muxterm.reader.blocked"
+	// AttrReaderAlive is AttrReaderBlocked's old, misleading name, kept only until
+	// session/kill.go (changed by another branch this round) switches to AttrReaderBlocked.
+	AttrReaderAlive  = AttrReaderBlocked
 	AttrChannel      = "muxterm.channel"
 	AttrSelected     = "muxterm.reaper.selected"
 	AttrClaimed      = "muxterm.reaper.claimed"

@@ -101,8 +101,10 @@ const (
 )
 
 // Error is a JSON-RPC error object. Data always holds "kind" when built by the
-// constructors below; Message is for people. An *Error is immutable once
-// built and safe to share between goroutines.
+// constructors below; Message is for people. An *Error is not changed once
+// it has been returned or sent (code that adds data to one it did not just
+// build copies it, as mux's withChannel does), so it is safe to share between
+// goroutines.
 type Error struct {
 	Code    int            `json:"code"`
 	Message string         `json:"message"`

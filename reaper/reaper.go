@@ -170,7 +170,7 @@ func (r *Reaper) Sweep(ctx context.Context) (res Result) {
 		wg.Go(func() {
 			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.KillTimeout)
 			defer cancel()
-			kr := v.Session.Teardown(kctx)
+			kr := r.opts.Registry.Teardown(kctx, v.Session)
 			tel.Instruments.Reaps.Add(kctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrReason, string(reason))))
 			r.opts.Logger.Info("reaped session", "session", v.ID, "reason", string(reason),
 				"duration", kr.Duration, "signals", kr.Signals, "escapees", kr.Escapees)

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
 	"github.com/muxterm/muxterm/session"
 )
 
@@ -107,12 +108,12 @@ func (h *harness) close() {
 		// Shutdown tore down what was registered and waited for it. A session still closing
 		// was claimed by a test that failed before its teardown; nobody else runs one now.
 		if s.State() == session.StateClosing {
-			s.Teardown(ctx)
+			h.reg.Teardown(ctx, s)
 		}
 	}
 	for _, s := range opened {
-		waitClosed(t, s.Exited(), waitLong, "reap of the child of "+s.ID())
-		waitClosed(t, s.ReaderDone(), waitLong, "reader of "+s.ID())
+		testutil.WaitClosed(t, s.Exited(), waitLong, "reap of the child of "+s.ID())
+		testutil.WaitClosed(t, s.ReaderDone(), waitLong, "reader of "+s.ID())
 	}
 }
 
@@ -150,7 +151,7 @@ func (h *harness) mustOpen(argv ...string) *session.Session {
 // mustOpenWatched opens argv with a viewer attached in the same step.
 func (h *harness) mustOpenWatched(argv ...string) (*session.Session, *session.Viewer, <-chan struct{}) {
 	h.t.Helper()
-	wakeCh, wake := wakeChan()
+	wakeCh, wake := testutil.WakeChan()
 	s, v, err := h.openSpec(session.Spec{Argv: argv}, wake)
 	if err != nil {
 		h.t.Fatalf("open %q: got %v, want nil", argv, err)
@@ -162,7 +163,7 @@ func (h *harness) mustOpenWatched(argv ...string) (*session.Session, *session.Vi
 // attach attaches a viewer through the registry, as a reconnecting client does.
 func (h *harness) attach(s *session.Session) (*session.Viewer, <-chan struct{}) {
 	h.t.Helper()
-	wakeCh, wake := wakeChan()
+	wakeCh, wake := testutil.WakeChan()
 	v, _, err := h.reg.Attach(s.ID(), owner, 0, wake)
 	if err != nil {
 		h.t.Fatalf("attach %s: got %v, want nil", s.ID(), err)
@@ -212,7 +213,7 @@ func (h *harness) sweepAsync(rp *Reaper) <-chan Result {
 		defer cancel()
 		out <- rp.Sweep(ctx)
 	}()
-	h.t.Cleanup(func() { waitClosed(h.t, ended, 3*waitLong, "the sweep") })
+	h.t.Cleanup(func() { testutil.WaitClosed(h.t, ended, 3*waitLong, "the sweep") })
 	return out
 }
 
@@ -249,26 +250,6 @@ func victimIDs(vs []Victim) []string {
 }
 
 // ---- channels and viewers ----
-
-// wakeChan returns a capacity-1 channel and a non-blocking wake function that notifies it.
-func wakeChan() (chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	return ch, func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func waitClosed(t testing.TB, ch <-chan struct{}, timeout time.Duration, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(timeout):
-		t.Fatalf("%s: not within %v", what, timeout)
-	}
-}
 
 func isClosed(ch <-chan struct{}) bool {
 	select {
@@ -419,7 +400,7 @@ func TestSelect(t *testing.T) {
 	type setup func(h *harness) (s *session.Session, now time.Time)
 	exited := func(h *harness, argv ...string) *session.Session {
 		s := h.mustOpen(argv...)
-		waitClosed(h.t, s.Exited(), waitLong, "exit of "+s.ID())
+		testutil.WaitClosed(h.t, s.Exited(), waitLong, "exit of "+s.ID())
 		return s
 	}
 	tests := []struct {
@@ -461,7 +442,7 @@ func TestSelect(t *testing.T) {
 		}, session.ReasonExited},
 		{"dead process, watched", func(h *harness) (*session.Session, time.Time) {
 			s, _, _ := h.mustOpenWatched("sh", "-c", "exit 0")
-			waitClosed(h.t, s.Exited(), waitLong, "exit of "+s.ID())
+			testutil.WaitClosed(h.t, s.Exited(), waitLong, "exit of "+s.ID())
 			return s, h.clock.Now()
 		}, session.ReasonExited},
 		{"dead process, leased", func(h *harness) (*session.Session, time.Time) {
@@ -525,8 +506,8 @@ func TestSweepReapsOnlyVictims(t *testing.T) {
 	h.wantRegistered(recent)
 
 	// The reap closes the PTY and removes the entry.
-	waitClosed(t, old.ReaderDone(), waitLong, "the reaped session's reader closing its PTY")
-	waitClosed(t, old.Exited(), waitLong, "the reaped child")
+	testutil.WaitClosed(t, old.ReaderDone(), waitLong, "the reaped session's reader closing its PTY")
+	testutil.WaitClosed(t, old.Exited(), waitLong, "the reaped child")
 	h.wantGone(old)
 	if got, want := h.reg.Len(), 2; got != want {
 		t.Fatalf("registered: got %v, want %v", got, want)
@@ -557,9 +538,9 @@ func TestSweepReapsOnlyVictims(t *testing.T) {
 func TestDeadSessionWithViewerIsReaped(t *testing.T) {
 	h := newHarness(t, nil)
 	s, v, wake := h.mustOpenWatched("sh", "-c", "printf last-words; exit 0")
-	waitClosed(t, s.Exited(), waitLong, "exit of the child")
+	testutil.WaitClosed(t, s.Exited(), waitLong, "exit of the child")
 	// Once the reader has ended, all the output is in the ring: the kill point cannot drop it.
-	waitClosed(t, s.ReaderDone(), waitLong, "the reader")
+	testutil.WaitClosed(t, s.ReaderDone(), waitLong, "the reader")
 
 	if got, want := h.sweep(), (Result{Selected: 1, Claimed: 1}); got != want {
 		t.Fatalf("sweep: got %+v, want %+v", got, want)
@@ -586,7 +567,7 @@ func TestDeadSessionWithViewerIsReaped(t *testing.T) {
 func TestDeadSessionWithViewerIsReapedWhileReading(t *testing.T) {
 	h := newHarness(t, nil)
 	s, v, wake := h.mustOpenWatched("true")
-	waitClosed(t, s.Exited(), waitLong, "exit of the child")
+	testutil.WaitClosed(t, s.Exited(), waitLong, "exit of the child")
 
 	type readEnd struct {
 		err error
@@ -686,7 +667,7 @@ func TestStartRunsOneLoop(t *testing.T) {
 		t.Fatalf("Done: closed by the ctx of a Start that returned false")
 	}
 	cancel()
-	waitClosed(t, done, waitLong, "the loop ending with its ctx")
+	testutil.WaitClosed(t, done, waitLong, "the loop ending with its ctx")
 
 	// Once the loop has ended, Start may run a new one.
 	ctx3, cancel3 := context.WithCancel(context.Background())
@@ -694,7 +675,7 @@ func TestStartRunsOneLoop(t *testing.T) {
 		t.Fatalf("Start after the loop ended: got false, want true")
 	}
 	cancel3()
-	waitClosed(t, h.rp.Done(), waitLong, "the restarted loop ending with its ctx")
+	testutil.WaitClosed(t, h.rp.Done(), waitLong, "the restarted loop ending with its ctx")
 }
 
 // ---- the selection → reconnect → claim race (TOCTOU) ----
@@ -768,7 +749,7 @@ func TestReconnectRacingTheClaimKeepsSession(t *testing.T) {
 			t.Errorf("the reaper selected nothing within %v", waitLong)
 			return
 		}
-		wakeCh, wakeFn := wakeChan()
+		wakeCh, wakeFn := testutil.WakeChan()
 		var err error
 		v, _, err = h.reg.Attach(s.ID(), owner, 0, wakeFn)
 		if err != nil || v == nil {
@@ -807,7 +788,7 @@ func TestReapThatClaimsFirstMakesAttachFail(t *testing.T) {
 		if got, want := h.sweep(), (Result{Selected: 1, Claimed: 1}); got != want {
 			t.Fatalf("sweep: got %+v, want %+v", got, want)
 		}
-		waitClosed(t, s.ReaderDone(), waitLong, "the reaped session's reader")
+		testutil.WaitClosed(t, s.ReaderDone(), waitLong, "the reaped session's reader")
 		h.wantGone(s)
 		v, _, err := h.reg.Attach(s.ID(), owner, 0, nil)
 		if v != nil {
@@ -849,10 +830,10 @@ func TestReapThatClaimsFirstMakesAttachFail(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 		defer cancel()
-		if res := s.Teardown(ctx); !res.Reaped {
+		if res := h.reg.Teardown(ctx, s); !res.Reaped {
 			t.Fatalf("teardown: got %+v, want the child reaped", res)
 		}
-		waitClosed(t, s.ReaderDone(), waitLong, "the reader")
+		testutil.WaitClosed(t, s.ReaderDone(), waitLong, "the reader")
 	})
 }
 
@@ -974,11 +955,12 @@ func TestConcurrentSweepsClaimOnce(t *testing.T) {
 
 // ---- teardown and the registry lock ----
 
-// TestTeardownRunsWithoutRegistryLock: a shell that ignores HUP and TERM makes the teardown
-// last through the whole escalation; while it is in progress, other goroutines list, open and
-// attach without waiting for it.
+// TestTeardownRunsWithoutRegistryLock: a shell that ignores HUP keeps its teardown waiting in
+// the HUP's grace until the test lets it exit; meanwhile other goroutines list, open and attach
+// without waiting for the teardown. Ordered by events, not by a time bound: the shell exits
+// only once the probe is done, and the grace is longer than any wait of the test.
 func TestTeardownRunsWithoutRegistryLock(t *testing.T) {
-	const killGrace = 300 * time.Millisecond
+	const killGrace = 2 * waitLong
 	kills := make(chan session.KillResult, 1)
 	h := newHarness(t, func(so *session.Options, o *Options) {
 		so.KillGrace = killGrace
@@ -1018,7 +1000,7 @@ func TestTeardownRunsWithoutRegistryLock(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		f.Close()
-		waitClosed(t, readerDone, waitLong, "the fifo reader")
+		testutil.WaitClosed(t, readerDone, waitLong, "the fifo reader")
 	})
 	nextEvent := func(want string) {
 		t.Helper()
@@ -1032,9 +1014,15 @@ func TestTeardownRunsWithoutRegistryLock(t *testing.T) {
 		}
 	}
 
-	script := `trap 'echo signalled >"$FIFO"' HUP TERM; echo ready >"$FIFO"; while :; do sleep 1; done`
+	// It exits when a line arrives on $QUIT (a read a trapped signal interrupts is retried).
+	quit := filepath.Join(t.TempDir(), "quit")
+	if err := syscall.Mkfifo(quit, 0o600); err != nil {
+		t.Fatalf("mkfifo: got %v, want nil", err)
+	}
+	script := `trap 'echo signalled >"$FIFO"' HUP TERM; echo ready >"$FIFO"; ` +
+		`while :; do if read x <"$QUIT"; then exit 0; fi; done`
 	stubborn, _, err := h.openSpec(session.Spec{Argv: []string{"/bin/sh", "-c", script},
-		Env: []string{"FIFO=" + fifo}}, nil)
+		Env: []string{"FIFO=" + fifo, "QUIT=" + quit}}, nil)
 	if err != nil {
 		t.Fatalf("open: got %v, want nil", err)
 	}
@@ -1046,48 +1034,48 @@ func TestTeardownRunsWithoutRegistryLock(t *testing.T) {
 	swept := h.sweepAsync(h.rp)
 	nextEvent("signalled") // the HUP arrived and was ignored: the teardown is escalating
 
-	type probeResult struct {
-		elapsed time.Duration
-		err     error
-	}
-	probed := make(chan probeResult, 1)
+	probed := make(chan error, 1)
 	go func() {
-		start := time.Now()
 		if got := h.reg.List(owner); len(got) != 1 || got[0].ID != bystander.ID() {
-			probed <- probeResult{err: fmt.Errorf("list: got %+v, want only the bystander %s", got, bystander.ID())}
+			probed <- fmt.Errorf("list: got %+v, want only the bystander %s", got, bystander.ID())
 			return
 		}
 		if _, err := h.open("cat"); err != nil {
-			probed <- probeResult{err: err}
+			probed <- err
 			return
 		}
 		v, _, err := h.reg.Attach(bystander.ID(), owner, 0, nil)
 		if err != nil {
-			probed <- probeResult{err: err}
+			probed <- err
 			return
 		}
 		v.Close()
-		probed <- probeResult{elapsed: time.Since(start)}
+		probed <- nil
 	}()
 
 	select {
-	case p := <-probed:
-		if p.err != nil {
-			t.Fatalf("probe during the teardown: got %v, want nil", p.err)
+	case err := <-probed:
+		if err != nil {
+			t.Fatalf("probe during the teardown: got %v, want nil", err)
 		}
 		if isClosed(stubborn.Exited()) {
 			t.Fatalf("the stubborn shell had exited by the end of the probe: the probe did not overlap the teardown")
 		}
-		if p.elapsed >= killGrace {
-			t.Fatalf("list, open and attach during the teardown: got %v, want well under %v", p.elapsed, killGrace)
-		}
-		t.Logf("list+open+attach during the teardown took %v", p.elapsed)
 	case res := <-swept:
 		t.Fatalf("the teardown finished (%+v) before list, open and attach could: the registry lock was held across it", res)
 	case <-time.After(waitLong):
 		t.Fatalf("list, open and attach did not return within %v: the registry lock was held across the teardown", waitLong)
 	}
 
+	// The probe is done: let the shell exit, which ends the teardown in the HUP's grace.
+	q, err := os.OpenFile(quit, os.O_WRONLY, 0) // waits for the shell's read to open it
+	if err != nil {
+		t.Fatalf("open quit fifo: got %v, want nil", err)
+	}
+	if _, err := q.WriteString("quit\n"); err != nil {
+		t.Fatalf("write quit fifo: got %v, want nil", err)
+	}
+	q.Close()
 	select {
 	case res := <-swept:
 		if want := (Result{Selected: 1, Claimed: 1}); res != want {
@@ -1097,7 +1085,7 @@ func TestTeardownRunsWithoutRegistryLock(t *testing.T) {
 		t.Fatalf("sweep did not return within %v", 3*waitLong)
 	}
 	res := <-kills
-	if want := []string{"HUP", "TERM", "KILL"}; !slices.Equal(res.Signals, want) || !res.Reaped {
+	if want := []string{"HUP"}; !slices.Equal(res.Signals, want) || !res.Reaped {
 		t.Fatalf("teardown: got signals %v (reaped %v), want %v and the child reaped", res.Signals, res.Reaped, want)
 	}
 	h.wantGone(stubborn)
@@ -1132,7 +1120,7 @@ func TestLeaseKeepsIdleSession(t *testing.T) {
 	if got, want := h.sweep(), (Result{Selected: 1, Claimed: 1}); got != want {
 		t.Fatalf("sweep once the lease ended: got %+v, want %+v", got, want)
 	}
-	waitClosed(t, s.ReaderDone(), waitLong, "the reaped session's reader")
+	testutil.WaitClosed(t, s.ReaderDone(), waitLong, "the reaped session's reader")
 	h.wantGone(s)
 }
 
@@ -1262,7 +1250,7 @@ func TestAttachVersusClaimStress(t *testing.T) {
 					teardowns.Go(func() {
 						ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 						defer cancel()
-						claimedSession.Teardown(ctx)
+						h.reg.Teardown(ctx, claimedSession)
 					})
 					if s, err = h.open("cat"); err != nil {
 						t.Errorf("round %d: open a fresh session: got %v, want nil", r, err)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 var benchChunks = []int{64, 4 << 10, 32 << 10}
@@ -49,7 +51,7 @@ func BenchmarkRingRead(b *testing.B) {
 // (KillGrace 250ms, escapee policy on), and reports the median and 99th percentile.
 func BenchmarkKill(b *testing.B) {
 	ready := func(b *testing.B, r *Registry, script string) *Session {
-		wake, wakeFn := wakeChan()
+		wake, wakeFn := testutil.WakeChan()
 		s, v := openT(b, r, "alice", wakeFn, "/bin/sh", "-c", script)
 		collect(b, v, wake, nil).waitOutput(b, "READY", 10*time.Second)
 		return s

@@ -54,7 +54,7 @@ func TestCgroupPlacement(t *testing.T) {
 	t.Parallel()
 	opts := cgroupOptions(t)
 	r := NewRegistry(opts, nil)
-	wakeCh, wake := wakeChan()
+	wakeCh, wake := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wake, "/bin/cat", "/proc/self/cgroup")
 	c := collect(t, v, wakeCh, nil)
 	want := cgroupRel(t, s.CgroupPath())
@@ -63,10 +63,10 @@ func TestCgroupPlacement(t *testing.T) {
 	}
 	c.waitOutput(t, "0::"+want+"\r\n", 10*time.Second)
 	// Reaping the exited session removes its cgroup.
-	waitClosed(t, s.exited, 10*time.Second, "exit of cat")
+	testutil.WaitClosed(t, s.exited, 10*time.Second, "exit of cat")
 	ctx, cancel := context.WithTimeout(context.Background(), killDeadline)
 	defer cancel()
-	if res := s.Teardown(ctx); res.Survivors != 0 {
+	if res := r.Teardown(ctx, s); res.Survivors != 0 {
 		t.Errorf("teardown of an exited session: %+v", res)
 	}
 	if _, err := os.Stat(s.CgroupPath()); !os.IsNotExist(err) {
@@ -82,7 +82,7 @@ func TestCgroupKillEndsDetachedJobs(t *testing.T) {
 	opts := cgroupOptions(t)
 	opts.KillGrace = 50 * time.Millisecond
 	r := NewRegistry(opts, nil)
-	wakeCh, wake := wakeChan()
+	wakeCh, wake := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wake, "/bin/sh", "-c",
 		`nohup sleep 1000 >/dev/null 2>&1 & echo "J $!"; sleep 1000 </dev/null >/dev/null 2>&1 & echo "J $!"; disown 2>/dev/null; `+
 			`(setsid sleep 1000 </dev/null >/dev/null 2>&1 &); echo READY; exec sleep 1000`)
@@ -90,7 +90,7 @@ func TestCgroupKillEndsDetachedJobs(t *testing.T) {
 	c.waitOutput(t, "READY", 10*time.Second)
 	g := cgroup.Group(s.CgroupPath())
 	var pids []int
-	waitFor(t, 5*time.Second, "four processes in the cgroup", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "four processes in the cgroup", func() bool {
 		pids, _ = g.Procs()
 		return len(pids) == 4
 	})
@@ -101,7 +101,7 @@ func TestCgroupKillEndsDetachedJobs(t *testing.T) {
 		t.Errorf("kill: got survivors %d, reaped %v, want 0, true (%+v)", res.Survivors, res.Reaped, res)
 	}
 	for _, pid := range pids {
-		if alive(pid) {
+		if testutil.Alive(pid) {
 			t.Errorf("pid %d (%s) survived the kill", pid, comm(pid))
 		}
 	}
@@ -128,7 +128,7 @@ func TestCgroupKillRemovesNestedCgroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	mount := strings.TrimSuffix(own, cgroupRel(t, own))
-	wakeCh, wake := wakeChan()
+	wakeCh, wake := testutil.WakeChan()
 	s, v, err := r.Open(Spec{Argv: []string{"/bin/sh", "-c",
 		`d="$MNT$(sed -n 's/^0:://p' /proc/self/cgroup)/inner"; mkdir "$d" && ` +
 			`sh -c 'echo $$ > "$1/cgroup.procs" && exec sleep 1000' _ "$d" </dev/null >/dev/null 2>&1 & ` +
@@ -142,7 +142,7 @@ func TestCgroupKillRemovesNestedCgroups(t *testing.T) {
 	c.waitOutput(t, "READY", 10*time.Second)
 	inner := cgroup.Group(filepath.Join(s.CgroupPath(), "inner"))
 	var pids []int
-	waitFor(t, 5*time.Second, "a process in the nested cgroup", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "a process in the nested cgroup", func() bool {
 		pids, _ = inner.Procs()
 		return len(pids) == 1
 	})
@@ -152,7 +152,7 @@ func TestCgroupKillRemovesNestedCgroups(t *testing.T) {
 	if res.Survivors != 0 {
 		t.Errorf("kill: survivors %d, want 0 (%+v)", res.Survivors, res)
 	}
-	if alive(pids[0]) {
+	if testutil.Alive(pids[0]) {
 		t.Errorf("the process in the nested cgroup (%d) survived", pids[0])
 	}
 	if _, err := os.Stat(s.CgroupPath()); !os.IsNotExist(err) {

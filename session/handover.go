@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/internal/cgroup"
+	"github.com/muxterm/muxterm/internal/procfs"
 	"github.com/muxterm/muxterm/otel"
 )
 
@@ -335,7 +336,7 @@ func (r *Registry) Adopt(st *HandoverState) (adopted int, err error) {
 			r.opts.Logger.Error("handover: session not adopted, tearing it down", "session", h.ID, "pid", h.Pid, "err", aerr)
 			errs = append(errs, aerr)
 			if s != nil {
-				res := s.Teardown(context.Background())
+				res := r.Teardown(context.Background(), s)
 				r.opts.Logger.Info("handover: session torn down", "session", h.ID, "status", res.Status,
 					"survivors", res.Survivors, "signals", res.Signals)
 			}
@@ -510,20 +511,11 @@ func ownChildPidfd(pid int) (int, error) {
 
 // parentOf reads pid's parent from /proc.
 func parentOf(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0, err
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	return strconv.Atoi(f[1])
+	return s.PPID, nil
 }
 
 // KillOrphans is the teardown for a state the next image cannot read at all: it kills the

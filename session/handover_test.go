@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -127,7 +129,7 @@ func TestHandoverAdoptInProcess(t *testing.T) {
 	opts := testOptions()
 	opts.ResumeHold = time.Minute
 	r1 := NewRegistry(opts, nil)
-	wake, w := wakeChan()
+	wake, w := testutil.WakeChan()
 	s1, v1, err := r1.Open(Spec{Argv: []string{"sh", "-c", "stty raw -echo; echo ready; read x; echo got-$x; read y; exit 5"},
 		Cols: 90, Rows: 30, Dir: os.TempDir(), Owner: "alice", Name: "handed"}, 0, w)
 	if err != nil {
@@ -182,7 +184,7 @@ func TestHandoverAdoptInProcess(t *testing.T) {
 	if holds != 1 {
 		t.Fatalf("adopted %d holds, want 1", holds)
 	}
-	wake2, w2 := wakeChan()
+	wake2, w2 := testutil.WakeChan()
 	v2, info, err := r2.Attach(s2.ID(), "alice", 0, w2)
 	if err != nil || info.Offset != 0 || info.Lost != 0 {
 		t.Fatalf("attach: %+v %v", info, err)
@@ -192,7 +194,7 @@ func TestHandoverAdoptInProcess(t *testing.T) {
 	if _, err := s2.Write([]byte("b\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, s2.Exited(), 10*time.Second, "exit of the adopted session")
+	testutil.WaitClosed(t, s2.Exited(), 10*time.Second, "exit of the adopted session")
 	if e, _ := s2.Exit(); e.Code != 5 {
 		t.Fatalf("exit %+v, want code 5", e)
 	}
@@ -216,11 +218,11 @@ func TestEndStrays(t *testing.T) {
 	if n := r.EndStrays([]int{pid, 1}); n != 1 { // pid 1 is not our child: skipped
 		t.Fatalf("EndStrays found %d strays, want 1", n)
 	}
-	waitFor(t, 10*time.Second, "the stray to be killed and reaped", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the stray to be killed and reaped", func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
 		return err != nil
 	})
-	if !alive(s.Pid()) {
+	if !testutil.Alive(s.Pid()) {
 		t.Fatal("EndStrays killed a session's child")
 	}
 }
@@ -229,7 +231,7 @@ func TestEndStrays(t *testing.T) {
 // the waiter of the same image: output flows again and the exit is reaped.
 func TestResumeHandover(t *testing.T) {
 	r := NewRegistry(testOptions(), nil)
-	wake, w := wakeChan()
+	wake, w := testutil.WakeChan()
 	s, v := openT(t, r, "alice", w, "sh", "-c", "stty raw -echo; read x; echo got-$x; read y; exit 4")
 	c := collect(t, v, wake, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -251,7 +253,7 @@ func TestResumeHandover(t *testing.T) {
 	if _, err := s.Write([]byte("b\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, s.Exited(), 10*time.Second, "exit after ResumeHandover")
+	testutil.WaitClosed(t, s.Exited(), 10*time.Second, "exit after ResumeHandover")
 	if e, _ := s.Exit(); e.Code != 4 {
 		t.Fatalf("exit %+v, want code 4", e)
 	}
@@ -303,7 +305,7 @@ func TestAdoptTearsDownABadSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	cleanupSession(t, g)
-	waitFor(t, 10*time.Second, "the bad session's child to be killed and reaped", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the bad session's child to be killed and reaped", func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", bad.Pid()))
 		return err != nil
 	})
@@ -318,7 +320,7 @@ func TestHandoverListsDyingSessions(t *testing.T) {
 	opts := testOptions()
 	opts.KillGrace = 500 * time.Millisecond
 	r := NewRegistry(opts, nil)
-	wake, w := wakeChan()
+	wake, w := testutil.WakeChan()
 	s, v := openT(t, r, "alice", w, "sh", "-c", "trap '' HUP TERM; echo ready; while :; do sleep 1; done")
 	collect(t, v, wake, nil).waitOutput(t, "ready", 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -328,7 +330,7 @@ func TestHandoverListsDyingSessions(t *testing.T) {
 		defer close(killed)
 		_, _ = r.Kill(ctx, s.ID(), "alice")
 	}()
-	waitFor(t, 5*time.Second, "the kill to begin", func() bool { return s.State() != StateRunning })
+	testutil.WaitFor(t, 5*time.Second, "the kill to begin", func() bool { return s.State() != StateRunning })
 	st, err := r.Handover(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // An interactive shell runs its foreground job in a process group of its own (issue 15 point
@@ -33,7 +34,7 @@ func killJobControlShell(t *testing.T, argv []string) {
 	opts := testOptions()
 	opts.KillGrace = 2 * time.Second
 	r := NewRegistry(opts, nil)
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, append([]string{path}, argv[1:]...)...)
 	c := collect(t, v, wake, nil)
 	if _, err := s.Write([]byte("set -m; PS1='$ '; echo READ''Y\n")); err != nil {
@@ -66,7 +67,7 @@ func killJobControlShell(t *testing.T, argv []string) {
 	if res.Survivors != 0 || res.Unverified != 0 {
 		t.Errorf("survivors, unverified: got %d, %d, want 0, 0", res.Survivors, res.Unverified)
 	}
-	waitFor(t, time.Second, "job gone", func() bool { return !alive(job) })
+	testutil.WaitFor(t, time.Second, "job gone", func() bool { return !testutil.Alive(job) })
 }
 
 func lastIndex(b []byte, s string) int {
@@ -97,13 +98,13 @@ func TestKillWithoutDescriptorsReportsUnverified(t *testing.T) {
 				return r.Kill(ctx, s.ID(), "alice")
 			})
 			t.Logf("kill: escapees %d, survivors %d, unverified %d", res.Escapees, res.Survivors, res.Unverified)
-			if alive(pid) && res.Survivors == 0 && res.Unverified == 0 {
+			if testutil.Alive(pid) && res.Survivors == 0 && res.Unverified == 0 {
 				t.Errorf("the escapee %d runs and the result says survivors 0, unverified 0", pid)
 			}
 			if res.Unverified == 0 {
 				t.Errorf("unverified: got 0, want at least 1 (no /proc scan could be made)")
 			}
-			if !alive(pid) {
+			if !testutil.Alive(pid) {
 				t.Errorf("the escapee %d died: want it found by nothing (every check failed), which is what this tests", pid)
 			}
 			if cg {
@@ -123,7 +124,7 @@ func TestKillWakesAStoppedJob(t *testing.T) {
 	opts := testOptions()
 	opts.KillGrace = 2 * time.Second
 	r := NewRegistry(opts, nil)
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "set -m; sleep 60 & kill -STOP $!; echo JOB $! E''ND; exec sleep 60")
 	c := collect(t, v, wake, nil)
 	c.waitOutput(t, " END", 5*time.Second)
@@ -132,7 +133,7 @@ func TestKillWakesAStoppedJob(t *testing.T) {
 	if _, err := fmt.Sscanf(string(b[lastIndex(b, "JOB "):]), "JOB %d END", &job); err != nil {
 		t.Fatalf("job pid: %v in %q", err, b)
 	}
-	waitFor(t, 5*time.Second, "the job to stop", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the job to stop", func() bool {
 		st, _, ok := leakcheck.Stat(job)
 		return ok && st == 'T'
 	})
@@ -143,5 +144,5 @@ func TestKillWakesAStoppedJob(t *testing.T) {
 	if took > opts.KillGrace {
 		t.Errorf("kill took %v, want under one kill grace (%v): the stopped job did not act on HUP", took, opts.KillGrace)
 	}
-	waitFor(t, time.Second, "job gone", func() bool { return !alive(job) })
+	testutil.WaitFor(t, time.Second, "job gone", func() bool { return !testutil.Alive(job) })
 }

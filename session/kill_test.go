@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/muxterm/muxterm/internal/procfs"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // The seed-000 scenarios. An escapee (a descendant that setsid()s into its own session) keeps
@@ -58,11 +61,11 @@ func openEscapee(t testing.TB, opts Options, late string, trap bool) (*Registry,
 	t.Helper()
 	r := NewRegistry(opts, nil)
 	pidfile := filepath.Join(t.TempDir(), "escapee.pid")
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", escapeeScript(pidfile, late, trap))
 	c := collect(t, v, wake, nil)
 	var pid int
-	waitFor(t, 5*time.Second, "escapee pid file", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "escapee pid file", func() bool {
 		b, err := os.ReadFile(pidfile)
 		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
 			return false
@@ -76,7 +79,7 @@ func openEscapee(t testing.TB, opts Options, late string, trap bool) (*Registry,
 	if late == "" {
 		// Once the escapee has exec'd sleep, the grandchild that wrote the pid has exited: the
 		// escapee is the one process of its session that holds the PTY.
-		waitFor(t, 5*time.Second, "escapee exec", func() bool {
+		testutil.WaitFor(t, 5*time.Second, "escapee exec", func() bool {
 			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
 			return err == nil && string(b) == "sleep\n"
 		})
@@ -153,19 +156,19 @@ func TestKillReturnsWhileEscapeeHoldsPTY(t *testing.T) {
 
 			if tt.spare {
 				// The escapee still holds the PTY, so the reader is still in its read.
-				if !alive(escapee) {
+				if !testutil.Alive(escapee) {
 					t.Fatalf("escapee %d died before its time with the policy off", escapee)
 				}
 				if isClosed(s.readerDone) || masterClosed(t, s) {
 					t.Fatalf("reader ended while the escapee holds the PTY")
 				}
-				waitClosed(t, s.ReaderDone(), escapeeLifetime+5*time.Second, "reader end after the escapee exits")
+				testutil.WaitClosed(t, s.ReaderDone(), escapeeLifetime+5*time.Second, "reader end after the escapee exits")
 				// The kernel closes an exiting process's files just before it turns zombie.
-				waitFor(t, time.Second, "escapee gone once the reader ended", func() bool { return !alive(escapee) })
+				testutil.WaitFor(t, time.Second, "escapee gone once the reader ended", func() bool { return !testutil.Alive(escapee) })
 			} else {
 				// The escapee had most of its lifetime left: only the kill can have ended it.
-				waitClosed(t, s.ReaderDone(), time.Second, "reader end after the escapee was killed")
-				waitFor(t, time.Second, "escapee gone after the kill", func() bool { return !alive(escapee) })
+				testutil.WaitClosed(t, s.ReaderDone(), time.Second, "reader end after the escapee was killed")
+				testutil.WaitFor(t, time.Second, "escapee gone after the kill", func() bool { return !testutil.Alive(escapee) })
 				if since := time.Since(killed) + took; since >= escapeeLifetime-500*time.Millisecond {
 					t.Errorf("reader ended %v after the kill began: got, want well under %v", since, escapeeLifetime)
 				}
@@ -197,7 +200,7 @@ func TestOutputAfterKillIsNotAdded(t *testing.T) {
 		t.Errorf("status: got %v, want killed", res.Status)
 	}
 	// The reader drains what the escapee printed after the kill, but keeps none of it.
-	waitClosed(t, s.ReaderDone(), escapeeLifetime+5*time.Second, "reader end")
+	testutil.WaitClosed(t, s.ReaderDone(), escapeeLifetime+5*time.Second, "reader end")
 	if !readLate.Load() {
 		t.Fatalf("the reader never read %q: the test proves nothing", late)
 	}
@@ -237,13 +240,13 @@ func TestChunkReadBeforeKillIsNotAddedAfterIt(t *testing.T) {
 		}
 	}
 	r := NewRegistry(opts, nil)
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "echo "+marker+"; exec sleep 15")
 	// Registered after openT's cleanup, so it runs first: a failing test still frees the reader.
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	c := collect(t, v, wake, nil)
 
-	waitClosed(t, entered, 5*time.Second, "reader read the marker")
+	testutil.WaitClosed(t, entered, 5*time.Second, "reader read the marker")
 	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
 		return r.Kill(ctx, s.ID(), "alice")
 	})
@@ -251,7 +254,7 @@ func TestChunkReadBeforeKillIsNotAddedAfterIt(t *testing.T) {
 		t.Errorf("reader blocked: got %v, want true (it is paused in the hook)", res.ReaderBlocked)
 	}
 	releaseOnce.Do(func() { close(release) })
-	waitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
+	testutil.WaitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
 
 	got, _ := ringBytes(s)
 	if bytes.Contains(got, []byte(marker)) {
@@ -291,7 +294,7 @@ func TestKillEscalation(t *testing.T) {
 			t.Parallel()
 			opts := testOptions()
 			r := NewRegistry(opts, nil)
-			wake, wakeFn := wakeChan()
+			wake, wakeFn := testutil.WakeChan()
 			s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", tt.script)
 			collect(t, v, wake, nil).waitOutput(t, "READY", 5*time.Second)
 
@@ -315,7 +318,7 @@ func TestKillEscalation(t *testing.T) {
 			if e, ok := s.Exit(); !ok || e != res.Exit {
 				t.Errorf("Exit(): got %+v, %v, want %+v, true", e, ok, res.Exit)
 			}
-			waitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
+			testutil.WaitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
 		})
 	}
 }
@@ -341,7 +344,7 @@ func TestExitDrainsOutput(t *testing.T) {
 	t.Run("viewer attached from the start", func(t *testing.T) {
 		t.Parallel()
 		r := NewRegistry(testOptions(), nil)
-		wake, wakeFn := wakeChan()
+		wake, wakeFn := testutil.WakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", exitScript)
 		c := collect(t, v, wake, nil)
 		if err := c.waitEnd(t, 30*time.Second); err != io.EOF {
@@ -354,7 +357,7 @@ func TestExitDrainsOutput(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("output: got %d bytes (first difference at %d), want %d bytes", len(got), firstDiff(got, want), len(want))
 		}
-		waitClosed(t, s.Exited(), 5*time.Second, "exit")
+		testutil.WaitClosed(t, s.Exited(), 5*time.Second, "exit")
 		if e, _ := s.Exit(); e != (ExitStatus{Code: 7}) {
 			t.Errorf("exit: got %+v, want code 7", e)
 		}
@@ -367,9 +370,9 @@ func TestExitDrainsOutput(t *testing.T) {
 		t.Parallel()
 		r := NewRegistry(testOptions(), nil)
 		s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", exitScript)
-		waitClosed(t, s.ReaderDone(), 30*time.Second, "reader end")
-		waitClosed(t, s.Exited(), 5*time.Second, "exit")
-		wake, wakeFn := wakeChan()
+		testutil.WaitClosed(t, s.ReaderDone(), 30*time.Second, "reader end")
+		testutil.WaitClosed(t, s.Exited(), 5*time.Second, "exit")
+		wake, wakeFn := testutil.WakeChan()
 		v, info, err := r.Attach(s.ID(), "alice", 0, wakeFn)
 		if err != nil {
 			t.Fatalf("attach after exit: got %v, want nil", err)
@@ -411,7 +414,7 @@ func TestKillSignalsStragglersInOtherGroups(t *testing.T) {
 			opts := testOptions()
 			opts.SpareEscapees = spare
 			r := NewRegistry(opts, nil)
-			wake, wakeFn := wakeChan()
+			wake, wakeFn := testutil.WakeChan()
 			s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "set -m; sleep 60 & echo READY $! .; wait")
 			c := collect(t, v, wake, nil)
 			c.waitOutput(t, " .", 5*time.Second)
@@ -431,22 +434,17 @@ func TestKillSignalsStragglersInOtherGroups(t *testing.T) {
 			if res.Escapees != 0 || res.Groups != 2 || res.Signalled != 0 || res.Survivors != 0 {
 				t.Errorf("escapees, groups, signalled, survivors: got %v, %v, %v, %v, want 0, 2, 0, 0", res.Escapees, res.Groups, res.Signalled, res.Survivors)
 			}
-			waitClosed(t, s.ReaderDone(), time.Second, "reader end")
-			waitFor(t, time.Second, "job gone", func() bool { return !alive(job) })
+			testutil.WaitClosed(t, s.ReaderDone(), time.Second, "reader end")
+			testutil.WaitFor(t, time.Second, "job gone", func() bool { return !testutil.Alive(job) })
 		})
 	}
 }
 
 func pgrpOf(t *testing.T, pid int) int {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	s, err := procfs.ReadStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	pgrp, err := strconv.Atoi(f[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pgrp
+	return s.PGRP
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // TestAttachEndUnderResumeHold: the replay boundary the protocol reports as live
@@ -22,11 +24,11 @@ func TestAttachEndUnderResumeHold(t *testing.T) {
 	s, v := openT(t, r, "alice", func() {}, "/bin/sh", "-c", bigScript)
 	// The opener reads nothing, and its socket drops: a hold at offset 0.
 	v.CloseHolding(0)
-	waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
-	waitFor(t, 10*time.Second, "program blocked in write", func() bool { return blockedInWrite(s.Pid()) })
+	testutil.WaitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+	testutil.WaitFor(t, 10*time.Second, "program blocked in write", func() bool { return blockedInWrite(s.Pid()) })
 	end := s.Info().End // stable: a paused reader ingests nothing
 
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	v2, info, err := r.Attach(s.ID(), "alice", 0, wakeFn)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // TestMain fails the package if a goroutine or a file descriptor outlives the tests, or if a
@@ -89,40 +90,10 @@ func osThreads(t testing.TB) int {
 	return 0
 }
 
-// alive reports whether pid runs (exists and is neither a zombie nor dead).
-func alive(pid int) bool {
-	st, _, ok := leakcheck.Stat(pid)
-	return ok && st != 'Z' && st != 'X'
-}
-
 // countFDs, listFDs and zombies observe this process's kernel resources.
 func countFDs() int   { return leakcheck.OpenFDs() }
 func listFDs() string { return leakcheck.FDList() }
 func zombies() []int  { return leakcheck.Children(true) }
-
-// waitFor polls cond until it holds or timeout passes. It is for observing state that nothing
-// signals (the kernel's view in /proc, a file another process writes), never for ordering
-// events.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitClosed waits for ch to close within timeout.
-func waitClosed(t testing.TB, ch <-chan struct{}, timeout time.Duration, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(timeout):
-		t.Fatalf("%s: not within %v", what, timeout)
-	}
-}
 
 // ---- sessions that clean up after themselves ----
 
@@ -169,12 +140,12 @@ func endSession(t testing.TB, s *Session) {
 		s.teardown(ctx)
 		cancel()
 	}
-	waitClosed(t, done, 15*time.Second, "teardown of "+s.id)
-	waitClosed(t, s.exited, 10*time.Second, "reap of "+strconv.Itoa(s.pid))
-	waitClosed(t, s.readerDone, 15*time.Second, "reader of "+s.id)
+	testutil.WaitClosed(t, done, 15*time.Second, "teardown of "+s.id)
+	testutil.WaitClosed(t, s.exited, 10*time.Second, "reap of "+strconv.Itoa(s.pid))
+	testutil.WaitClosed(t, s.readerDone, 15*time.Second, "reader of "+s.id)
 	inputDone := make(chan struct{})
 	go func() { s.wg.Wait(); close(inputDone) }()
-	waitClosed(t, inputDone, 5*time.Second, "input goroutines of "+s.id)
+	testutil.WaitClosed(t, inputDone, 5*time.Second, "input goroutines of "+s.id)
 }
 
 // killWithin runs kill and fails the test unless it returns within deadline.
@@ -213,12 +184,6 @@ func notify(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
-}
-
-// wakeChan returns a capacity-1 channel and a wake function that notifies it.
-func wakeChan() (chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	return ch, func() { notify(ch) }
 }
 
 // collector reads a viewer in its own goroutine until EOF, the viewer closes, or the test ends.
@@ -329,7 +294,7 @@ func (c *collector) waitOutput(t testing.TB, want string, timeout time.Duration)
 // waitEnd waits for the read loop to end and returns why.
 func (c *collector) waitEnd(t testing.TB, timeout time.Duration) error {
 	t.Helper()
-	waitClosed(t, c.done, timeout, "viewer EOF")
+	testutil.WaitClosed(t, c.done, timeout, "viewer EOF")
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err

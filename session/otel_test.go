@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -63,7 +65,7 @@ func TestKillSpanEndsBeforeTheReaderSpan(t *testing.T) {
 			t.Errorf("session.kill events: got %v, want %s among them", evs, want)
 		}
 	}
-	waitClosed(t, s.ReaderDone(), escapeeLifetime+5*time.Second, "reader end after the escapee")
+	testutil.WaitClosed(t, s.ReaderDone(), escapeeLifetime+5*time.Second, "reader end after the escapee")
 	reader := spanNamed(rec.Ended(), otel.SpanSessionReader)
 	if reader == nil {
 		t.Fatal("session.reader did not end with the reader")

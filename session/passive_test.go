@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // TestPassiveViewerNeverHoldsTheProgramBack: a read-only (passive) viewer that never reads does
@@ -21,7 +23,7 @@ func TestPassiveViewerNeverHoldsTheProgramBack(t *testing.T) {
 	}
 	defer v.Close()
 	// The program printed everything: the reader was never paused by the stalled viewer.
-	waitFor(t, 20*time.Second, "all output read", func() bool { return s.Info().End >= 300000 })
+	testutil.WaitFor(t, 20*time.Second, "all output read", func() bool { return s.Info().End >= 300000 })
 	if isPaused(s) {
 		t.Fatal("the reader is paused by a passive viewer")
 	}
@@ -37,9 +39,9 @@ func TestExitFollowsTheTailAfterBackpressure(t *testing.T) {
 	opts := testOptions()
 	opts.ScrollbackBytes = 64 << 10
 	r := NewRegistry(opts, nil)
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "stty raw -echo; head -c 45000 /dev/zero | tr '\\0' x; printf TAIL; exit 0")
-	waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+	testutil.WaitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
 	// Whether the program can exit while the reader is paused depends on how much the kernel
 	// buffers; when it can, the tail is still in the PTY at the exit. Give it the chance; the
 	// assertion below holds either way.
@@ -85,11 +87,11 @@ func TestBackpressureSmallRings(t *testing.T) {
 			opts := testOptions()
 			opts.ScrollbackBytes = ring
 			r := NewRegistry(opts, nil)
-			wake, wakeFn := wakeChan()
+			wake, wakeFn := testutil.WakeChan()
 			s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
 			gate := make(chan struct{})
 			c := collect(t, v, wake, gate)
-			waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+			testutil.WaitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
 			close(gate)
 			if err := c.waitEnd(t, 60*time.Second); err != io.EOF {
 				t.Fatalf("viewer end: got %v, want %v", err, io.EOF)

@@ -30,6 +30,8 @@ var testHookWaitFails atomic.Bool
 
 // readPoller is the process-wide master reader; see readers.
 type readPoller struct {
+	// mu guards ep, epfd, sessions and next. Under it only epoll_ctl, close and map updates
+	// run; it is taken under Session.mu (a re-arm), never the other way round.
 	mu       sync.Mutex
 	ep       *os.File            // the epoll instance; nil while no master is registered
 	epfd     int                 // ep's fd, open as long as some master is registered

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/internal/leakcheck"
@@ -41,7 +43,7 @@ func TestConcurrentStreamsAreExact(t *testing.T) {
 		}
 		s := spawnT(t, testOptions(), "/bin/sh", "-c",
 			fmt.Sprintf("stty raw -echo; seq %d %d", from, from+lines-1))
-		wake, wakeFn := wakeChan()
+		wake, wakeFn := testutil.WakeChan()
 		v, _, err := s.Subscribe(0, wakeFn)
 		if err != nil {
 			t.Fatal(err)
@@ -84,7 +86,7 @@ func TestSpawnFailsWhenMasterCannotBeRegistered(t *testing.T) {
 	if !errors.Is(err, ErrSpawn) || !errors.Is(err, unix.EPERM) {
 		t.Fatalf("spawn: got %v, want ErrSpawn wrapping EPERM", err)
 	}
-	waitFor(t, 10*time.Second, "the child to be reaped and its fds closed", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the child to be reaped and its fds closed", func() bool {
 		return len(leakcheck.Children(false)) == 0 && countFDs() <= fds && countPTS() <= pts
 	})
 	if readersRunning() {
@@ -99,13 +101,13 @@ func TestFailedRearmEndsReading(t *testing.T) {
 	// One write of three bytes, so the first turn reads all of it (echo's newline would reach
 	// the master as a second piece, "\r\n").
 	s := spawnT(t, testOptions(), "/bin/sh", "-c", "printf ONE; exec sleep 60")
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	v, _, err := s.Subscribe(0, wakeFn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := collect(t, v, wake, nil)
-	waitClosed(t, s.ReaderDone(), 10*time.Second, "reader end after the failed re-arm")
+	testutil.WaitClosed(t, s.ReaderDone(), 10*time.Second, "reader end after the failed re-arm")
 	if err := c.waitEnd(t, 10*time.Second); err != io.EOF {
 		t.Fatalf("viewer end: got %v, want %v", err, io.EOF)
 	}
@@ -129,15 +131,15 @@ func TestFailedPollerEndsEveryReading(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []*Session{idle, busy} {
-		waitClosed(t, s.ReaderDone(), 10*time.Second, "reading of "+s.ID()+" ended by the failed poller")
+		testutil.WaitClosed(t, s.ReaderDone(), 10*time.Second, "reading of "+s.ID()+" ended by the failed poller")
 		if !masterClosed(t, s) {
 			t.Errorf("%s: master still open after its reading ended", s.ID())
 		}
 	}
-	waitFor(t, 10*time.Second, "readers to stop", func() bool { return !readersRunning() })
+	testutil.WaitFor(t, 10*time.Second, "readers to stop", func() bool { return !readersRunning() })
 
 	after := spawnT(t, testOptions(), "/bin/sh", "-c", "printf AFTER; exec sleep 60")
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	v, _, err := after.Subscribe(0, wakeFn)
 	if err != nil {
 		t.Fatal(err)

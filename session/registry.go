@@ -300,8 +300,8 @@ func (s *Session) reapReasonLocked(now time.Time, grace time.Duration) (Reason, 
 
 // Claim is the reaper's atomic re-check: under the registry lock and the session lock it
 // verifies that id still maps to s and that s is still a victim at now (ReapReason), and if so
-// marks the kill point and removes it. Only a claimed session may be torn down (Teardown), and
-// that runs with no lock held.
+// marks the kill point and removes it. The claimed session is then torn down with
+// Registry.Teardown, with no lock held.
 func (r *Registry) Claim(id string, s *Session, now time.Time, grace time.Duration) (Reason, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -320,14 +320,19 @@ func (r *Registry) Claim(id string, s *Session, now time.Time, grace time.Durati
 	return reason, ok
 }
 
-// Teardown ends a session that Claim returned true for. Call it with no lock held.
+// Teardown ends s, normally a session Claim returned true for. Call it with no lock held.
 //
-// Teardown is safe on any session: on one nobody claimed it marks the kill point first (reason
-// killed); a second call waits for the first teardown and returns its result.
-func (s *Session) Teardown(ctx context.Context) KillResult {
+// It is safe on any session: one nobody claimed gets its kill point (reason killed) and leaves
+// r as Kill would have it (a tombstone), so it is never left registered but not running, where
+// no claim could remove it; a session r never held (an adoption that failed) is just torn
+// down. A second call waits for the first teardown and returns its result.
+func (r *Registry) Teardown(ctx context.Context, s *Session) KillResult {
+	r.mu.Lock()
 	s.mu.Lock()
 	s.beginCloseLocked(ReasonKilled) // false when a claim or a kill began it: fine
 	s.mu.Unlock()
+	r.removeLocked(s, ReasonKilled) // nothing when a claim or a kill removed it, or r never held it
+	r.mu.Unlock()
 	return s.teardown(ctx)
 }
 
@@ -373,6 +378,8 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	done := make(chan struct{})
+	// Ends when every kill has: when ctx ends first, it outlives this call (bounded by the kills'
+	// own escalation), and a later Shutdown waits on r.wg again.
 	go func() {
 		r.wg.Wait()
 		close(done)

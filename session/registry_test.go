@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 var idPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
@@ -124,7 +126,7 @@ func TestRegistryOpenLimit(t *testing.T) {
 func TestRegistryConcurrentKill(t *testing.T) {
 	t.Parallel()
 	r := NewRegistry(testOptions(), nil)
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "trap '' HUP TERM; echo READY; while :; do sleep 1; done")
 	collect(t, v, wake, nil).waitOutput(t, "READY", 5*time.Second)
 
@@ -174,7 +176,7 @@ func TestRegistryShutdown(t *testing.T) {
 		s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "exec sleep 60")
 		sessions = append(sessions, s)
 	}
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	trapped, v := openT(t, r, "bob", wakeFn, "/bin/sh", "-c", "trap '' HUP TERM; echo READY; while :; do sleep 1; done")
 	c := collect(t, v, wake, nil)
 	c.waitOutput(t, "READY", 5*time.Second)
@@ -220,7 +222,7 @@ func TestRegistryShutdownFinishesKillsPastItsContext(t *testing.T) {
 	opts := testOptions()
 	opts.KillGrace = 200 * time.Millisecond
 	r := NewRegistry(opts, nil)
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	trapped, v := openT(t, r, "bob", wakeFn, "/bin/sh", "-c", "trap '' HUP TERM; echo READY; while :; do sleep 1; done")
 	c := collect(t, v, wake, nil)
 	c.waitOutput(t, "READY", 5*time.Second)
@@ -282,7 +284,7 @@ func TestClaim(t *testing.T) {
 				if _, _, err := r.Attach(s.ID(), "alice", 0, nil); err != nil {
 					t.Fatal(err)
 				}
-				waitClosed(t, s.Exited(), 5*time.Second, "exit")
+				testutil.WaitClosed(t, s.Exited(), 5*time.Second, "exit")
 			}},
 	}
 	for _, tt := range tests {
@@ -322,7 +324,7 @@ func TestClaim(t *testing.T) {
 				res, _ := r.Kill(context.Background(), s.ID(), "alice")
 				killed <- res
 			}()
-			res := s.Teardown(context.Background())
+			res := r.Teardown(context.Background(), s)
 			if res.Reason != tt.wantReason {
 				t.Errorf("teardown reason: got %q, want %q", res.Reason, tt.wantReason)
 			}
@@ -383,8 +385,8 @@ func TestOpenKillCyclesLeakNothing(t *testing.T) {
 		wg.Wait()
 		for _, s := range opened {
 			if s != nil {
-				waitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
-				waitClosed(t, s.Exited(), 5*time.Second, "reap")
+				testutil.WaitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
+				testutil.WaitClosed(t, s.Exited(), 5*time.Second, "reap")
 			}
 		}
 		if t.Failed() {
@@ -394,9 +396,9 @@ func TestOpenKillCyclesLeakNothing(t *testing.T) {
 	if n := r.Len(); n != 0 {
 		t.Errorf("sessions left: got %v, want 0", n)
 	}
-	waitFor(t, 5*time.Second, "fds back to the start", func() bool { return countFDs() == fds })
-	waitFor(t, 5*time.Second, "/dev/pts back to the start", func() bool { return countPTS() == pts })
-	waitFor(t, 5*time.Second, "goroutines back to the start", func() bool { return runtime.NumGoroutine() <= goroutines })
+	testutil.WaitFor(t, 5*time.Second, "fds back to the start", func() bool { return countFDs() == fds })
+	testutil.WaitFor(t, 5*time.Second, "/dev/pts back to the start", func() bool { return countPTS() == pts })
+	testutil.WaitFor(t, 5*time.Second, "goroutines back to the start", func() bool { return runtime.NumGoroutine() <= goroutines })
 	if z := zombies(); len(z) != 0 {
 		t.Errorf("zombies: got %v, want none", z)
 	}
@@ -430,7 +432,7 @@ func idleSessionsUseFewThreads(t *testing.T) {
 		sessions = append(sessions, s)
 	}
 	// Idle: every shell has printed its prompt and waits for input; every reader waits again.
-	waitFor(t, 10*time.Second, "every prompt", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "every prompt", func() bool {
 		for _, s := range sessions {
 			if s.Info().End == 0 {
 				return false
@@ -454,7 +456,39 @@ func idleSessionsUseFewThreads(t *testing.T) {
 		t.Fatalf("shutdown: got %v, want nil", err)
 	}
 	for _, s := range sessions {
-		waitClosed(t, s.ReaderDone(), 10*time.Second, "reader of "+s.ID())
+		testutil.WaitClosed(t, s.ReaderDone(), 10*time.Second, "reader of "+s.ID())
 	}
-	waitFor(t, 10*time.Second, "readers to stop once no master is registered", func() bool { return !readersRunning() })
+	testutil.WaitFor(t, 10*time.Second, "readers to stop once no master is registered", func() bool { return !readersRunning() })
+}
+
+// A teardown of a session nobody claimed leaves the registry as a kill does: the session is no
+// longer listed or found, a later kill reports that teardown (its tombstone), and the child is
+// gone. (Session.Teardown, exported before, left it registered but not running, where no claim
+// could ever remove it.)
+func TestTeardownOfUnclaimedSessionLeavesTheRegistry(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry(testOptions(), nil)
+	s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "exec sleep 60")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := r.Teardown(ctx, s)
+	if res.Reason != ReasonKilled || !res.Reaped {
+		t.Fatalf("teardown: got %+v, want reason killed and the child reaped", res)
+	}
+	if slices.Contains(r.Snapshot(), s) {
+		t.Error("the torn-down session is still registered")
+	}
+	if _, err := r.Get(s.ID(), "alice"); err == nil {
+		t.Error("get after the teardown: got nil, want an error")
+	}
+	if k, err := r.Kill(ctx, s.ID(), "alice"); err != nil || k.Reason != ReasonKilled {
+		t.Errorf("kill after the teardown: got %+v, %v, want the teardown's result", k, err)
+	}
+	if testutil.Alive(s.Pid()) {
+		t.Errorf("pid %d still runs", s.Pid())
+	}
+	// A second teardown waits for the first and returns its result.
+	if again := r.Teardown(ctx, s); again.Reason != res.Reason || again.Exit != res.Exit {
+		t.Errorf("second teardown: got %+v, want %+v", again, res)
+	}
 }

@@ -167,10 +167,10 @@ type Options struct {
 	testHookBeforeIngest func([]byte)
 }
 
-// readBatch bounds one ingest so that a batch read just under the high watermark still fits in
-// the ring: backpressure must pause the program before the ring drops unread bytes. o has its
-// defaults.
-func (o Options) readBatch() int {
+// batchSize is the most one read batch (Session.readBatch) takes: small enough that a batch read
+// just under the high watermark still fits in the ring, since backpressure must pause the
+// program before the ring drops unread bytes. o has its defaults.
+func (o Options) batchSize() int {
 	return max(min(readChunk, o.ScrollbackBytes-o.HighWaterBytes), min(4096, readChunk))
 }
 
@@ -180,7 +180,7 @@ func (o Options) readBatch() int {
 // drops, which the resume hold then cannot bring back.
 func (o Options) KeptBehind() int {
 	o = o.withDefaults()
-	return max(o.ScrollbackBytes-o.HighWaterBytes-o.readBatch(), 0)
+	return max(o.ScrollbackBytes-o.HighWaterBytes-o.batchSize(), 0)
 }
 
 func (o Options) withDefaults() Options {
@@ -274,9 +274,10 @@ type Session struct {
 	mu             sync.Mutex
 	state          State
 	reason         Reason
-	dropOutput     bool // the kill point passed: ingest keeps nothing from now on
-	outputFinal    bool // ring.end will not grow again (reader ended or kill point passed)
-	exitSettled    bool // exitSettle passed since the exit: viewers may report it
+	dropOutput     bool   // the kill point passed: ingest keeps nothing from now on
+	outputFinal    bool   // ring.end will not grow again (reader ended or kill point passed)
+	exitSettled    bool   // exitSettle passed since the exit: viewers may report it
+	settleGen      uint64 // numbers settle timers: only the latest armed sets exitSettled
 	ring           ring
 	viewers        map[*Viewer]struct{}
 	unwatchedSince time.Time // zero while a viewer is attached
@@ -708,11 +709,11 @@ func (s *Session) reaped(ws unix.WaitStatus, err error) {
 	s.mu.Lock()
 	close(s.exited)
 	s.wakeViewersLocked()
-	s.mu.Unlock()
 	// Normally the reader reaches the end of output right after the exit and that is when
 	// viewers report it; when a descendant keeps the PTY open, they report it once output in
 	// flight at the exit has had exitSettle to arrive.
-	time.AfterFunc(exitSettle, s.settleExit)
+	s.armSettleLocked()
+	s.mu.Unlock()
 }
 
 // readState is who has a session's master; see Session.readState.
@@ -743,7 +744,7 @@ func (s *Session) readReady(buf []byte) {
 	}
 	s.readState = readBusy
 	s.mu.Unlock()
-	buf = buf[:s.opts.readBatch()]
+	buf = buf[:s.opts.batchSize()]
 	// A master that keeps filling gets a few batches per turn, one ingest each, before it goes
 	// back to the instance (behind the other ready masters).
 	for range maxBatchesPerTurn {
@@ -1005,8 +1006,7 @@ func (s *Session) maybeResumeLocked() {
 		if isClosed(s.exited) {
 			// The tail the program printed before exiting may still be in the PTY: give the
 			// resumed reader exitSettle to take it in before viewers report the exit.
-			s.exitSettled = false
-			time.AfterFunc(exitSettle, s.settleExit)
+			s.armSettleLocked()
 		}
 	}
 }
@@ -1112,10 +1112,23 @@ func (s *Session) inputLoop() {
 
 var _ io.Writer = (*Session)(nil)
 
-// settleExit runs exitSettle after the exit and lets viewers report it.
-func (s *Session) settleExit() {
+// armSettleLocked (re)starts the settle: exitSettle from now, viewers may report the exit. A
+// timer armed before is superseded. s.mu must be held.
+func (s *Session) armSettleLocked() {
+	s.exitSettled = false
+	s.settleGen++
+	gen := s.settleGen
+	time.AfterFunc(exitSettle, func() { s.settleExit(gen) })
+}
+
+// settleExit runs exitSettle after armSettleLocked armed timer gen and, unless a later timer
+// superseded it, lets viewers report the exit.
+func (s *Session) settleExit(gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if gen != s.settleGen {
+		return
+	}
 	s.exitSettled = true
 	s.wakeViewersLocked()
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -57,7 +59,7 @@ func nonblocking(t *testing.T, s *Session) bool {
 func TestResizeKeepsMasterNonBlocking(t *testing.T) {
 	t.Parallel()
 	s := spawnT(t, testOptions(), "/bin/sh", "-c", "echo READY; read x; stty size; exec sleep 60")
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	v, _, err := s.Subscribe(0, wakeFn)
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +121,7 @@ func TestResizeKeepsMasterNonBlocking(t *testing.T) {
 func TestWriteReachesProgram(t *testing.T) {
 	t.Parallel()
 	s := spawnT(t, testOptions(), "/bin/sh", "-c", "stty -echo; echo READY; exec cat")
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	v, _, err := s.Subscribe(0, wakeFn)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +147,7 @@ func TestWriteReachesProgram(t *testing.T) {
 func TestWriteNeverBlocks(t *testing.T) {
 	t.Parallel()
 	s := spawnT(t, testOptions(), "/bin/sh", "-c", "stty raw -echo; echo READY; exec sleep 60")
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	v, _, err := s.Subscribe(0, wakeFn)
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +227,7 @@ func TestWriteAfterKill(t *testing.T) {
 func TestSignalReachesForegroundGroup(t *testing.T) {
 	t.Parallel()
 	s := spawnT(t, testOptions(), "/bin/sh", "-c", "echo READY; exec sleep 60")
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	v, _, err := s.Subscribe(0, wakeFn)
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +236,7 @@ func TestSignalReachesForegroundGroup(t *testing.T) {
 	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, s.Exited(), 5*time.Second, "exit after TERM")
+	testutil.WaitClosed(t, s.Exited(), 5*time.Second, "exit after TERM")
 	if e, _ := s.Exit(); e != (ExitStatus{Code: -1, Signal: syscall.SIGTERM}) || e.SignalName() != "TERM" {
 		t.Errorf("exit: got %+v (%q), want signal TERM", e, e.SignalName())
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // sizeScript prints "SIZE <rows> <cols> <tag>" (stty size inside the PTY) for every line it reads.
@@ -61,7 +63,7 @@ func TestWindowSizePolicies(t *testing.T) {
 			o := testOptions()
 			o.WindowSize = tc.policy
 			r := NewRegistry(o, nil)
-			wake, wakeFn := wakeChan()
+			wake, wakeFn := testutil.WakeChan()
 			s, a := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", sizeScript)
 			c := collect(t, a, wake, nil)
 			c.waitOutput(t, "READY", 5*time.Second)
@@ -168,7 +170,7 @@ func TestWindowSizeWakesViewers(t *testing.T) {
 	r := NewRegistry(o, nil)
 	s, a := openT(t, r, "alice", func() {}, "/bin/sh", "-c", "exec sleep 60")
 	defer a.Close()
-	wakeB, wakeFnB := wakeChan()
+	wakeB, wakeFnB := testutil.WakeChan()
 	b, _, err := r.AttachPassive(s.ID(), "alice", -1, wakeFnB)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -286,9 +288,9 @@ func TestViewersReadInOrder(t *testing.T) {
 			opts := testOptions()
 			opts.ScrollbackBytes = tt.ring
 			r := NewRegistry(opts, nil)
-			wakeA, wakeFnA := wakeChan()
+			wakeA, wakeFnA := testutil.WakeChan()
 			s, va := openT(t, r, "alice", wakeFnA, "/bin/sh", "-c", exitScript)
-			wakeB, wakeFnB := wakeChan()
+			wakeB, wakeFnB := testutil.WakeChan()
 			vb, info, err := r.Attach(s.ID(), "alice", 0, wakeFnB)
 			if err != nil {
 				t.Fatal(err)
@@ -307,7 +309,7 @@ func TestViewersReadInOrder(t *testing.T) {
 				}
 				checkStream(t, name, got, gaps, want)
 			}
-			waitClosed(t, s.Exited(), 5*time.Second, "exit")
+			testutil.WaitClosed(t, s.Exited(), 5*time.Second, "exit")
 			if e, _ := s.Exit(); e != (ExitStatus{Code: 7}) {
 				t.Errorf("exit: got %+v, want code 7", e)
 			}
@@ -323,9 +325,9 @@ func TestStalledViewerDoesNotDelayFastOne(t *testing.T) {
 	opts.ScrollbackBytes = ringSize
 	r := NewRegistry(opts, nil)
 	// The stalled viewer attaches with the open (from 0) and never reads until the end.
-	_, stalledFn := wakeChan()
+	_, stalledFn := testutil.WakeChan()
 	s, stalled := openT(t, r, "alice", stalledFn, "/bin/sh", "-c", exitScript)
-	wake, wakeFn := wakeChan()
+	wake, wakeFn := testutil.WakeChan()
 	fast, info, err := r.Attach(s.ID(), "alice", 0, wakeFn)
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +343,7 @@ func TestStalledViewerDoesNotDelayFastOne(t *testing.T) {
 	if len(gaps) != 0 || !bytes.Equal(got, want) {
 		t.Fatalf("fast viewer: got %d bytes, gaps %v, want %d bytes and no gap", len(got), gaps, len(want))
 	}
-	waitClosed(t, s.Exited(), 5*time.Second, "exit")
+	testutil.WaitClosed(t, s.Exited(), 5*time.Second, "exit")
 
 	// The stalled viewer lost exactly what the ring no longer holds, then gets the rest.
 	p := make([]byte, len(want))
@@ -366,7 +368,7 @@ func TestBackpressure(t *testing.T) {
 	// and the channel its wake function notifies.
 	openBig := func(t *testing.T, opts Options) (*Registry, *Session, *Viewer, chan struct{}) {
 		r := NewRegistry(opts, nil)
-		wake, wakeFn := wakeChan()
+		wake, wakeFn := testutil.WakeChan()
 		s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", bigScript)
 		return r, s, v, wake
 	}
@@ -385,9 +387,9 @@ func TestBackpressure(t *testing.T) {
 		gate := make(chan struct{})
 		c := collect(t, v, wake, gate)
 
-		waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+		testutil.WaitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
 		// The program is stuck writing to the PTY nobody drains.
-		waitFor(t, 10*time.Second, "program blocked in write", func() bool { return blockedInWrite(s.Pid()) })
+		testutil.WaitFor(t, 10*time.Second, "program blocked in write", func() bool { return blockedInWrite(s.Pid()) })
 		if _, done := s.Exit(); done {
 			t.Fatalf("program exited while the reader was paused")
 		}
@@ -404,7 +406,7 @@ func TestBackpressure(t *testing.T) {
 		if len(gaps) != 0 || !bytes.Equal(got, want) {
 			t.Errorf("viewer: got %d bytes, gaps %v, want %d bytes and no gap", len(got), gaps, len(want))
 		}
-		waitClosed(t, s.Exited(), 5*time.Second, "exit")
+		testutil.WaitClosed(t, s.Exited(), 5*time.Second, "exit")
 		if p := tel.sum(t, otel.MetricPauseDuration); p <= 0 {
 			t.Errorf("pause time recorded: got %v, want > 0", p)
 		}
@@ -418,8 +420,8 @@ func TestBackpressure(t *testing.T) {
 		opts, tel := newOpts(t)
 		r := NewRegistry(opts, nil)
 		s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", bigScript)
-		waitClosed(t, s.Exited(), 30*time.Second, "exit")
-		waitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
+		testutil.WaitClosed(t, s.Exited(), 30*time.Second, "exit")
+		testutil.WaitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
 		got, start := ringBytes(s)
 		if start != int64(len(want)-ringSize) || !bytes.Equal(got, want[start:]) {
 			t.Errorf("ring: got %d bytes from %v, want the last %d bytes from %v", len(got), start, ringSize, len(want)-ringSize)
@@ -433,7 +435,7 @@ func TestBackpressure(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
 		r, s, v, _ := openBig(t, opts)
-		waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+		testutil.WaitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
 
 		res, _ := killWithin(t, time.Second, func(ctx context.Context) (KillResult, error) {
 			return r.Kill(ctx, s.ID(), "alice")
@@ -441,7 +443,7 @@ func TestBackpressure(t *testing.T) {
 		if !res.Reaped || res.Survivors != 0 {
 			t.Errorf("reaped, survivors: got %v, %v, want true, 0", res.Reaped, res.Survivors)
 		}
-		waitClosed(t, s.ReaderDone(), 2*time.Second, "reader end")
+		testutil.WaitClosed(t, s.ReaderDone(), 2*time.Second, "reader end")
 		if end := s.Info().End; end != res.Offset {
 			t.Errorf("output end: got %v, want the kill's offset %v", end, res.Offset)
 		}
@@ -475,13 +477,13 @@ func TestBackpressure(t *testing.T) {
 		v.CloseHolding(4000)
 		off -= 4000
 		// The program runs on into the hold and stops there, with offset off still retained.
-		waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
-		waitFor(t, 10*time.Second, "program blocked in write", func() bool { return blockedInWrite(s.Pid()) })
+		testutil.WaitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+		testutil.WaitFor(t, 10*time.Second, "program blocked in write", func() bool { return blockedInWrite(s.Pid()) })
 		if in := s.Info(); in.Start > off {
 			t.Fatalf("ring starts at %d, past the detached viewer's offset %d", in.Start, off)
 		}
 		// A reattach from there misses nothing, and the program finishes.
-		wake2, wakeFn2 := wakeChan()
+		wake2, wakeFn2 := testutil.WakeChan()
 		v2, info, err := r.Attach(s.ID(), "alice", off, wakeFn2)
 		if err != nil || info.Offset != off || info.Lost != 0 {
 			t.Fatalf("reattach from %d: got %+v, %v, want that offset and nothing lost", off, info, err)
@@ -496,42 +498,26 @@ func TestBackpressure(t *testing.T) {
 		}
 	})
 
-	t.Run("the hold ends after ResumeHold", func(t *testing.T) {
-		t.Parallel()
-		opts, _ := newOpts(t)
-		opts.ResumeHold = 2 * time.Second
-		_, s, v, _ := openBig(t, opts)
-		waitFor(t, 10*time.Second, "reader paused by the unread viewer", func() bool { return isPaused(s) })
-		v.CloseHolding(0) // at offset 0: without the hold this would resume the reader at once
-		if !isPaused(s) {
-			t.Fatal("the reader resumed when the viewer was lost: no hold")
-		}
-		waitClosed(t, s.Exited(), 30*time.Second, "exit once the hold ended")
-		waitClosed(t, s.ReaderDone(), 5*time.Second, "reader end")
-		got, start := ringBytes(s)
-		if start != int64(len(want)-ringSize) || !bytes.Equal(got, want[start:]) {
-			t.Errorf("ring: got %d bytes from %v, want the last %d bytes from %v", len(got), start, ringSize, len(want)-ringSize)
-		}
-	})
+	// The hold ending after ResumeHold: TestResumeHoldEndsAfterResumeHold, on a fake clock.
 
 	t.Run("a reattach takes the hold over", func(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
 		opts.ResumeHold = time.Hour
 		r, s, v, wake := openBig(t, opts)
-		waitFor(t, 10*time.Second, "reader paused by the unread viewer", func() bool { return isPaused(s) })
+		testutil.WaitFor(t, 10*time.Second, "reader paused by the unread viewer", func() bool { return isPaused(s) })
 		readExactly(t, v, wake, 10000)
 		// Handed 10000 bytes, 4000 of them unconfirmed: the hold keeps [6000, …). The client
 		// had in fact consumed 8000 and comes back from there.
 		v.CloseHolding(4000)
-		_, wakeFn2 := wakeChan()
+		_, wakeFn2 := testutil.WakeChan()
 		v2, info, err := r.Attach(s.ID(), "alice", 8000, wakeFn2)
 		if err != nil || info.Lost != 0 {
 			t.Fatalf("reattach: %+v, %v", info, err)
 		}
 		// The client came back; leaving on purpose now must not leave its old hold behind.
 		v2.Close()
-		waitClosed(t, s.Exited(), 30*time.Second, "exit")
+		testutil.WaitClosed(t, s.Exited(), 30*time.Second, "exit")
 	})
 
 	t.Run("an attach from elsewhere leaves the holds alone", func(t *testing.T) {
@@ -543,13 +529,13 @@ func TestBackpressure(t *testing.T) {
 		v.CloseHolding(0) // the hold's range is [10000, 10000]
 		// Another client replays from the start, then leaves on purpose: that is not the lost
 		// client coming back, so the hold must still be there for it.
-		_, wakeFn2 := wakeChan()
+		_, wakeFn2 := testutil.WakeChan()
 		v2, _, err := r.Attach(s.ID(), "alice", 0, wakeFn2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		v2.Close()
-		waitFor(t, 10*time.Second, "reader paused by the hold", func() bool { return isPaused(s) })
+		testutil.WaitFor(t, 10*time.Second, "reader paused by the hold", func() bool { return isPaused(s) })
 		// A read-only viewer at the end does not count for backpressure: it resumes nothing.
 		v3, _, err := r.AttachPassive(s.ID(), "alice", s.Info().End, nil)
 		if err != nil {
@@ -573,7 +559,7 @@ func TestBackpressure(t *testing.T) {
 		r, s, v, _ := openBig(t, opts)
 		// A second client reads on while the first one's hold sits at offset 0, so backpressure
 		// follows the reader and the ring overwrites offset 0.
-		wake2, wakeFn2 := wakeChan()
+		wake2, wakeFn2 := testutil.WakeChan()
 		v2, _, err := r.Attach(s.ID(), "alice", 0, wakeFn2)
 		if err != nil {
 			t.Fatal(err)
@@ -586,12 +572,12 @@ func TestBackpressure(t *testing.T) {
 				t.Fatal(err)
 			}
 			if n == 0 {
-				waitClosed(t, wake2, 5*time.Second, "output")
+				testutil.WaitClosed(t, wake2, 5*time.Second, "output")
 			}
 		}
 		// The reader leaves on purpose: the dead hold must not keep the program waiting an hour.
 		v2.Close()
-		waitClosed(t, s.Exited(), 30*time.Second, "exit")
+		testutil.WaitClosed(t, s.Exited(), 30*time.Second, "exit")
 	})
 
 	t.Run("a read-only viewer's detach holds nothing", func(t *testing.T) {
@@ -600,13 +586,13 @@ func TestBackpressure(t *testing.T) {
 		opts.ResumeHold = time.Hour
 		r := NewRegistry(opts, nil)
 		s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", bigScript)
-		_, wakeFn := wakeChan()
+		_, wakeFn := testutil.WakeChan()
 		v, _, err := r.AttachPassive(s.ID(), "alice", 0, wakeFn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		v.CloseHolding(0)
-		waitClosed(t, s.Exited(), 30*time.Second, "exit")
+		testutil.WaitClosed(t, s.Exited(), 30*time.Second, "exit")
 		if p := tel.sum(t, otel.MetricPauseDuration); p != 0 {
 			t.Errorf("pause time: got %v, want 0", p)
 		}
@@ -618,23 +604,23 @@ func TestBackpressure(t *testing.T) {
 		opts.ResumeHold = time.Hour // a hold would keep the program from finishing
 		_, s, v, _ := openBig(t, opts)
 		v.Close()
-		waitClosed(t, s.Exited(), 30*time.Second, "exit")
+		testutil.WaitClosed(t, s.Exited(), 30*time.Second, "exit")
 	})
 
 	t.Run("a viewer attaching at the end resumes a paused reader", func(t *testing.T) {
 		t.Parallel()
 		opts, _ := newOpts(t)
 		r, s, _, _ := openBig(t, opts)
-		waitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
+		testutil.WaitFor(t, 10*time.Second, "reader paused", func() bool { return isPaused(s) })
 		// This viewer has everything, so not every viewer is behind: the reader must go on and
 		// wake it with new output, though it has not read yet.
-		wake, wakeFn2 := wakeChan()
+		wake, wakeFn2 := testutil.WakeChan()
 		v, _, err := r.Attach(s.ID(), "alice", s.Info().End, wakeFn2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer v.Close()
-		waitClosed(t, wake, 5*time.Second, "new output for the viewer at the end")
+		testutil.WaitClosed(t, wake, 5*time.Second, "new output for the viewer at the end")
 	})
 }
 
@@ -662,7 +648,7 @@ func readExactly(t *testing.T, v *Viewer, wake <-chan struct{}, n int) int {
 		}
 		off += m
 		if m == 0 {
-			waitClosed(t, wake, 5*time.Second, "output")
+			testutil.WaitClosed(t, wake, 5*time.Second, "output")
 		}
 	}
 	return n

@@ -21,6 +21,8 @@ var testHookNotWaitable atomic.Pointer[func(pid int) bool]
 
 // waiter is the process-wide child waiter; see children.
 type waiter struct {
+	// mu guards ep and waiting. Under it only epoll_ctl, close, wait4(WNOHANG) and map updates
+	// run, never a blocking wait or a session lock; orphanReaper.mu is taken under it.
 	mu      sync.Mutex
 	ep      *os.File             // the epoll instance; nil while nothing is waited for
 	waiting map[int32]*waitEntry // by pidfd

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/testutil"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -37,16 +39,16 @@ func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, s := range sessions {
-		waitClosed(t, s.Exited(), 10*time.Second, fmt.Sprintf("exit of child %d", i))
+		testutil.WaitClosed(t, s.Exited(), 10*time.Second, fmt.Sprintf("exit of child %d", i))
 		if e, ok := s.Exit(); !ok || e.Code != i+1 || e.Signal != 0 {
 			t.Errorf("child %d: got %+v %v, want code %d", i, e, ok, i+1)
 		}
 	}
 	for _, s := range sessions {
-		waitClosed(t, s.ReaderDone(), 10*time.Second, "reader end")
+		testutil.WaitClosed(t, s.ReaderDone(), 10*time.Second, "reader end")
 	}
-	waitFor(t, 5*time.Second, "the waiter to stop", waiterIdle)
-	waitFor(t, 5*time.Second, "fds back to the start", func() bool { return countFDs() == fds })
+	testutil.WaitFor(t, 5*time.Second, "the waiter to stop", waiterIdle)
+	testutil.WaitFor(t, 5*time.Second, "fds back to the start", func() bool { return countFDs() == fds })
 }
 
 // TestBlockingWaitFallback: a child the shared waiter cannot take (no epoll, or a tracer holding
@@ -72,7 +74,7 @@ func TestBlockingWaitFallback(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("child not reaped within 10s")
 	}
-	if alive(pid) {
+	if testutil.Alive(pid) {
 		t.Errorf("pid %d still exists after the reap", pid)
 	}
 }
@@ -96,7 +98,7 @@ func TestWaiterHandsOverAChildItCannotReap(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, s.Exited(), 10*time.Second, "exit of the child handed over")
+	testutil.WaitClosed(t, s.Exited(), 10*time.Second, "exit of the child handed over")
 	if e, _ := s.Exit(); e.Code != 5 {
 		t.Errorf("exit: got %+v, want code 5", e)
 	}

@@ -2,12 +2,13 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/muxterm/muxterm/internal/procfs"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on Linux).
@@ -56,33 +57,11 @@ func sampleProc(pid int) (procSample, error) {
 
 // procCPU returns utime+stime of pid in seconds.
 func procCPU(pid int) (float64, error) {
-	f, err := statFields(pid)
+	s, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0, err
 	}
-	// After "(comm)": state(0) ppid(1) ... utime(11) stime(12).
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat of %d: %d fields", pid, len(f))
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("stat of %d: %w", pid, err)
-	}
-	return float64(ut+st) / clockTicks, nil
-}
-
-// statFields returns the fields of /proc/PID/stat after the command name.
-func statFields(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, fmt.Errorf("read stat of %d: %w", pid, err)
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil, fmt.Errorf("stat of %d: malformed", pid)
-	}
-	return strings.Fields(string(b[i+1:])), nil
+	return float64(s.Utime+s.Stime) / clockTicks, nil
 }
 
 // procFDs counts pid's open fds and those on /dev/ptmx.
@@ -104,11 +83,11 @@ func procFDs(pid int) (total, ptmx int, err error) {
 func zombieChildren(pid int) int {
 	n := 0
 	forEachPid(func(p int) {
-		f, err := statFields(p)
-		if err != nil || len(f) < 2 {
+		s, err := procfs.ReadStat(p)
+		if err != nil {
 			return
 		}
-		if f[0] == "Z" && f[1] == strconv.Itoa(pid) {
+		if s.State == 'Z' && s.PPID == pid {
 			n++
 		}
 	})

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/muxterm/muxterm/internal/procfs"
 )
 
 // DefaultName is the default root's name, a child of the gateway's own cgroup.
@@ -300,23 +302,14 @@ func instanceAlive(name string) bool {
 	return err == nil && now == st
 }
 
-// startTime reads field 22 of /proc/pid/stat: when the process started, in clock ticks since
-// boot. It does not change across execve, so a gateway that re-executes itself keeps its name.
+// startTime reads when pid started, in clock ticks since boot (field 22 of /proc/pid/stat). It
+// does not change across execve, so a gateway that re-executes itself keeps its name.
 func startTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	s, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0, err
 	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	// After "(comm)": state(3) ppid(4) ... starttime(22), so index 22-3 among these fields.
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
+	return s.StartTime, nil
 }
 
 // Group is one cgroup, by its path.

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,7 +79,7 @@ func TestKillEndsEveryProcess(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	for _, pid := range pids {
-		if alive(pid) {
+		if testutil.Alive(pid) {
 			t.Errorf("pid %d still runs after cgroup.kill", pid)
 		}
 	}
@@ -181,16 +180,4 @@ func TestOpenRefusesOtherFilesystems(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("Open created %s", dir)
 	}
-}
-
-// alive reports whether pid exists and is not a zombie (the orphans here are re-parented to
-// PID 1, which reaps them when it will).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/muxterm/muxterm/internal/procfs"
 )
 
 // Options say what Main checks besides goroutines.
@@ -101,21 +103,11 @@ func FDList() string {
 
 // Stat reads pid's state letter and parent from /proc/pid/stat.
 func Stat(pid int) (state byte, ppid int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	s, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0, 0, false
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0, 0, false
-	}
-	f := strings.Fields(s[i+1:]) // state ppid ...
-	if len(f) < 2 {
-		return 0, 0, false
-	}
-	ppid, err = strconv.Atoi(f[1])
-	return f[0][0], ppid, err == nil
+	return s.State, s.PPID, true
 }
 
 // Children lists this process's children: all of them, or only zombies.

@@ -1,0 +1,148 @@
+// The page's state, shared by every module as `app`, and its start.
+import { MuxClient, MuxError, type ConnectionState } from '@muxterm/client';
+import { activate, loadLayout, safeFit, updateEmpty, type Tab } from './tab';
+import { detachedSessions, newTab, reattach, wireConfirm } from './actions';
+import { scheduleDetachedRefresh, wireDetached } from './detached';
+import { wireShortcuts, type Action } from './shortcuts';
+import { checkAuth, scheduleAuthCheck, signIn, signOut, wireSignin } from './signin';
+import { installTestHook } from './testhook';
+import { FIT_DEBOUNCE_MS, readUrl, webSocketUrl, type UrlOptions } from './config';
+import { lookupDom, type Dom } from './dom';
+
+type Timer = ReturnType<typeof setTimeout> | undefined;
+
+/** The page: one per load, made by start. Every field is touched on the page's one thread. */
+export interface App {
+  client: MuxClient;
+  dom: Dom;
+  url: UrlOptions;
+  /** The tabs in their displayed order; active indexes it (-1: none). */
+  tabs: Tab[];
+  active: number;
+  /** Set after WebGL failed once: it will fail again, stay on the DOM renderer. */
+  webglBroken: boolean;
+  /** True while the page re-attaches its sessions after a load: the stored layout stays. */
+  restoring: boolean;
+  /** The client was stopped because the gateway refuses the page's token. */
+  signedOut: boolean;
+  /** The last shortcut the page acted on (for the browser tests). */
+  lastShortcut: Action | null;
+  /** Resolves the open close-confirmation, if any. */
+  confirmResolve: ((v: 'kill' | 'detach' | 'cancel') => void) | null;
+  authTimer: Timer;
+  toastTimer: Timer;
+  detachedTimer: Timer;
+  fitTimer: Timer;
+}
+
+/** Builds the page's state: reads the address, looks the elements up, makes the (idle) client. */
+export function createApp(): App {
+  return {
+    client: new MuxClient(webSocketUrl(location), { client: { name: 'muxterm-web', version: '0.1.0' } }),
+    dom: lookupDom(),
+    url: readUrl(),
+    tabs: [],
+    active: -1,
+    webglBroken: false,
+    restoring: false,
+    signedOut: false,
+    lastShortcut: null,
+    confirmResolve: null,
+    authTimer: undefined,
+    toastTimer: undefined,
+    detachedTimer: undefined,
+    fitTimer: undefined,
+  };
+}
+
+export function showState(app: App, s: ConnectionState): void {
+  document.body.dataset['state'] = s;
+  app.dom.connEl.dataset['state'] = s;
+  app.dom.connText.textContent = s;
+  app.dom.connEl.title = s === 'connected' && app.client.server ? `${app.client.server.name} ${app.client.server.version}` : s;
+}
+
+export function showError(app: App, e: unknown): void {
+  const msg = e instanceof MuxError ? `${e.message} (${e.kind})` : e instanceof Error ? e.message : String(e);
+  console.warn('muxterm:', e);
+  app.dom.toastEl.textContent = msg;
+  app.dom.toastEl.hidden = false;
+  clearTimeout(app.toastTimer);
+  app.toastTimer = setTimeout(() => {
+    app.dom.toastEl.hidden = true;
+  }, 5000);
+}
+
+/** Wires the page up, connects, and attaches the sessions of the last visit (a reload resumes them). */
+export function start(): App {
+  const app = createApp();
+  wireConfirm(app);
+  wireDetached(app);
+  wireShortcuts(app);
+  wireSignin(app);
+  installTestHook(app);
+
+  new ResizeObserver(() => {
+    clearTimeout(app.fitTimer);
+    app.fitTimer = setTimeout(() => {
+      const tab = app.tabs[app.active];
+      if (tab) safeFit(app, tab); // our fitted size -> debounced session.resize
+    }, FIT_DEBOUNCE_MS);
+  }).observe(app.dom.termsEl);
+
+  app.client.on('state', (s) => {
+    showState(app, s);
+    if (s === 'connected') scheduleDetachedRefresh(app);
+    else if (s === 'connecting' || s === 'reconnecting') scheduleAuthCheck(app, 0);
+  });
+  app.client.on('error', (e) => console.warn('muxterm:', e.kind, e.message, e.data));
+  window.addEventListener('online', () => app.client.reconnectNow());
+
+  showState(app, 'connecting');
+  updateEmpty(app);
+  void restore(app);
+  return app;
+}
+
+/** Signs in if the address says so, connects, and attaches this user's sessions. */
+async function restore(app: App): Promise<void> {
+  try {
+    if (app.url.refused || (app.url.token !== null && (await signIn(app.url.token)) === 'refused')) {
+      signOut(app, 'wrong');
+      return;
+    }
+    // Without a valid token the socket would fail in silence, for ever: ask first.
+    if ((await checkAuth()) === 'refused') {
+      signOut(app, 'none');
+      return;
+    }
+    await app.client.connect();
+    if (app.tabs.length > 0) return; // the test hook (or the user) was faster
+    const detached = await detachedSessions(app);
+    if (app.tabs.length > 0) return;
+    if (detached.length === 0) {
+      await newTab(app);
+      return;
+    }
+    // The order and the active tab of the last visit; sessions new since then go last.
+    const saved = loadLayout();
+    const rank = (id: string): number => {
+      const i = saved.order.indexOf(id);
+      return i < 0 ? saved.order.length : i;
+    };
+    detached.sort((a, b) => rank(a.session) - rank(b.session));
+    const activeId = detached.some((s) => s.session === saved.active) ? saved.active : detached[0]!.session;
+    app.restoring = true;
+    try {
+      for (const s of detached) {
+        await reattach(app, s.session, s.session === activeId, s.cmd).catch((e: unknown) => showError(app, e));
+      }
+    } finally {
+      app.restoring = false;
+    }
+    const i = app.tabs.findIndex((t) => t.session === activeId);
+    activate(app, i >= 0 ? i : 0);
+  } catch (e) {
+    showError(app, e);
+  }
+}

@@ -1,0 +1,48 @@
+// The UI's constants and what the page's address asks for.
+import type { ITheme } from '@xterm/xterm';
+
+export const RESIZE_DEBOUNCE_MS = 150;
+/** While the socket is down, how often the page asks /auth/check whether its token still works. */
+export const AUTH_CHECK_MS = 2000;
+/** localStorage key of the tab order and the active tab (session ids). */
+export const LAYOUT_KEY = 'muxterm.tabs';
+export const FIT_DEBOUNCE_MS = 50;
+
+export const theme: ITheme = {
+  background: '#1e1f22',
+  foreground: '#d4d4d4',
+  cursor: '#d4d4d4',
+  selectionBackground: '#264f78',
+};
+
+/** `ws(s)://host/ws` of the page's own origin; the auth cookie rides along. */
+export function webSocketUrl(loc: { protocol: string; host: string }): string {
+  return `${loc.protocol === 'https:' ? 'wss:' : 'ws:'}//${loc.host}/ws`;
+}
+
+/** What the page's address asks for. */
+export interface UrlOptions {
+  /** False under `?renderer=dom`, which disables WebGL. */
+  webglWanted: boolean;
+  /** `/?token=…` (a URL pasted without /auth): the page signs in with it (through /auth) at start. */
+  token: string | null;
+  /** `?signin=invalid`: /auth refused the token of the URL a person opened. */
+  refused: boolean;
+}
+
+/** Reads the page's address; the token and the sign-in verdict leave the address bar. */
+export function readUrl(): UrlOptions {
+  const query = new URLSearchParams(location.search);
+  const opts: UrlOptions = {
+    webglWanted: query.get('renderer') !== 'dom',
+    token: query.get('token'),
+    refused: query.get('signin') === 'invalid',
+  };
+  if (opts.token !== null || opts.refused) {
+    query.delete('token');
+    query.delete('signin');
+    const rest = query.toString();
+    history.replaceState(null, '', location.pathname + (rest ? `?${rest}` : '') + location.hash);
+  }
+  return opts;
+}

@@ -1,0 +1,81 @@
+// Signing in.
+import { showState, type App } from './app';
+import { AUTH_CHECK_MS } from './config';
+
+// --- signing in
+//
+// A refused WebSocket upgrade is only a close event to a page (no status), so while the socket
+// is down the page asks GET /auth/check, which answers 401 when the token (the HttpOnly cookie)
+// is missing or wrong. Then it stops reconnecting and explains how to sign in; anything else is
+// "the gateway is down" and the client keeps reconnecting.
+
+export type AuthState = 'ok' | 'refused' | 'unreachable';
+
+export async function checkAuth(): Promise<AuthState> {
+  try {
+    const r = await fetch('/auth/check', { cache: 'no-store', credentials: 'same-origin' });
+    if (r.status === 401) return 'refused';
+    return r.ok ? 'ok' : 'unreachable';
+  } catch {
+    return 'unreachable';
+  }
+}
+
+export function scheduleAuthCheck(app: App, delay = AUTH_CHECK_MS): void {
+  clearTimeout(app.authTimer);
+  app.authTimer = setTimeout(() => {
+    if (app.signedOut || app.client.state === 'connected' || app.client.state === 'closed') return;
+    void checkAuth().then((a) => {
+      if (a === 'refused') signOut(app, app.client.state === 'reconnecting' ? 'rejected' : 'none');
+      else if (app.client.state !== 'connected') scheduleAuthCheck(app);
+    });
+  }, delay);
+}
+
+/** `GET /auth?token=…`: checks the token and sets the cookie (then redirects to /). */
+export async function signIn(tok: string): Promise<AuthState> {
+  try {
+    const r = await fetch(`/auth?token=${encodeURIComponent(tok)}`, { cache: 'no-store', credentials: 'same-origin' });
+    if (r.status === 401) return 'refused';
+    return r.ok ? 'ok' : 'unreachable';
+  } catch {
+    return 'unreachable';
+  }
+}
+
+/** Stops the client and shows why and how to sign in. */
+export function signOut(app: App, why: 'none' | 'rejected' | 'wrong'): void {
+  if (app.signedOut) return;
+  app.signedOut = true;
+  clearTimeout(app.authTimer);
+  app.client.close(); // no endless reconnect against a gateway that refuses us
+  document.body.dataset['auth'] = 'refused';
+  showState(app, 'closed');
+  app.dom.connText.textContent = 'signed out';
+  app.dom.signinWhy.textContent =
+    why === 'rejected'
+      ? 'The gateway no longer accepts this page’s token: it was probably restarted with a new one (without --token it makes a new token at each start). Your sessions ended with it.'
+      : why === 'wrong'
+        ? 'The gateway does not accept the token in the address.'
+        : 'This page has no valid token: it was opened without one, or with a token this gateway does not accept.';
+  app.dom.signinEl.hidden = false;
+  app.dom.signinToken.focus();
+}
+
+/** The sign-in form: a token that works reloads the page with its cookie. */
+export function wireSignin(app: App): void {
+  app.dom.signinForm.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const tok = app.dom.signinToken.value.trim();
+    if (!tok) return;
+    app.dom.signinError.hidden = true;
+    void signIn(tok).then((a) => {
+      if (a === 'ok') {
+        location.replace('/'); // a fresh page with the cookie: it attaches the sessions
+        return;
+      }
+      app.dom.signinError.textContent = a === 'refused' ? 'The gateway does not accept this token.' : 'The gateway cannot be reached.';
+      app.dom.signinError.hidden = false;
+    });
+  });
+}

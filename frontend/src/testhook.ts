@@ -1,0 +1,115 @@
+// The test hook: browser tests drive and inspect the page through window.muxterm.
+import type { SessionInfo } from '@muxterm/client';
+import type { App } from './app';
+import { activate, moveTab, size, tabTitle, type Tab } from './tab';
+import { closeTab, detachTab, detachedSessions, newTab, reattach } from './actions';
+
+export interface MuxtermTestHook {
+  tabs(): Array<{ session: string; channel: number; title: string; exited: null | { code: number; signal: string | null } }>;
+  activeIndex(): number;
+  bufferText(i?: number): string;
+  state(): string;
+  newTab(): Promise<string>;
+  closeTab(i: number): Promise<void>;
+  detachTab(i: number): Promise<void>;
+  detached(): Promise<SessionInfo[]>;
+  reattach(session: string): Promise<void>;
+  offsets(): Record<string, number>;
+  /** The terminal's drawn size, the session's size, our fitted size. */
+  sizes(i?: number): { term: [number, number]; session: [number, number] | null; own: [number, number] } | null;
+  signedOut(): boolean;
+  lastShortcut(): string | null;
+  resetShortcut(): void;
+  replayDropped(i?: number): number;
+  activate(i: number): void;
+  /** Whether the active tab is parsing replayed output; types data as the keyboard would. */
+  replaying(): boolean;
+  input(data: string): void;
+  moveTab(from: number, to: number): void;
+  /** The viewport rectangle of column `col` in the first visible row whose text is `text`. */
+  cellRect(text: string, col: number): { x: number; y: number; w: number; h: number } | null;
+}
+
+declare global {
+  interface Window {
+    muxterm: MuxtermTestHook;
+  }
+}
+
+/** The terminal's buffer as text: one line per row, right-trimmed, wrapped rows joined. */
+export function bufferText(tab: Tab | undefined): string {
+  if (!tab) return '';
+  const buf = tab.term.buffer.active;
+  const out: string[] = [];
+  for (let y = 0; y < buf.length; y++) {
+    const line = buf.getLine(y);
+    if (!line) continue;
+    const next = buf.getLine(y + 1);
+    const text = line.translateToString(!next?.isWrapped);
+    if (line.isWrapped && out.length > 0) out[out.length - 1] += text;
+    else out.push(text);
+  }
+  while (out.length > 0 && out[out.length - 1] === '') out.pop();
+  return out.join('\n');
+}
+
+/** Sets window.muxterm to drive and inspect the page. */
+export function installTestHook(app: App): void {
+  window.muxterm = {
+    tabs: () =>
+      app.tabs.map((t) => ({
+        session: t.session,
+        channel: t.channel?.id ?? 0,
+        title: tabTitle(t),
+        exited: t.exited ? { code: t.exited.code, signal: t.exited.signal } : null,
+      })),
+    activeIndex: () => app.active,
+    bufferText: (i?: number) => bufferText(app.tabs[i ?? app.active]),
+    state: () => app.client.state,
+    newTab: () => newTab(app),
+    closeTab: (i: number) => closeTab(app, app.tabs[i]),
+    detachTab: (i: number) => detachTab(app, app.tabs[i]),
+    detached: () => detachedSessions(app),
+    reattach: (session: string) => reattach(app, session),
+    offsets: () => {
+      const o: Record<string, number> = {};
+      for (const t of app.tabs) if (t.channel && t.session) o[t.session] = t.channel.offset;
+      return o;
+    },
+    sizes: (i?: number) => {
+      const t = app.tabs[i ?? app.active];
+      if (!t) return null;
+      const own = size(app, t);
+      return {
+        term: [t.term.cols, t.term.rows],
+        session: t.sessionSize ? [t.sessionSize.cols, t.sessionSize.rows] : null,
+        own: [own.cols, own.rows],
+      };
+    },
+    signedOut: () => app.signedOut,
+    lastShortcut: () => app.lastShortcut,
+    resetShortcut: () => {
+      app.lastShortcut = null;
+    },
+    replayDropped: (i?: number) => app.tabs[i ?? app.active]?.guard.dropped ?? 0,
+    activate: (i: number) => activate(app, i),
+    replaying: () => app.tabs[app.active]?.guard.replaying ?? false,
+    input: (data: string) => app.tabs[app.active]?.term.input(data, true),
+    moveTab: (from: number, to: number) => moveTab(app, from, to),
+    cellRect: (text: string, col: number) => {
+      const t = app.tabs[app.active];
+      if (!t) return null;
+      const buf = t.term.buffer.active;
+      for (let r = 0; r < t.term.rows; r++) {
+        if (buf.getLine(buf.viewportY + r)?.translateToString(true) !== text) continue;
+        const screen = t.pane.querySelector('.xterm-screen');
+        if (!screen) return null;
+        const b = screen.getBoundingClientRect();
+        const w = b.width / t.term.cols;
+        const h = b.height / t.term.rows;
+        return { x: b.left + col * w, y: b.top + r * h, w, h };
+      }
+      return null;
+    },
+  };
+}

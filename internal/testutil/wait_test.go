@@ -1,0 +1,48 @@
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestWaitForAndWaitClosed(t *testing.T) {
+	n := 0
+	WaitFor(t, 10*time.Second, "third call", func() bool { n++; return n == 3 })
+	if n != 3 {
+		t.Fatalf("cond called %d times, want 3", n)
+	}
+	ch, wake := WakeChan()
+	wake()
+	wake() // merges with the first
+	WaitClosed(t, ch, 10*time.Second, "wake")
+	select {
+	case <-ch:
+		t.Fatal("two wakes delivered twice")
+	default:
+	}
+}
+
+func TestAlive(t *testing.T) {
+	if !Alive(os.Getpid()) {
+		t.Fatal("this process is not alive")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	if Alive(cmd.Process.Pid) {
+		t.Fatal("an exited, unreaped child (a zombie) is alive")
+	}
+	_ = cmd.Wait()
+	if Alive(cmd.Process.Pid) {
+		t.Fatal("a reaped child is alive")
+	}
+}
