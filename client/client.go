@@ -52,6 +52,10 @@ type DialOptions struct {
 	// Channel's Read goes on byte-exact (or with a gap it reports, if the gateway no longer had
 	// the bytes). Without it, a dropped connection ends the client and every channel.
 	Reconnect *ReconnectOptions
+	// ManualAck: Read acknowledges nothing; the caller acknowledges with Channel.Ack what its
+	// own consumer consumed. A relay that forwards output to another client passes that
+	// client's acks on, so the window bounds the bytes in flight end to end.
+	ManualAck bool
 }
 
 func (o DialOptions) withDefaults() DialOptions {

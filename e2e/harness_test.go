@@ -115,6 +115,15 @@ func startGatewayNofile(t *testing.T, nofile int, args ...string) *gateway {
 // arguments), when not empty.
 func launchWrapped(t *testing.T, tok string, env, wrap []string, args ...string) *gateway {
 	t.Helper()
+	g, listening := spawnGateway(t, tok, env, wrap, args...)
+	g.awaitListening(listening, 20*time.Second)
+	return g
+}
+
+// spawnGateway starts the process and returns at once; awaitListening waits for its listening
+// line. Several gateways that wait for each other at start (a cluster) are spawned first.
+func spawnGateway(t *testing.T, tok string, env, wrap []string, args ...string) (*gateway, <-chan string) {
+	t.Helper()
 	g := &gateway{t: t, Token: tok, exited: make(chan struct{})}
 	all := append([]string{"--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
 	name, argv := binary(t), all
@@ -147,16 +156,21 @@ func launchWrapped(t *testing.T, tok string, env, wrap []string, args ...string)
 		g.Stop(10 * time.Second)
 		checkNoToken(t, "the gateway's output", g.Logs())
 	})
+	return g, listening
+}
+
+// awaitListening waits up to d for the listening line spawnGateway's channel delivers.
+func (g *gateway) awaitListening(listening <-chan string, d time.Duration) {
+	g.t.Helper()
 	select {
 	case base := <-listening:
 		g.Base = base
 		g.WS = "ws" + strings.TrimPrefix(base, "http") + "/ws"
 	case <-g.exited:
-		t.Fatalf("gateway exited before listening: %v\n%s", g.err, g.Logs())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("gateway did not start:\n%s", g.Logs())
+		g.t.Fatalf("gateway exited before listening: %v\n%s", g.err, g.Logs())
+	case <-time.After(d):
+		g.t.Fatalf("gateway did not start:\n%s", g.Logs())
 	}
-	return g
 }
 
 func (g *gateway) scan(r io.Reader, listening chan<- string) {

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/muxterm/muxterm/cluster"
 	"github.com/muxterm/muxterm/frontend"
 	"github.com/muxterm/muxterm/gateway"
 	"github.com/muxterm/muxterm/mux"
@@ -87,6 +88,7 @@ type config struct {
 	envDeny      envDenyFlag
 	showVersion  bool
 	sec          securityConfig // security.go
+	cl           clusterConfig  // cluster.go
 }
 
 // defaultText describes the defaults that are not a flag's zero-value text, for --help.
@@ -126,6 +128,7 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	fs.Var(&c.envDeny, "env-deny", "comma-separated `names` (FOO) or prefixes (FOO_*) of the gateway's environment that sessions do not inherit, e.g. secrets (MUXTERM_* and OTEL_* never are)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and commit, then exit")
 	c.sec.register(fs)
+	c.cl.register(fs)
 	// Environment first, so flags given on the command line win.
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -186,6 +189,9 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	if err := c.sec.check(); err != nil {
 		return nil, err
 	}
+	if err := c.cl.check(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -240,9 +246,33 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Warn("telemetry flush", "err", err)
 		}
 	}()
-	reg := session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
+	var reg *session.Registry
+	var node *cluster.Node
+	var observer func(session.Event)
+	if c.cl.on() {
+		if node, err = c.cl.newNode(addr, useTLS, func() int { return reg.Len() }, log); err != nil {
+			ln.Close()
+			return err
+		}
+		observer = node.Observe
+	}
+	reg = session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
 		KillGrace: c.killGrace, ResumeHold: c.resumeHold, WindowSize: c.windowSize.WindowSize,
-		EnvDeny: c.envDeny, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments}, nil)
+		EnvDeny: c.envDeny, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments,
+		Observer: observer}, nil)
+	var cl *joined
+	var remote mux.Remote
+	var clusterToken, nodeName string
+	if node != nil {
+		clusterToken, nodeName = c.cl.token, c.cl.node
+		if cl, err = c.cl.start(ctx, node); err != nil {
+			ln.Close()
+			return err
+		}
+		// After the sockets and the sessions: their removals are flushed to the directory.
+		defer cl.close()
+		remote = node
+	}
 	if kept := reg.Options().KeptBehind(); c.resumeHold > 0 && int(c.window) > kept {
 		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold",
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
@@ -285,6 +315,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		AllowOrigins: c.allowOrigin, AllowHosts: c.allowHost, ListenAddr: addr,
 		AllowCmd: c.allowCmd, Frontend: dist, Logger: log, Version: version,
 		Telemetry: tel, Metrics: metricsOnMain,
+		ClusterToken: clusterToken, Remote: remote, Node: nodeName,
 		Mux: mux.ServerOptions{Window: int(c.window), MaxSessions: c.maxSessions, MaxChannels: c.maxChannels,
 			InputRate: inputRate, OpenRate: openRate},
 	})
@@ -364,6 +395,9 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 		arg, text := flag.UnquoteUsage(f)
 		def := f.DefValue
 		if d, ok := defaultText[f.Name]; ok {
+			def = d
+		}
+		if d, ok := clusterDefaultText[f.Name]; ok {
 			def = d
 		}
 		switch {

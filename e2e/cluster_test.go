@@ -1,0 +1,387 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/proto"
+)
+
+// clusterTTL is the nodes' --cluster-ttl in these tests: small, so a lost node is noticed fast.
+const clusterTTL = 1500 * time.Millisecond
+
+// clusterWindow is the nodes' --window.
+const clusterWindow = 64 << 10
+
+// testCluster is three gateway processes, each with an embedded NATS server routed to the
+// other two, sharing a tokens file (alice, bob) and a cluster token.
+type testCluster struct {
+	t      *testing.T
+	alice  string
+	bob    string
+	tokens string
+	ctok   string
+	args   map[string][]string // node name → its arguments, to restart it alike
+	nodes  map[string]*gateway
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func startCluster(t *testing.T, names ...string) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t, alice: newToken(), bob: newToken(), ctok: newToken(),
+		args: map[string][]string{}, nodes: map[string]*gateway{}}
+	tc.tokens = writeTokensFile(t, 0o600,
+		tokenLine{"alice", "read-write", tc.alice, ""},
+		tokenLine{"bob", "read-write", tc.bob, ""})
+	routes := map[string]int{}
+	for _, n := range names {
+		routes[n] = freePort(t)
+	}
+	for _, n := range names {
+		var others []string
+		for _, o := range names {
+			if o != n {
+				others = append(others, fmt.Sprintf("nats-route://127.0.0.1:%d", routes[o]))
+			}
+		}
+		tc.args[n] = []string{"--tokens", tc.tokens, "--cluster-embedded", "--node-name", n,
+			"--cluster-listen", fmt.Sprintf("127.0.0.1:0,127.0.0.1:%d", routes[n]),
+			"--cluster-routes", strings.Join(others, ","), "--cluster-store", t.TempDir(),
+			"--cluster-ttl", clusterTTL.String(), "--window", fmt.Sprint(clusterWindow),
+			"--allow-cmd", "sh"}
+	}
+	listening := map[string]<-chan string{}
+	for _, n := range names {
+		tc.nodes[n], listening[n] = spawnGateway(t, tc.alice, []string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, nil, tc.args[n]...)
+	}
+	for _, n := range names {
+		tc.nodes[n].awaitListening(listening[n], 60*time.Second)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range names {
+				t.Logf("node %s's log:\n%s", n, tc.nodes[n].Logs())
+			}
+		}
+	})
+	return tc
+}
+
+// restart starts node name again with the same arguments (ports, store).
+func (tc *testCluster) restart(name string) *gateway {
+	tc.t.Helper()
+	g, l := spawnGateway(tc.t, tc.alice, []string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, nil, tc.args[name]...)
+	g.awaitListening(l, 60*time.Second)
+	tc.nodes[name] = g
+	return g
+}
+
+// listed returns the node of session id in c's list, or "" when absent.
+func listed(t *testing.T, c *client.Client, id string) string {
+	t.Helper()
+	l, err := c.List(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	for _, s := range l {
+		if s.Session == id {
+			return s.Node
+		}
+	}
+	return ""
+}
+
+// waitListed waits until c lists id on node (or, node "", no longer lists it) and returns how
+// long that took.
+func waitListed(t *testing.T, c *client.Client, id, node string, d time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	waitFor(t, d, fmt.Sprintf("session %s listed on %q", id, node), func() bool { return listed(t, c, id) == node })
+	return time.Since(start)
+}
+
+func readExactly(t *testing.T, ch *client.Channel, n int, d time.Duration) []byte {
+	t.Helper()
+	ctx := ctxT(t, d)
+	out := make([]byte, 0, n)
+	buf := make([]byte, 32<<10)
+	for len(out) < n {
+		k, err := ch.ReadContext(ctx, buf[:min(len(buf), n-len(out))])
+		out = append(out, buf[:k]...)
+		if err != nil {
+			t.Fatalf("read %d of %d bytes: %v", len(out), n, err)
+		}
+	}
+	return out
+}
+
+// TestClusterRelaysAcrossNodes: a session opened on node a is listed (node named) and
+// attached through b and c; what c types comes back byte for byte through b and on a; bob
+// attaching alice's session through a relay gets exactly the unknown_session a random id
+// gets; a raw client on b that never acknowledges receives exactly one window; a kill through
+// b ends the session on a and every relayed channel.
+func TestClusterRelaysAcrossNodes(t *testing.T) {
+	tc := startCluster(t, "a", "b", "c")
+	a, b, c := tc.nodes["a"], tc.nodes["b"], tc.nodes["c"]
+	ca, cb, cc := dialAs(t, a, tc.alice), dialAs(t, b, tc.alice), dialAs(t, c, tc.alice)
+	ctx := ctxT(t, 60*time.Second)
+
+	cha := catSession(ctx, t, ca)
+	id := cha.Session()
+	if n := listed(t, ca, id); n != "a" {
+		t.Fatalf("a's own list: got node %q, want a", n)
+	}
+	took := waitListed(t, cb, id, "a", 5*time.Second)
+	waitListed(t, cc, id, "a", 5*time.Second)
+	t.Logf("directory propagation (open on a → listed on b): %v", took)
+
+	chb, resb, err := cb.Attach(ctx, id, ptrTo(int64(0)))
+	if err != nil {
+		t.Fatalf("attach through b: %v", err)
+	}
+	if resb.Session != id {
+		t.Fatalf("attach through b: got session %q, want %q", resb.Session, id)
+	}
+	chc, _, err := cc.Attach(ctx, id, nil)
+	if err != nil {
+		t.Fatalf("attach through c: %v", err)
+	}
+	payload := make([]byte, 100<<10)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	_, _ = rand.Read(payload[:4096]) // some bytes of every value, raw mode passes them through
+	for i := range 4096 {
+		if payload[i] == 3 || payload[i] == 4 || payload[i] == 0x1a || payload[i] == 0x1c || payload[i] == 0x11 || payload[i] == 0x13 {
+			payload[i] = 'x' // no INTR, EOF, SUSP, QUIT, XON, XOFF: stty raw keeps isig off, but IXON may stay
+		}
+	}
+	// Typed in pieces a session's input queue takes, each echoed through b before the next.
+	if got := readExactly(t, chb, 6, 10*time.Second); string(got) != "READY\n" {
+		t.Fatalf("replay through b: got %q, want READY", got)
+	}
+	for off := 0; off < len(payload); off += 8 << 10 {
+		piece := payload[off:min(off+8<<10, len(payload))]
+		if _, err := chc.Write(piece); err != nil {
+			t.Fatalf("type through c: %v", err)
+		}
+		if got := readExactly(t, chb, len(piece), 30*time.Second); !bytes.Equal(got, piece) {
+			t.Fatalf("output through b at %d: differs from what c typed at %d", off, firstDiff(got, piece))
+		}
+	}
+	if got := readExactly(t, cha, len(payload), 30*time.Second); !bytes.Equal(got, payload) {
+		t.Fatalf("output on a: differs from what c typed at %d", firstDiff(got, payload))
+	}
+
+	// Another principal, through a relay, learns nothing: the owner checks ownership.
+	cbob := dialAs(t, b, tc.bob)
+	_, _, errOther := cbob.Attach(ctx, id, nil)
+	fake := randomSessionID()
+	_, _, errFake := cbob.Attach(ctx, fake, nil)
+	eo, ef := rpcErr(t, errOther), rpcErr(t, errFake)
+	if eo.Kind() != proto.KindUnknownSession || eo.Code != ef.Code || eo.Message != ef.Message ||
+		eo.Data["session"] != id || ef.Data["session"] != fake || len(eo.Data) != len(ef.Data) {
+		t.Fatalf("bob attaching alice's session through b: got %+v, want exactly what a random id gets (%+v)", eo, ef)
+	}
+	if n := listed(t, cbob, id); n != "" {
+		t.Fatalf("bob's list through b: got alice's session on %q, want none", n)
+	}
+	if _, err := cbob.Kill(ctx, id); kindOf(t, err) != proto.KindUnknownSession {
+		t.Fatalf("bob killing alice's session through b: got %v, want unknown_session", err)
+	}
+
+	// Credit end to end: a session on a that prints without end, a raw client on b that
+	// never acknowledges.
+	flood, err := ca.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "exec yes 0123456789abcdefghijklmnopqrstuvwxyz"}})
+	if err != nil {
+		t.Fatalf("open flood: %v", err)
+	}
+	waitListed(t, cb, flood.Session(), "a", 5*time.Second)
+	if got := rawNoAck(t, b, tc.alice, flood.Session(), 2*time.Second); got != clusterWindow {
+		t.Fatalf("raw client on b that never acks: got %d bytes, want exactly one window (%d)", got, clusterWindow)
+	}
+
+	// Kill through b: the owner kills; every channel hears it.
+	res, err := cb.Kill(ctx, id)
+	if err != nil {
+		t.Fatalf("kill through b: %v", err)
+	}
+	if res.Session != id {
+		t.Fatalf("kill result: got %+v, want session %s", res, id)
+	}
+	for name, ch := range map[string]*client.Channel{"a": cha, "b": chb, "c": chc} {
+		// session.closed follows the last byte: drain what the channel still has.
+		buf := make([]byte, 32<<10)
+		for {
+			if _, err := ch.ReadContext(ctx, buf); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("channel on %s: not closed after the kill: %v", name, err)
+			}
+		}
+		if ch.Reason() != "killed" {
+			t.Fatalf("channel on %s: closed with %q, want killed", name, ch.Reason())
+		}
+	}
+	waitListed(t, cc, id, "", 5*time.Second)
+	if _, err := cb.Kill(ctx, flood.Session()); err != nil {
+		t.Fatalf("kill flood through b: %v", err)
+	}
+}
+
+// rawNoAck attaches to id through g with a hand-made socket that never acknowledges, and
+// returns the output bytes it received once nothing more arrived for quiet.
+func rawNoAck(t *testing.T, g *gateway, token, id string, quiet time.Duration) int {
+	t.Helper()
+	d := websocket.Dialer{Subprotocols: []string{proto.Subprotocol}, HandshakeTimeout: 5 * time.Second}
+	ws, _, err := d.Dial(g.WS, http.Header{"Authorization": {"Bearer " + token}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer ws.Close()
+	for i, m := range []map[string]any{
+		{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{}},
+		{"jsonrpc": "2.0", "id": 2, "method": "session.attach", "params": map[string]any{"channel": 1, "session": id, "from": 0}},
+	} {
+		b, _ := json.Marshal(m)
+		if err := ws.WriteMessage(websocket.TextMessage, b); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	got, replied := 0, false
+	for {
+		_ = ws.SetReadDeadline(time.Now().Add(quiet))
+		typ, b, err := ws.ReadMessage()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() && replied {
+				return got // quiet for the whole interval: nothing more will come
+			}
+			t.Fatalf("raw read after %d bytes: %v", got, err)
+		}
+		if typ == websocket.TextMessage {
+			var r struct {
+				ID    *int         `json:"id"`
+				Error *proto.Error `json:"error"`
+			}
+			_ = json.Unmarshal(b, &r)
+			if r.Error != nil {
+				t.Fatalf("raw attach: %s", b)
+			}
+			if r.ID != nil && *r.ID == 2 {
+				replied = true
+			}
+			continue
+		}
+		f, err := proto.ParseFrame(b)
+		if err != nil || f.Type != proto.FrameOutput {
+			t.Fatalf("raw: bad frame %v", err)
+		}
+		got += len(f.Payload)
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// TestClusterNodeLoss: SIGKILL of node a closes b's relayed channels to it with node_lost
+// within the TTL, a reattach to a's session gets the same reason, c's own sessions go on; a
+// restarted a sweeps its stale entries from the directory.
+func TestClusterNodeLoss(t *testing.T) {
+	tc := startCluster(t, "a", "b", "c")
+	a, b, c := tc.nodes["a"], tc.nodes["b"], tc.nodes["c"]
+	ca, cb, cc := dialAs(t, a, tc.alice), dialAs(t, b, tc.alice), dialAs(t, c, tc.alice)
+	ctx := ctxT(t, 90*time.Second)
+
+	sa := catSession(ctx, t, ca)
+	sc := catSession(ctx, t, cc)
+	waitListed(t, cb, sa.Session(), "a", 5*time.Second)
+	relayed, _, err := cb.Attach(ctx, sa.Session(), nil)
+	if err != nil {
+		t.Fatalf("attach a's session through b: %v", err)
+	}
+	if _, err := relayed.ReadUntil(ctx, "READY\n"); err != nil {
+		t.Fatalf("relayed replay: %v", err)
+	}
+
+	killed := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.exited
+	if err := relayed.Wait(ctxT(t, clusterTTL+time.Second)); err != nil {
+		t.Fatalf("relayed channel on b: not closed within the TTL (%v) of a's SIGKILL", clusterTTL)
+	}
+	detect := time.Since(killed)
+	if r := relayed.Reason(); r != "node_lost" {
+		t.Fatalf("relayed channel on b: closed with %q, want node_lost", r)
+	}
+	t.Logf("node loss → session.closed node_lost on the relay: %v (TTL %v)", detect, clusterTTL)
+	if _, _, err := cb.Attach(ctx, sa.Session(), nil); kindOf(t, err) != proto.KindSessionClosed ||
+		rpcErr(t, err).Data["reason"] != "node_lost" {
+		t.Fatalf("reattach to a lost session through b: got %v, want session_closed node_lost", err)
+	}
+	gone := waitListed(t, cb, sa.Session(), "", 2*clusterTTL)
+	t.Logf("a's session dropped from b's list %v after the kill", time.Since(killed))
+	_ = gone
+
+	// c's own session is unharmed.
+	if got := catEchoes(ctx, t, sc, "after-a-died"); !strings.Contains(got, "after-a-died") {
+		t.Fatalf("c's session after a died: got %q", got)
+	}
+
+	// a comes back: its stale entry is swept; what it opens now is listed again.
+	a2 := tc.restart("a")
+	ca2 := dialAs(t, a2, tc.alice)
+	fresh := catSession(ctx, t, ca2)
+	t.Logf("restarted a's new session listed on b after %v", waitListed(t, cb, fresh.Session(), "a", 30*time.Second))
+	l, err := cb.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range l {
+		ids = append(ids, s.Session+"@"+s.Node)
+	}
+	sort.Strings(ids)
+	want := []string{fresh.Session() + "@a", sc.Session() + "@c"}
+	sort.Strings(want)
+	if !slices.Equal(ids, want) {
+		t.Fatalf("b's list after a restarted: got %v, want %v (no stale entry of a)", ids, want)
+	}
+	if _, _, err := cb.Attach(ctx, sa.Session(), nil); kindOf(t, err) != proto.KindUnknownSession {
+		t.Fatalf("attach to the swept session: got %v, want unknown_session", err)
+	}
+}
