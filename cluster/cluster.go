@@ -1,7 +1,7 @@
 // Package cluster lets several gateway nodes serve one set of sessions (docs/scaling.md). The
 // session directory is a NATS JetStream key-value bucket (session id → owner node, principal,
 // name, created, state) that every node watches; node liveness is a heartbeat each node
-// publishes on core NATS every TTL/3 and that the others time out after the TTL. A session
+// publishes on core NATS every TTL/5 and that the others time out within the TTL (silence). A session
 // another node owns is relayed to it over muxterm.v1 with the Go client and the cluster token
 // (Node implements mux.Remote).
 package cluster
@@ -390,9 +390,9 @@ func (n *Node) publish(e session.Event) error {
 	return nil
 }
 
-// heartbeatLoop publishes this node's heartbeat every TTL/3.
+// heartbeatLoop publishes this node's heartbeat every TTL/5.
 func (n *Node) heartbeatLoop() {
-	t := time.NewTicker(n.cfg.TTL / 3)
+	t := time.NewTicker(n.cfg.TTL / 5)
 	defer t.Stop()
 	for {
 		n.beat()
@@ -435,8 +435,8 @@ func (n *Node) onHeartbeat(m *nats.Msg) {
 	}
 }
 
-// monitor marks a node lost once its heartbeat was not heard for the TTL, and ends the relays
-// to it.
+// monitor marks a node lost once its heartbeat was not heard for 3/4 of the TTL (silence), and
+// ends the relays to it.
 func (n *Node) monitor() {
 	t := time.NewTicker(max(n.cfg.TTL/20, 10*time.Millisecond))
 	defer t.Stop()
@@ -450,7 +450,7 @@ func (n *Node) monitor() {
 		var lost []*relay
 		n.mu.Lock()
 		for name, p := range n.peers {
-			if p.alive && now.Sub(p.seen) > n.cfg.TTL {
+			if p.alive && now.Sub(p.seen) > n.silence() {
 				p.alive = false
 				n.log.Warn("cluster: node lost", "lost", name, "silent", now.Sub(p.seen).Round(time.Millisecond))
 				lost = append(lost, n.relaysOfLocked(name)...)
@@ -462,6 +462,10 @@ func (n *Node) monitor() {
 		}
 	}
 }
+
+// silence is how long a node may go unheard before it is lost: three heartbeats (TTL/5 apart)
+// missed, so a node that dies is noticed within 0.8 TTL (3/4 TTL plus the monitor's tick).
+func (n *Node) silence() time.Duration { return n.cfg.TTL * 3 / 4 }
 
 func (n *Node) relaysOfLocked(node string) []*relay {
 	var out []*relay
@@ -478,7 +482,7 @@ func (n *Node) relaysOfLocked(node string) []*relay {
 func (n *Node) aliveLocked(node string) (url string, ok bool) {
 	p := n.peers[node]
 	if p == nil {
-		return "", time.Since(n.started) <= n.cfg.TTL
+		return "", time.Since(n.started) <= n.silence()
 	}
 	return p.url, p.alive
 }

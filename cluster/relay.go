@@ -186,8 +186,6 @@ type relay struct {
 	c      *client.Client
 	ch     *client.Channel
 	notify func()
-	// done is a context that has ended: ReadContext with it never waits.
-	done context.Context
 
 	// mu guards lost, closing and errs.
 	mu      sync.Mutex
@@ -221,9 +219,7 @@ func (r *relay) Errors() []*proto.Error {
 
 // startRelay completes r (made before the dial, for its error hook) and registers it.
 func (n *Node) startRelay(r *relay, node, id string, c *client.Client, ch *client.Channel) *relay {
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	r.node, r.id, r.c, r.ch, r.done = node, id, c, ch, done
+	r.node, r.id, r.c, r.ch = node, id, c, ch
 	n.mu.Lock()
 	n.relays[r] = struct{}{}
 	_, alive := n.aliveLocked(node)
@@ -241,8 +237,12 @@ func (r *relay) Read(p []byte) (int, int64) {
 	if len(p) == 0 {
 		return 0, 0
 	}
+	if r.ch.Buffered() == 0 {
+		return 0, 0 // (a gap with no data behind it yet is reported with the data that follows)
+	}
+	// Only this goroutine reads: with data buffered, Read returns at once.
 	before := r.ch.Offset()
-	nr, _ := r.ch.ReadContext(r.done, p)
+	nr, _ := r.ch.Read(p)
 	lost := r.ch.Offset() - before - int64(nr)
 	return nr, lost
 }

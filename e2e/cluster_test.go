@@ -55,6 +55,12 @@ func freePort(t *testing.T) int {
 
 func startCluster(t *testing.T, names ...string) *testCluster {
 	t.Helper()
+	return startClusterWith(t, nil, names...)
+}
+
+// startClusterWith is startCluster with extra arguments for every node (by node name).
+func startClusterWith(t *testing.T, extra map[string][]string, names ...string) *testCluster {
+	t.Helper()
 	tc := &testCluster{t: t, alice: newToken(), bob: newToken(), ctok: newToken(),
 		args: map[string][]string{}, nodes: map[string]*gateway{}}
 	tc.tokens = writeTokensFile(t, 0o600,
@@ -76,6 +82,7 @@ func startCluster(t *testing.T, names ...string) *testCluster {
 			"--cluster-routes", strings.Join(others, ","), "--cluster-store", t.TempDir(),
 			"--cluster-ttl", clusterTTL.String(), "--window", fmt.Sprint(clusterWindow),
 			"--allow-cmd", "sh"}
+		tc.args[n] = append(tc.args[n], extra[n]...)
 	}
 	listening := map[string]<-chan string{}
 	for _, n := range names {
