@@ -118,15 +118,19 @@ func (n *Node) Open(ctx context.Context, principal string, p proto.OpenParams, n
 	if n.cfg.Placement != PlaceLeastSessions {
 		return nil, proto.OpenResult{}, false, nil
 	}
+	// Each node's sessions as the directory says (current to within its propagation time);
+	// this node's own count is exact. Fewest wins; a tie stays here, then goes to the first name.
 	best, bestURL, bestN := "", "", n.cfg.Sessions()
 	n.mu.Lock()
-	for name, pr := range n.peers {
-		if pr.alive && pr.url != "" && (pr.sessions < bestN || (pr.sessions == bestN && best != "" && name < best)) {
-			best, bestURL, bestN = name, pr.url, pr.sessions
-		}
+	counts := make(map[string]int, len(n.peers))
+	for _, e := range n.entries {
+		counts[e.Node]++
 	}
-	if best != "" {
-		n.peers[best].sessions++ // until its next heartbeat says how many it has
+	for name, pr := range n.peers {
+		c := counts[name]
+		if pr.alive && pr.url != "" && (c < bestN || (c == bestN && best != "" && name < best)) {
+			best, bestURL, bestN = name, pr.url, c
+		}
 	}
 	n.mu.Unlock()
 	if best == "" {
