@@ -11,9 +11,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -458,5 +462,79 @@ func TestClusterPlacementAndResume(t *testing.T) {
 	}
 	if got := readExactly(t, resumed, len("while-away;"), 10*time.Second); string(got) != "while-away;" {
 		t.Fatalf("resume through c: got %q, want exactly what was printed while away", got)
+	}
+}
+
+// natsServerBin builds the nats-server of the module's nats-server/v2 once per run.
+func natsServerBin(t *testing.T) string {
+	t.Helper()
+	natsOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "muxterm-nats")
+		if err != nil {
+			natsErr = err
+			return
+		}
+		natsBin = filepath.Join(dir, "nats-server")
+		out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
+		if err != nil {
+			natsErr = fmt.Errorf("go build nats-server: %v\n%s", err, out)
+		}
+	})
+	if natsErr != nil {
+		t.Fatal(natsErr)
+	}
+	return natsBin
+}
+
+var (
+	natsOnce sync.Once
+	natsBin  string
+	natsErr  error
+)
+
+// TestClusterExternalNATS: two gateways joined through a separate nats-server process (with
+// JetStream) by --cluster: a session opened on one is listed, attached and typed into through
+// the other; the gateways start no NATS server of their own.
+func TestClusterExternalNATS(t *testing.T) {
+	port := freePort(t)
+	srv := exec.Command(natsServerBin(t), "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-sd", t.TempDir())
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = srv.Process.Kill()
+		_ = srv.Wait()
+	})
+	tok := newToken()
+	ctok := newToken()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	var nodes []*gateway
+	for _, name := range []string{"x", "y"} {
+		g, l := spawnGateway(t, tok, []string{"MUXTERM_CLUSTER_TOKEN=" + ctok}, nil, "--token", tok,
+			"--cluster", url, "--cluster-replicas", "1", "--node-name", name, "--cluster-ttl", clusterTTL.String(),
+			"--allow-cmd", "sh")
+		nodes = append(nodes, g)
+		defer func() {
+			if t.Failed() {
+				t.Logf("node %s's log:\n%s", name, g.Logs())
+			}
+		}()
+		g.awaitListening(l, 60*time.Second)
+	}
+	cx, cy := dialAs(t, nodes[0], tok), dialAs(t, nodes[1], tok)
+	ctx := ctxT(t, 30*time.Second)
+	s := catSession(ctx, t, cx)
+	waitListed(t, cy, s.Session(), "x", 10*time.Second)
+	r, _, err := cy.Attach(ctx, s.Session(), nil)
+	if err != nil {
+		t.Fatalf("attach through y: %v", err)
+	}
+	if got := catEchoes(ctx, t, r, "via-external-nats"); !strings.Contains(got, "via-external-nats") {
+		t.Fatalf("echo through y: got %q", got)
+	}
+	for _, g := range nodes {
+		if strings.Contains(g.Logs(), "embedded") {
+			t.Fatalf("a --cluster gateway mentions an embedded server:\n%s", g.Logs())
+		}
 	}
 }
