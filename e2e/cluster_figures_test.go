@@ -19,7 +19,7 @@ import (
 // TestClusterFigures measures what docs/scaling.md reports, local path against relayed path in
 // the same run: output throughput, echo round trip, directory propagation, node-loss detection
 // against the TTL, RSS and threads per node. It is a measurement, not a check of the suite:
-// it runs only with MUXTERM_FIGURES=1 (make figures-cluster), and asserts only that each
+// it runs only with MUXTERM_FIGURES=1 (make bench-cluster), and asserts only that each
 // measurement completed and that loss was detected within the TTL.
 func TestClusterFigures(t *testing.T) {
 	if os.Getenv("MUXTERM_FIGURES") != "1" {
