@@ -538,3 +538,49 @@ func TestClusterExternalNATS(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterReaperAndLeases: on the owner a viewer through another node counts as watching and
+// a lease taken through another node protects the session, while a bare session is reaped.
+func TestClusterReaperAndLeases(t *testing.T) {
+	const grace = 2 * time.Second
+	tc := startClusterWith(t, map[string][]string{"a": {"--idle-grace", grace.String(),
+		"--reap-interval", "100ms", "--resume-hold", "0"}}, "a", "b", "c")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	ca, cb := dialAs(t, a, tc.alice), dialAs(t, b, tc.alice)
+	ctx := ctxT(t, 60*time.Second)
+
+	open := func() string {
+		ch := catSession(ctx, t, ca)
+		if err := ch.Detach(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitListed(t, cb, ch.Session(), "a", 5*time.Second)
+		return ch.Session()
+	}
+	watched, leased := open(), open()
+	viewer, _, err := cb.Attach(ctx, watched, nil)
+	if err != nil {
+		t.Fatalf("attach through b: %v", err)
+	}
+	var lr proto.LeaseResult
+	if err := cb.Call(ctx, "session.lease", map[string]any{"session": leased, "ttl_ms": 60000}, &lr); err != nil {
+		t.Fatalf("lease through b: %v", err)
+	}
+	if lr.Session != leased {
+		t.Fatalf("lease result: got %+v", lr)
+	}
+	// Two bare sessions reaped one after the other: by the second, the reaper has looked at the
+	// watched and the leased ones for well over the grace.
+	for range 2 {
+		bare := open()
+		waitListed(t, ca, bare, "", grace+15*time.Second)
+	}
+	for _, id := range []string{watched, leased} {
+		if n := listed(t, ca, id); n != "a" {
+			t.Fatalf("session %s on a: gone (listed %q), want kept by b's viewer or lease", id, n)
+		}
+	}
+	if got := catEchoes(ctx, t, viewer, "still-watched"); !strings.Contains(got, "still-watched") {
+		t.Fatalf("b's relayed viewer: got %q", got)
+	}
+}
