@@ -54,9 +54,12 @@ type Channel struct {
 	detaching bool // Detach is sending its request: no more acks
 	lost      int64
 	notify    func() // SetNotify's; called with no lock held
-	exit      *proto.ExitInfo
-	reason    string
-	endErr    error
+	// cols, rows: the session's size from the latest session.size; sizes counts those.
+	cols, rows int
+	sizes      uint64
+	exit       *proto.ExitInfo
+	reason     string
+	endErr     error
 }
 
 // segment is received output, or a gap of lost bytes, in stream order.
@@ -256,8 +259,27 @@ func (ch *Channel) end(err error) {
 	}
 }
 
+// Size returns the session's terminal size from the latest session.size notification, and how
+// many such notifications arrived (0: none yet; the open or attach result has the size then).
+func (ch *Channel) Size() (cols, rows int, changes uint64) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.cols, ch.rows, ch.sizes
+}
+
+func (ch *Channel) setSize(cols, rows int) {
+	ch.mu.Lock()
+	ch.cols, ch.rows = cols, rows
+	ch.sizes++
+	f := ch.notify
+	ch.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
 // SetNotify has f called, with no lock held and on the client's reader goroutine, after each
-// piece of output, gap, exit or the channel's end arrives: a caller that polls with a done
+// piece of output, gap, size change, exit or the channel's end arrives: a caller that polls with a done
 // context (ReadContext) learns when to poll again. f must not block.
 func (ch *Channel) SetNotify(f func()) {
 	ch.mu.Lock()

@@ -729,6 +729,8 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 		Code    int     `json:"code"`
 		Signal  *string `json:"signal"`
 		Reason  string  `json:"reason"`
+		Cols    int     `json:"cols"`
+		Rows    int     `json:"rows"`
 	}
 	if json.Unmarshal(raw, &p) != nil {
 		return
@@ -740,6 +742,8 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 		return
 	}
 	switch method {
+	case "session.size":
+		ch.setSize(p.Cols, p.Rows)
 	case "session.gap":
 		ch.gap(p.Lost)
 	case "session.exit":

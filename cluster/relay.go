@@ -269,6 +269,8 @@ func (r *relay) State() (bool, *proto.ExitInfo, string) {
 	return false, r.ch.ExitInfo(), reason
 }
 
+func (r *relay) Size() (int, int, uint64) { return r.ch.Size() }
+
 func (r *relay) Ack(n int) {
 	if err := r.ch.Ack(n); err != nil {
 		r.n.log.Debug("relay: ack", "session", r.id, "err", err)

@@ -211,6 +211,15 @@ func TestClusterRelaysAcrossNodes(t *testing.T) {
 		t.Fatalf("output on a: differs from what c typed at %d", firstDiff(got, payload))
 	}
 
+	// A resize through c reaches the session on a; b's relayed channel is told the new size.
+	if err := chc.Resize(ctx, 101, 31); err != nil {
+		t.Fatalf("resize through c: %v", err)
+	}
+	waitFor(t, 5*time.Second, "session.size 101x31 through b", func() bool {
+		cols, rows, n := chb.Size()
+		return n > 0 && cols == 101 && rows == 31
+	})
+
 	// Another principal, through a relay, learns nothing: the owner checks ownership.
 	cbob := dialAs(t, b, tc.bob)
 	_, _, errOther := cbob.Attach(ctx, id, nil)

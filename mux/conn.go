@@ -624,6 +624,12 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 // serveRelay is serveChannel for a relayed channel: the same credit, gap, exit and closed
 // order, with the relay's buffer in place of the viewer.
 func (c *conn) serveRelay(ch *channel, buf []byte) (bool, error) {
+	if cols, rows, gen := ch.relay.Size(); gen != ch.sizeGen {
+		ch.sizeGen = gen // the relay's count of the owner's session.size: a control message
+		if err := c.write(websocket.TextMessage, sizeNote(ch, session.Size{Cols: cols, Rows: rows})); err != nil {
+			return false, fmt.Errorf("write size: %w", err)
+		}
+	}
 	for _, e := range ch.relay.Errors() {
 		if err := c.write(websocket.TextMessage, proto.MarshalResponse(nullID, nil, withChannel(e, ch.id))); err != nil {
 			return false, fmt.Errorf("write relayed error: %w", err)
@@ -681,7 +687,7 @@ func (c *conn) serveRelay(ch *channel, buf []byte) (bool, error) {
 
 func sizeNote(ch *channel, size session.Size) []byte {
 	return proto.MarshalNotification("session.size", map[string]any{
-		"channel": ch.id, "session": ch.sess.ID(), "cols": size.Cols, "rows": size.Rows})
+		"channel": ch.id, "session": ch.sessionID(), "cols": size.Cols, "rows": size.Rows})
 }
 
 func exitNote(ch *channel, e session.ExitStatus) []byte {

@@ -41,6 +41,9 @@ type Relay interface {
 	// State: output is buffered (pending), the exit once it arrived, and the reason the
 	// binding closed ("" while bound; "node_lost" when the owner went away).
 	State() (pending bool, exit *proto.ExitInfo, closed string)
+	// Size is the session's size from the owner's latest session.size, and how many the relay
+	// received (0: none since the attach).
+	Size() (cols, rows int, changes uint64)
 	// Ack passes on n bytes the client acknowledged.
 	Ack(n int)
 	// Errors returns, and forgets, the errors the owner sent about this channel without a
