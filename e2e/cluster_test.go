@@ -593,3 +593,26 @@ func TestClusterReaperAndLeases(t *testing.T) {
 		t.Fatalf("b's relayed viewer: got %q", got)
 	}
 }
+
+// TestClusterBadConfigRefusedAtStart: cluster flags that cannot work stop the gateway at start
+// with one line naming the flag.
+func TestClusterBadConfigRefusedAtStart(t *testing.T) {
+	tok, ctok := newToken(), newToken()
+	base := []string{"--listen", "127.0.0.1:0", "--token", tok}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster-embedded"}, "--cluster-token (required with a cluster)"},
+		{[]string{"--cluster-embedded", "--cluster-token", tok}, "--cluster-token must differ from every principal's token"},
+		{[]string{"--cluster-embedded", "--cluster", "nats://127.0.0.1:1", "--cluster-token", ctok}, "--cluster and --cluster-embedded exclude each other"},
+		{[]string{"--cluster-embedded", "--cluster-token", ctok, "--placement", "nowhere"}, "--placement \"nowhere\""},
+		{[]string{"--cluster-embedded", "--cluster-token", ctok, "--node-name", "a.b"}, "--node-name"},
+		{[]string{"--cluster-embedded", "--cluster-token", ctok, "--cluster-ttl", "10ms"}, "--cluster-ttl must be at least 100ms"},
+	} {
+		out := runRefused(t, nil, append(slices.Clone(base), tc.args...)...)
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("%v: got %q, want it to name %q", tc.args, out, tc.want)
+		}
+	}
+}

@@ -944,7 +944,7 @@ func (c *conn) slow(id json.RawMessage, fn func()) bool {
 	case c.pending <- struct{}{}:
 	default:
 		c.replyErr(id, proto.ErrLimitExceeded("pendingRequests",
-			fmt.Sprintf("at most %d opens and kills in flight per socket", maxPending)))
+			fmt.Sprintf("at most %d opens, kills and relayed requests in flight per socket", maxPending)))
 		return false
 	}
 	c.wg.Go(func() {

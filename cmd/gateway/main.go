@@ -217,6 +217,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if _, clash := tokens[c.cl.token]; c.cl.on() && clash {
+		// The cluster token acts for any principal: it must be no principal's own.
+		return errors.New("--cluster-token must differ from every principal's token")
+	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", c.listen, err)
