@@ -41,6 +41,9 @@ const (
 	DefaultTTL      = 5 * time.Second
 	DefaultReplicas = 3
 	startTimeout    = 60 * time.Second
+	// markerTTL: the marker a removed entry leaves expires after this, so a bucket of churning
+	// sessions does not keep one marker per session ever closed. Watchers see the removal at once.
+	markerTTL = time.Minute
 	opTimeout       = 5 * time.Second
 )
 
@@ -204,7 +207,7 @@ func (n *Node) Start(ctx context.Context) error {
 		nc.Close()
 		return fmt.Errorf("cluster: jetstream: %w", err)
 	}
-	cfg := jetstream.KeyValueConfig{Bucket: DirectoryBucket, History: 1, Replicas: n.cfg.Replicas,
+	cfg := jetstream.KeyValueConfig{Bucket: DirectoryBucket, History: 1, Replicas: n.cfg.Replicas, LimitMarkerTTL: markerTTL,
 		Description: "muxterm session directory: s.<node>.<session> → owner, principal, name, created, state"}
 	for {
 		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
@@ -276,7 +279,7 @@ func (n *Node) sweep(ctx context.Context) error {
 		keys = append(keys, k)
 	}
 	for _, k := range keys {
-		if err := n.dir.Purge(ctx, k); err != nil {
+		if err := n.dir.Purge(ctx, k, jetstream.PurgeTTL(markerTTL)); err != nil {
 			return fmt.Errorf("cluster: delete stale entry %s: %w", k, err)
 		}
 	}
@@ -378,7 +381,7 @@ func (n *Node) publish(e session.Event) error {
 	defer cancel()
 	key := entryKey(n.cfg.Name, e.ID)
 	if !e.Opened {
-		if err := n.dir.Purge(ctx, key); err != nil {
+		if err := n.dir.Purge(ctx, key, jetstream.PurgeTTL(markerTTL)); err != nil {
 			return fmt.Errorf("delete %s: %w", key, err)
 		}
 		return nil
