@@ -44,7 +44,7 @@ const (
 	// markerTTL: the marker a removed entry leaves expires after this, so a bucket of churning
 	// sessions does not keep one marker per session ever closed. Watchers see the removal at once.
 	markerTTL = time.Minute
-	opTimeout       = 5 * time.Second
+	opTimeout = 5 * time.Second
 )
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
