@@ -441,8 +441,10 @@ func (n *Node) onHeartbeat(m *nats.Msg) {
 // monitor marks a node lost once its heartbeat was not heard for 3/4 of the TTL (silence), and
 // ends the relays to it.
 func (n *Node) monitor() {
-	t := time.NewTicker(max(n.cfg.TTL/20, 10*time.Millisecond))
+	tick := max(n.cfg.TTL/20, 10*time.Millisecond)
+	t := time.NewTicker(tick)
 	defer t.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-t.C:
@@ -452,6 +454,14 @@ func (n *Node) monitor() {
 		now := time.Now()
 		var lost []*relay
 		n.mu.Lock()
+		if now.Sub(last) > n.silence()/2 {
+			// This process did not run for a while (stopped, starved): the silence is ours,
+			// not the peers'. Judge them afresh from now.
+			for _, p := range n.peers {
+				p.seen = now
+			}
+		}
+		last = now
 		for name, p := range n.peers {
 			if p.alive && now.Sub(p.seen) > n.silence() {
 				p.alive = false

@@ -616,3 +616,45 @@ func TestClusterBadConfigRefusedAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterPartitionHeals: a node that stops answering without its sockets breaking (SIGSTOP:
+// what a partition looks like) is lost after its heartbeats stop: b's relayed channel gets
+// node_lost within the TTL; once it answers again (SIGCONT) its session, which never died, is
+// listed and attachable through b again.
+func TestClusterPartitionHeals(t *testing.T) {
+	tc := startCluster(t, "a", "b", "c")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	ca, cb := dialAs(t, a, tc.alice), dialAs(t, b, tc.alice)
+	ctx := ctxT(t, 60*time.Second)
+	s := catSession(ctx, t, ca)
+	waitListed(t, cb, s.Session(), "a", 5*time.Second)
+	relayed, _, err := cb.Attach(ctx, s.Session(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) }) // so the cleanup's SIGTERM works
+	if err := relayed.Wait(ctxT(t, clusterTTL+time.Second)); err != nil {
+		t.Fatalf("relayed channel on b: not closed within the TTL (%v) of a's SIGSTOP", clusterTTL)
+	}
+	if took := time.Since(stopped); relayed.Reason() != "node_lost" || took > clusterTTL {
+		t.Fatalf("relayed channel on b: closed with %q after %v, want node_lost within %v", relayed.Reason(), took, clusterTTL)
+	}
+	if n := listed(t, cb, s.Session()); n != "" {
+		t.Fatalf("b's list while a is silent: a's session still listed on %q", n)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitListed(t, cb, s.Session(), "a", 10*time.Second)
+	again, _, err := cb.Attach(ctx, s.Session(), nil)
+	if err != nil {
+		t.Fatalf("attach through b after a came back: %v", err)
+	}
+	if got := catEchoes(ctx, t, again, "healed"); !strings.Contains(got, "healed") {
+		t.Fatalf("echo after the partition healed: got %q", got)
+	}
+}
