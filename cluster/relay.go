@@ -312,6 +312,11 @@ func (r *relay) Close(detach bool) {
 	delete(r.n.relays, r)
 	r.n.mu.Unlock()
 	r.n.wg.Go(func() {
+		select {
+		case <-r.ch.Closed():
+			detach = false // the owner already ended the binding
+		default:
+		}
 		if detach {
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			_ = r.ch.Detach(ctx)
