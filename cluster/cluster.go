@@ -115,15 +115,16 @@ type peer struct {
 // Node is this gateway's membership in the cluster.
 type Node struct {
 	// immutable after Start:
-	cfg  Config
-	log  *slog.Logger
-	boot string
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	dir  jetstream.KeyValue
-	ctx  context.Context // ends with Close
-	stop context.CancelFunc
-	wg   sync.WaitGroup // the node's goroutines and relay teardowns
+	cfg       Config
+	log       *slog.Logger
+	boot      string
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	dir       jetstream.KeyValue
+	ctx       context.Context // ends with Close
+	stop      context.CancelFunc
+	wg        sync.WaitGroup // the node's goroutines and relay teardowns
+	closeOnce sync.Once
 
 	// mu guards entries, peers and relays. It is a leaf: nothing is taken under it and no I/O
 	// is done with it held (a relay is told it lost its node after mu is released).
@@ -503,15 +504,28 @@ func (n *Node) aliveLocked(node string) (url string, ok bool) {
 // Close stops the heartbeat and the watchers, waits for the relays' teardowns and closes the
 // NATS connection. The directory writes queued so far are flushed first (at most opTimeout).
 func (n *Node) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	n.CloseWithin(ctx)
+}
+
+// CloseWithin is Close with the flush of the queued directory writes bounded by ctx (a
+// graceful shutdown's deadline): they are best effort, a node that starts again sweeps what is
+// left. It may be called more than once.
+func (n *Node) CloseWithin(ctx context.Context) {
+	n.closeOnce.Do(func() { n.close(ctx) })
+}
+
+func (n *Node) close(ctx context.Context) {
 	if n.stop == nil {
 		if n.nc != nil {
 			n.nc.Close()
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	_ = n.flush(ctx)
-	cancel()
+	if err := n.flush(ctx); err != nil {
+		n.log.Warn("cluster: directory writes not flushed before closing; a restart sweeps them", "err", err)
+	}
 	n.mu.Lock()
 	rs := make([]*relay, 0, len(n.relays))
 	for r := range n.relays {
@@ -522,7 +536,18 @@ func (n *Node) Close() {
 		r.Close(false)
 	}
 	n.stop()
-	n.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		n.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// A relay's client stuck in a write to an owner that stopped reading (bounded by the
+		// client's WriteTimeout): not worth holding the shutdown for.
+		n.log.Warn("cluster: closing without waiting for every relay", "err", ctx.Err())
+	}
 	n.nc.Close()
 }
 

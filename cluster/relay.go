@@ -318,7 +318,7 @@ func (r *relay) Close(detach bool) {
 		default:
 		}
 		if detach {
-			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			ctx, cancel := context.WithTimeout(r.n.ctx, opTimeout) // Close cuts it short
 			_ = r.ch.Detach(ctx)
 			cancel()
 		}

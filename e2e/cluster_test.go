@@ -88,6 +88,17 @@ func startClusterWith(t *testing.T, extra map[string][]string, names ...string) 
 			"--allow-cmd", "sh"}
 		tc.args[n] = append(tc.args[n], extra[n]...)
 	}
+	// Registered before the nodes' own cleanups, so it runs after them: the logs include the
+	// shutdown.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range names {
+				if g := tc.nodes[n]; g != nil {
+					t.Logf("node %s's log:\n%s", n, g.Logs())
+				}
+			}
+		}
+	})
 	listening := map[string]<-chan string{}
 	for _, n := range names {
 		tc.nodes[n], listening[n] = spawnGateway(t, tc.alice, []string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, nil, tc.args[n]...)
@@ -95,13 +106,6 @@ func startClusterWith(t *testing.T, extra map[string][]string, names ...string) 
 	for _, n := range names {
 		tc.nodes[n].awaitListening(listening[n], 60*time.Second)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, n := range names {
-				t.Logf("node %s's log:\n%s", n, tc.nodes[n].Logs())
-			}
-		}
-	})
 	return tc
 }
 
@@ -430,7 +434,11 @@ func TestClusterPlacementAndResume(t *testing.T) {
 		t.Fatalf("second open through b: on %q, want b (a tie stays local)", n)
 	}
 	placed := catSession(ctx, t, cb) // b 2, a 1, c 1: a (the first name of the fewest)
-	node := listed(t, cb, placed.Session())
+	var node string
+	waitFor(t, 5*time.Second, "the placed session in b's list", func() bool {
+		node = listed(t, cb, placed.Session()) // b's view of the owner's entry may lag a moment
+		return node != ""
+	})
 	if node != "a" && node != "c" {
 		t.Fatalf("third open through b: on %q, want a or c (fewer sessions than b's 2)", node)
 	}

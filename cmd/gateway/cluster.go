@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/muxterm/muxterm/cluster"
@@ -102,16 +103,30 @@ func (c *clusterConfig) check() error {
 type joined struct {
 	node *cluster.Node
 	emb  *cluster.Embedded
+	once sync.Once
 }
 
-func (j *joined) close() {
+// close ends the membership within ctx: the node's last directory writes and the embedded
+// server's shutdown are abandoned at its end (the process is exiting; a restart sweeps).
+func (j *joined) close(ctx context.Context) {
 	if j == nil {
 		return
 	}
-	j.node.Close()
-	if j.emb != nil {
-		j.emb.Shutdown()
-	}
+	j.once.Do(func() {
+		j.node.CloseWithin(ctx)
+		if j.emb == nil {
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			j.emb.Shutdown()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	})
 }
 
 // newNode makes the node (not started) so the registry can be built with its Observer.

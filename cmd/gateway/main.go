@@ -273,8 +273,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			ln.Close()
 			return err
 		}
-		// After the sockets and the sessions: their removals are flushed to the directory.
-		defer cl.close()
+		// On an early return; a graceful shutdown closes it below, within its deadline.
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			cl.close(ctx)
+		}()
 		remote = node
 	}
 	if kept := reg.Options().KeptBehind(); c.resumeHold > 0 && int(c.window) > kept {
@@ -372,6 +376,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := <-httpDone; err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
+	// After the sockets and the sessions: their removals go to the directory, within the bound.
+	cl.close(sctx)
 	if errors.Is(gwErr, gateway.ErrSocketsOpen) {
 		// Every session was killed; only a socket that does not read was still open. The exit
 		// status says what failed: nothing did.
