@@ -99,6 +99,9 @@ func (c *clusterConfig) check() error {
 	return nil
 }
 
+// embeddedShutdownWait bounds the wait for the embedded server to stop.
+const embeddedShutdownWait = 2 * time.Second
+
 // joined is a started cluster membership; close ends it (the node, then the embedded server).
 type joined struct {
 	node *cluster.Node
@@ -122,9 +125,14 @@ func (j *joined) close(ctx context.Context) {
 			j.emb.Shutdown()
 			close(done)
 		}()
+		// A server whose routes all went at once (every node stopping) can take seconds to step
+		// down; JetStream's file store survives an exit as it survives a crash.
+		wait := time.NewTimer(embeddedShutdownWait)
+		defer wait.Stop()
 		select {
 		case <-done:
 		case <-ctx.Done():
+		case <-wait.C:
 		}
 	})
 }
