@@ -26,7 +26,7 @@ FRONTEND_SRC    := $(shell find frontend/src frontend/scripts -type f 2>/dev/nul
 CLIENT_STAMP    := $(CLIENT)/dist/index.js
 FRONTEND_STAMP  := frontend/dist/app.js
 
-.PHONY: all run build client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode bench bench-full lint deps deps-browser clean
+.PHONY: all run build client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode bench bench-full bench-cluster lint deps deps-browser clean
 
 all: build
 
@@ -120,6 +120,11 @@ bench: build
 bench-full: build
 	@echo "==> muxbench, full run (about 8 minutes)"
 	$(GO) run ./cmd/muxbench -gateway $(BIN) -json bench-results/muxbench-full.json -md bench-results/muxbench-full.md
+
+bench-cluster: build
+	@echo "==> cluster figures: three nodes with embedded NATS, relayed against local; the directory's write rate (about 1 minute)"
+	MUXTERM_FIGURES=1 MUXTERM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -tags e2e -run 'TestClusterFigures' ./e2e/ | grep -E 'FIGURE|^(ok|FAIL|---)'
+	MUXTERM_FIGURES=1 $(GO) test -count=1 -v -run 'TestDirectoryFigures' ./cluster/ | grep -E 'FIGURE|^(ok|FAIL|---)'
 
 lint: frontend
 	@echo "==> gofmt, go vet, staticcheck"

@@ -56,8 +56,10 @@ type Channel struct {
 	ackQueued bool
 	detaching bool // Detach is sending its request: no more acks
 	lost      int64
-	cols      int // the session's size as the gateway last said (results, session.size)
+	notify    func() // SetNotify's; called with no lock held
+	cols      int    // the session's size as the gateway last said (results, session.size)
 	rows      int
+	sizes     uint64 // session.size notifications received
 	exit      *proto.ExitInfo
 	reason    string
 	endErr    error
@@ -190,19 +192,40 @@ func (ch *Channel) Size() (cols, rows int) {
 // SizeChanged receives a value (merged, never blocking the client) after Size changed.
 func (ch *Channel) SizeChanged() <-chan struct{} { return ch.sized }
 
-func (ch *Channel) setSize(cols, rows int) {
+// SizeGen is Size with the number of session.size notifications received so far: a relay
+// passes a notification on when the count moved.
+func (ch *Channel) SizeGen() (cols, rows int, notified uint64) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.cols, ch.rows, ch.sizes
+}
+
+// setSize records a size from a result (open, attach, resize).
+func (ch *Channel) setSize(cols, rows int) { ch.updateSize(cols, rows, false) }
+
+// noteSize records a session.size notification.
+func (ch *Channel) noteSize(cols, rows int) { ch.updateSize(cols, rows, true) }
+
+func (ch *Channel) updateSize(cols, rows int, notified bool) {
 	if cols <= 0 || rows <= 0 {
 		return
 	}
 	ch.mu.Lock()
 	changed := ch.cols != cols || ch.rows != rows
 	ch.cols, ch.rows = cols, rows
+	if notified {
+		ch.sizes++
+	}
+	f := ch.notify
 	ch.mu.Unlock()
 	if changed {
 		select {
 		case ch.sized <- struct{}{}:
 		default:
 		}
+	}
+	if notified && f != nil {
+		f()
 	}
 }
 
@@ -235,7 +258,11 @@ func (ch *Channel) push(p []byte) {
 	}
 	ch.next += int64(len(p))
 	ch.cond.Broadcast()
+	f := ch.notify
 	ch.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 func (ch *Channel) gap(n int64) {
@@ -244,15 +271,23 @@ func (ch *Channel) gap(n int64) {
 	ch.next += n
 	ch.segs = append(ch.segs, segment{gap: n})
 	ch.cond.Broadcast()
+	f := ch.notify
 	ch.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 func (ch *Channel) setExit(e proto.ExitInfo) {
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
 	if ch.exit == nil {
 		ch.exit = &e
 		close(ch.exited)
+	}
+	f := ch.notify
+	ch.mu.Unlock()
+	if f != nil {
+		f()
 	}
 }
 
@@ -265,12 +300,45 @@ func (ch *Channel) setClosed(reason string) {
 
 func (ch *Channel) end(err error) {
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
 	if ch.endErr == nil {
 		ch.endErr = err
 		close(ch.closed)
 		ch.cond.Broadcast()
 	}
+	f := ch.notify
+	ch.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// SetNotify has f called, with no lock held and on the client's reader goroutine, after each
+// piece of output, gap, size change, exit or the channel's end arrives: a caller that polls with a done
+// context (ReadContext) learns when to poll again. f must not block.
+func (ch *Channel) SetNotify(f func()) {
+	ch.mu.Lock()
+	ch.notify = f
+	ch.mu.Unlock()
+}
+
+// Ack acknowledges n bytes Read returned, for a client dialed with DialOptions.ManualAck
+// (without it Read acknowledges by itself). Nothing is sent once the channel detached or ended.
+func (ch *Channel) Ack(n int) error {
+	if n <= 0 {
+		return nil
+	}
+	ch.c.wmu.Lock()
+	defer ch.c.wmu.Unlock()
+	ch.mu.Lock()
+	l, stop := ch.on, ch.detaching || ch.endErr != nil || ch.on == nil
+	ch.mu.Unlock()
+	if stop {
+		return nil
+	}
+	if err := ch.c.writeOnLocked(l, websocket.BinaryMessage, proto.AppendAck(nil, ch.ID, uint32(n))); err != nil {
+		return fmt.Errorf("ack channel %d: %w", ch.ID, err)
+	}
+	return nil
 }
 
 // Read returns buffered output, waiting for some; it returns io.EOF after session.closed or
@@ -330,7 +398,7 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 		ch.segs = ch.segs[1:]
 	}
 	ch.offset += int64(n)
-	if current {
+	if current && !ch.c.opts.ManualAck {
 		ch.unacked += n
 	}
 	flush, queue := false, false

@@ -52,6 +52,10 @@ type DialOptions struct {
 	// Channel's Read goes on byte-exact (or with a gap it reports, if the gateway no longer had
 	// the bytes). Without it, a dropped connection ends the client and every channel.
 	Reconnect *ReconnectOptions
+	// ManualAck: Read acknowledges nothing; the caller acknowledges with Channel.Ack what its
+	// own consumer consumed. A relay that forwards output to another client passes that
+	// client's acks on, so the window bounds the bytes in flight end to end.
+	ManualAck bool
 }
 
 func (o DialOptions) withDefaults() DialOptions {
@@ -853,6 +857,8 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 		return
 	}
 	switch method {
+	case "session.size":
+		ch.noteSize(p.Cols, p.Rows)
 	case "session.gap":
 		ch.gap(p.Lost)
 	case "session.exit":
@@ -860,7 +866,5 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 	case "session.closed":
 		c.dropChannel(ch)
 		ch.setClosed(p.Reason)
-	case "session.size":
-		ch.setSize(p.Cols, p.Rows)
 	}
 }

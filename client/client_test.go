@@ -527,3 +527,64 @@ func TestGivenUpBindingIsUndone(t *testing.T) {
 		})
 	}
 }
+
+// TestManualAck: with DialOptions.ManualAck, Read acknowledges nothing, so a program that prints
+// without end fills exactly one window; Channel.Ack(n) lets exactly n more bytes come. SetNotify
+// is called as output arrives.
+func TestManualAck(t *testing.T) {
+	const window = 4096
+	g := newGateway(t, mux.ServerOptions{Window: window})
+	c := dial(t, g.url, DialOptions{ManualAck: true})
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "exec yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake := make(chan struct{}, 1)
+	ch.SetNotify(func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	got := 0
+	buf := make([]byte, 1024)
+	readUntil := func(total int) {
+		t.Helper()
+		for got < total {
+			if ch.Buffered() == 0 {
+				select {
+				case <-wake:
+				case <-ctx.Done():
+					t.Fatalf("read %d bytes, want %d: %v", got, total, ctx.Err())
+				}
+				continue
+			}
+			n, err := ch.Read(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+		if got != total {
+			t.Fatalf("read %d bytes, want exactly %d", got, total)
+		}
+	}
+	readUntil(window)
+	if _, err := c.List(ctx); err != nil { // a round trip: the server wrote what it could
+		t.Fatal(err)
+	}
+	if n := ch.Buffered(); n != 0 {
+		t.Fatalf("without an ack: %d more bytes arrived beyond the window", n)
+	}
+	if err := ch.Ack(1000); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(window + 1000)
+	if _, err := c.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := ch.Buffered(); n != 0 {
+		t.Fatalf("after Ack(1000): %d bytes beyond them arrived", n)
+	}
+}

@@ -130,6 +130,22 @@ func launchGatewayBin(t *testing.T, bin, tok string, env []string, args ...strin
 // it starts.
 func launchGatewayBinWith(t *testing.T, bin, tok string, env []string, hook func(*exec.Cmd), args ...string) *gateway {
 	t.Helper()
+	g, listening := spawnGatewayBin(t, bin, tok, env, hook, args...)
+	g.awaitListening(listening, 20*time.Second)
+	return g
+}
+
+// spawnGateway starts the binary under test and returns at once (see spawnGatewayBin).
+func spawnGateway(t *testing.T, tok string, env []string, args ...string) (*gateway, <-chan string) {
+	t.Helper()
+	return spawnGatewayBin(t, binary(t), tok, env, nil, args...)
+}
+
+// spawnGatewayBin starts the binary at bin and returns at once; awaitListening waits for its
+// listening line. Several gateways that wait for each other at start (a cluster) are spawned
+// first.
+func spawnGatewayBin(t *testing.T, bin, tok string, env []string, hook func(*exec.Cmd), args ...string) (*gateway, <-chan string) {
+	t.Helper()
 	g := &gateway{t: t, Token: tok, exited: make(chan struct{})}
 	all := append([]string{"--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
 	g.cmd = exec.Command(bin, all...)
@@ -161,16 +177,21 @@ func launchGatewayBinWith(t *testing.T, bin, tok string, env []string, hook func
 		g.Stop(10 * time.Second)
 		checkNoToken(t, "the gateway's output", g.Logs())
 	})
+	return g, listening
+}
+
+// awaitListening waits up to d for the listening line spawnGateway's channel delivers.
+func (g *gateway) awaitListening(listening <-chan string, d time.Duration) {
+	g.t.Helper()
 	select {
 	case base := <-listening:
 		g.Base = base
 		g.WS = "ws" + strings.TrimPrefix(base, "http") + "/ws"
 	case <-g.exited:
-		t.Fatalf("gateway exited before listening: %v\n%s", g.err, g.Logs())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("gateway did not start:\n%s", g.Logs())
+		g.t.Fatalf("gateway exited before listening: %v\n%s", g.err, g.Logs())
+	case <-time.After(d):
+		g.t.Fatalf("gateway did not start:\n%s", g.Logs())
 	}
-	return g
 }
 
 func (g *gateway) scan(r io.Reader, listening chan<- string) {

@@ -96,6 +96,13 @@ type Options struct {
 	Version  string
 	// Telemetry receives spans and metrics. Default: otel.Noop().
 	Telemetry *otel.Telemetry
+	// ClusterToken, when set, is the node-to-node credential of a cluster: a socket that
+	// presents it acts for the principal its Muxterm-On-Behalf-Of header names (read-only with
+	// Muxterm-Read-Only: 1), and is not relayed further. Remote serves the sessions other
+	// nodes own; Node is this node's name. All three empty: one node.
+	ClusterToken string
+	Remote       mux.Remote
+	Node         string
 	// Metrics, when non-nil, is served at GET /metrics to an admin principal, authenticated as
 	// for /ws (bearer token, or the cookie from a same-origin page).
 	Metrics http.Handler
@@ -371,6 +378,12 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 		tok = ck.Value
 	}
 	p, ok := g.principal(tok)
+	if rp, relay, why := g.relayPrincipal(r, tok); relay {
+		if why != "" {
+			return Principal{}, http.StatusBadRequest, why
+		}
+		p, ok = rp, true
+	}
 	if !ok {
 		return Principal{}, http.StatusUnauthorized, "missing or invalid token"
 	}
@@ -382,6 +395,25 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 	}
 	return p, 0, ""
 }
+
+// relayPrincipal: a socket that presents the cluster token is another node's relay, acting for
+// the principal it names. The owner then checks ownership as for that principal's own socket.
+func (g *Gateway) relayPrincipal(r *http.Request, tok string) (Principal, bool, string) {
+	ct := g.opts.ClusterToken
+	if ct == "" || subtle.ConstantTimeCompare([]byte(ct), []byte(tok)) != 1 {
+		return Principal{}, false, ""
+	}
+	name := r.Header.Get(proto.HeaderOnBehalfOf)
+	if err := validPrincipalName(name); err != nil {
+		return Principal{}, true, "cluster token without a valid " + proto.HeaderOnBehalfOf
+	}
+	// Name is the relay's, so relays do not count against the principal's own socket bound;
+	// ViewOf makes Owner() the principal it acts for.
+	return Principal{Name: relayPrincipalName, ViewOf: name, ReadOnly: r.Header.Get(proto.HeaderReadOnly) == "1"}, true, ""
+}
+
+// relayPrincipalName names the sockets of other nodes' relays (logs, the socket bound).
+const relayPrincipalName = "cluster-relay"
 
 func (g *Gateway) serveWS(c echo.Context) error {
 	r, w := c.Request(), c.Response()
@@ -397,10 +429,13 @@ func (g *Gateway) serveWS(c echo.Context) error {
 		refuse(w, status, why)
 		return nil
 	}
-	if !g.admitSocket(w, r, p) {
-		return nil
+	// A relay's sockets are bounded where its clients' sockets are, on the relaying node.
+	if p.Name != relayPrincipalName {
+		if !g.admitSocket(w, r, p) {
+			return nil
+		}
+		defer g.socketsOf.release(p.Name)
 	}
-	defer g.socketsOf.release(p.Name)
 	if !g.enter() {
 		refuse(w, http.StatusServiceUnavailable, "shutting down")
 		return nil
@@ -423,6 +458,9 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	opts.Version = g.opts.Version
 	opts.Telemetry = g.tel
 	opts.MaxSockets = g.maxSockets()
+	if p.Name != relayPrincipalName { // a relay's socket is served here, never relayed on
+		opts.Remote, opts.Node = g.opts.Remote, g.opts.Node
+	}
 	// After a successful upgrade the handler returns nil: Echo must not write to a hijacked
 	// connection.
 	if err := mux.Serve(g.baseCtx, ws, opts); err != nil {

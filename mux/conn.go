@@ -103,6 +103,11 @@ type ServerOptions struct {
 	Logger  *slog.Logger
 	// Telemetry receives spans and metrics. Default: otel.Noop().
 	Telemetry *otel.Telemetry
+	// Remote, in a cluster, serves the sessions other nodes own (list, attach through a relay,
+	// kill, lease, placement of opens); nil: this node alone. Node is this node's name, given
+	// in the list entries of its own sessions when Remote is set.
+	Remote Remote
+	Node   string
 
 	// testHookAfterSubscribe runs in the read loop after an attach subscribed and before its
 	// reply is queued.
@@ -173,6 +178,8 @@ type channel struct {
 	// set once before ready is stored true; read only after ready.Load() (or active.Load()):
 	sess *session.Session
 	v    *session.Viewer
+	// relay replaces sess and v for a channel bound to a session another node owns.
+	relay Relay
 
 	// ready: sess and v are set, so requests and input on the channel may use them. It is
 	// stored before the open/attach reply is queued, so input a client sends once it has the
@@ -300,14 +307,26 @@ func (c *conn) detachAll() {
 // leave on purpose (see closeViewer). Never call with c.mu held.
 func (c *conn) unbind(ch *channel, lost bool) {
 	ch.detached.Store(true)
-	if ch.active.Load() && ch.v != nil {
+	if ch.active.Load() && (ch.v != nil || ch.relay != nil) {
 		closeViewer(ch, lost)
 	}
+}
+
+// sessionID is the bound session's id.
+func (ch *channel) sessionID() string {
+	if ch.relay != nil {
+		return ch.relay.Session()
+	}
+	return ch.sess.ID()
 }
 
 // closeViewer unsubscribes ch's viewer. For a client that may come back (lost) the session holds
 // its output from what the client acknowledged: the viewer's offset less the bytes in flight.
 func closeViewer(ch *channel, lost bool) {
+	if ch.relay != nil {
+		ch.relay.Close(!lost) // the owner keeps its own resume hold when the relay's socket ends
+		return
+	}
 	if lost {
 		ch.v.CloseHolding(ch.credit.inflight.Load())
 	} else {
@@ -592,6 +611,9 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	if !ch.active.Load() || ch.detached.Load() || ch.closedSent {
 		return false, nil
 	}
+	if ch.relay != nil {
+		return c.serveRelay(ch, buf)
+	}
 	if ch.sess.SizeGen() != ch.sizeGen {
 		// The applied size changed: a control message, never held back by credit.
 		size, gen := ch.sess.Size()
@@ -670,19 +692,83 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	return lost > 0, nil
 }
 
+// serveRelay is serveChannel for a relayed channel: the same credit, gap, exit and closed
+// order, with the relay's buffer in place of the viewer.
+func (c *conn) serveRelay(ch *channel, buf []byte) (bool, error) {
+	if cols, rows, gen := ch.relay.Size(); gen != ch.sizeGen {
+		ch.sizeGen = gen // the relay's count of the owner's session.size: a control message
+		if err := c.write(websocket.TextMessage, sizeNote(ch, session.Size{Cols: cols, Rows: rows})); err != nil {
+			return false, fmt.Errorf("write size: %w", err)
+		}
+	}
+	for _, e := range ch.relay.Errors() {
+		if err := c.write(websocket.TextMessage, proto.MarshalResponse(nullID, nil, withChannel(e, ch.id))); err != nil {
+			return false, fmt.Errorf("write relayed error: %w", err)
+		}
+	}
+	n := int(min(max(ch.credit.available(), 0), proto.MaxOutputPayload))
+	nr, lost := ch.relay.Read(buf[proto.HeaderLen : proto.HeaderLen+n])
+	ch.credit.take(int64(nr))
+	if lost > 0 {
+		c.tel.Instruments.GapBytes.Add(c.ctx, lost)
+		if err := c.write(websocket.TextMessage, proto.MarshalNotification("session.gap",
+			map[string]any{"channel": ch.id, "lost": lost})); err != nil {
+			return false, fmt.Errorf("write gap: %w", err)
+		}
+	}
+	if nr > 0 {
+		frame := proto.AppendFrame(buf[:0], proto.FrameOutput, ch.id, nil)
+		frame = frame[:proto.HeaderLen+nr]
+		if err := c.write(websocket.BinaryMessage, frame); err != nil {
+			return false, fmt.Errorf("write output: %w", err)
+		}
+		c.markReady(ch)
+		return true, nil
+	}
+	pending, exit, closed := ch.relay.State()
+	if pending {
+		ch.starved.Store(true) // as in serveChannel: published before the second look
+		if ch.credit.available() > 0 && ch.starved.CompareAndSwap(true, false) {
+			c.markReady(ch)
+		}
+		return lost > 0, nil
+	}
+	if exit != nil && !ch.exitSent {
+		ch.exitSent = true
+		if err := c.write(websocket.TextMessage, proto.MarshalNotification("session.exit", map[string]any{
+			"channel": ch.id, "session": ch.sessionID(), "code": exit.Code, "signal": exit.Signal})); err != nil {
+			return false, fmt.Errorf("write exit: %w", err)
+		}
+	}
+	if closed != "" {
+		ch.closedSent = true
+		if err := c.write(websocket.TextMessage, closedNote(ch, session.Reason(closed))); err != nil {
+			return false, fmt.Errorf("write closed: %w", err)
+		}
+		c.mu.Lock()
+		if c.channels[ch.id] == ch {
+			delete(c.channels, ch.id)
+		}
+		c.mu.Unlock()
+		c.unbind(ch, false)
+		return true, nil
+	}
+	return lost > 0, nil
+}
+
 func sizeNote(ch *channel, size session.Size) []byte {
 	return proto.MarshalNotification("session.size", map[string]any{
-		"channel": ch.id, "session": ch.sess.ID(), "cols": size.Cols, "rows": size.Rows})
+		"channel": ch.id, "session": ch.sessionID(), "cols": size.Cols, "rows": size.Rows})
 }
 
 func exitNote(ch *channel, e session.ExitStatus) []byte {
 	return proto.MarshalNotification("session.exit", map[string]any{
-		"channel": ch.id, "session": ch.sess.ID(), "code": e.Code, "signal": signalOrNil(e)})
+		"channel": ch.id, "session": ch.sessionID(), "code": e.Code, "signal": signalOrNil(e)})
 }
 
 func closedNote(ch *channel, reason session.Reason) []byte {
 	return proto.MarshalNotification("session.closed", map[string]any{
-		"channel": ch.id, "session": ch.sess.ID(), "reason": string(reason)})
+		"channel": ch.id, "session": ch.sessionID(), "reason": string(reason)})
 }
 
 func signalOrNil(e session.ExitStatus) any {
@@ -932,7 +1018,7 @@ func (c *conn) slow(id json.RawMessage, fn func()) bool {
 	case c.pending <- struct{}{}:
 	default:
 		c.replyErr(id, proto.ErrLimitExceeded("pendingRequests",
-			fmt.Sprintf("at most %d opens and kills in flight per socket", maxPending)))
+			fmt.Sprintf("at most %d opens, kills and relayed requests in flight per socket", maxPending)))
 		return false
 	}
 	c.wg.Go(func() {
@@ -975,6 +1061,9 @@ func (c *conn) handleOpen(req *proto.Request) {
 		_, span := c.startSpan(otel.SpanSessionOpen, "session.open", p.Meta, ch.id)
 		defer span.End()
 		spec.Trace = span.SpanContext()
+		if c.opts.Remote != nil && c.openRemote(req, &p, ch) {
+			return
+		}
 		s, v, err := c.reg.Open(spec, c.opts.MaxSessions, func() { c.markReady(ch) })
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
@@ -1019,6 +1108,13 @@ func (c *conn) handleAttach(req *proto.Request) {
 		attach = c.reg.AttachPassive // a read-only viewer never holds the owner's program back
 	}
 	v, info, err := attach(p.Session, c.opts.Principal, from, func() { c.markReady(ch) })
+	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
+		// Perhaps another node's: the relay dials it, off the read loop.
+		if !c.slow(req.ID, func() { c.attachRemote(req, &p, ch) }) {
+			c.release(ch)
+		}
+		return
+	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		c.release(ch)
@@ -1058,10 +1154,10 @@ func (c *conn) handleDetach(req *proto.Request) {
 	}
 	_, span := c.startSpan(otel.SpanSessionDetach, "session.detach", p.Meta, ch.id)
 	defer span.End()
-	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sess.ID()))
+	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()))
 	c.release(ch)
 	c.unbind(ch, false)
-	c.reply(req.ID, proto.DetachResult{Session: ch.sess.ID(), Channel: ch.id})
+	c.reply(req.ID, proto.DetachResult{Session: ch.sessionID(), Channel: ch.id})
 }
 
 func (c *conn) handleResize(req *proto.Request) {
@@ -1076,6 +1172,17 @@ func (c *conn) handleResize(req *proto.Request) {
 	}
 	if c.opts.ReadOnly {
 		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot resize"))
+		return
+	}
+	if ch.relay != nil {
+		c.slow(req.ID, func() {
+			res, err := ch.relay.Resize(c.ctx, p.Cols, p.Rows)
+			if err != nil {
+				c.replyErr(req.ID, remoteError(err, ch.sessionID()))
+				return
+			}
+			c.reply(req.ID, res)
+		})
 		return
 	}
 	size, err := ch.v.Resize(p.Cols, p.Rows)
@@ -1101,6 +1208,16 @@ func (c *conn) handleSignal(req *proto.Request) {
 		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot signal"))
 		return
 	}
+	if ch.relay != nil {
+		c.slow(req.ID, func() {
+			if err := ch.relay.Signal(c.ctx, name); err != nil {
+				c.replyErr(req.ID, remoteError(err, ch.sessionID()))
+				return
+			}
+			c.reply(req.ID, struct{}{})
+		})
+		return
+	}
 	if err := ch.sess.Signal(sig); err != nil {
 		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
 		return
@@ -1123,6 +1240,15 @@ func (c *conn) handleKill(req *proto.Request) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.parentCtx(p.Meta)), killTimeout)
 		defer cancel()
 		res, err := c.reg.Kill(ctx, p.Session, c.opts.Principal)
+		if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
+			rres, rerr := c.opts.Remote.Kill(ctx, c.opts.Principal, p.Session)
+			if rerr != nil {
+				c.replyErr(req.ID, remoteError(rerr, p.Session))
+				return
+			}
+			c.reply(req.ID, rres)
+			return
+		}
 		if err != nil {
 			c.replyErr(req.ID, sessionError(err, p.Session))
 			return
@@ -1139,7 +1265,14 @@ func (c *conn) handleList(req *proto.Request) {
 	infos := c.reg.List(c.opts.Principal)
 	out := proto.ListResult{Sessions: make([]proto.SessionInfo, 0, len(infos))}
 	for _, in := range infos {
-		out.Sessions = append(out.Sessions, sessionInfo(in))
+		si := sessionInfo(in)
+		if c.opts.Remote != nil {
+			si.Node = c.opts.Node
+		}
+		out.Sessions = append(out.Sessions, si)
+	}
+	if c.opts.Remote != nil {
+		out.Sessions = append(out.Sessions, c.opts.Remote.List(c.opts.Principal)...)
 	}
 	c.reply(req.ID, out)
 }
@@ -1155,6 +1288,17 @@ func (c *conn) handleLease(req *proto.Request) {
 		return
 	}
 	until, err := c.reg.Lease(p.Session, c.opts.Principal, time.Duration(p.TTLMs)*time.Millisecond)
+	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
+		c.slow(req.ID, func() {
+			res, err := c.opts.Remote.Lease(c.ctx, c.opts.Principal, p.Session, p.TTLMs)
+			if err != nil {
+				c.replyErr(req.ID, remoteError(err, p.Session))
+				return
+			}
+			c.reply(req.ID, res)
+		})
+		return
+	}
 	if err != nil {
 		c.replyErr(req.ID, sessionError(err, p.Session))
 		return
@@ -1186,6 +1330,9 @@ func (c *conn) handleBinary(b []byte) {
 			c.replyErr(nullID, withChannel(proto.ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)), f.Channel))
 			return
 		}
+		if ch.relay != nil {
+			ch.relay.Ack(int(f.AckCount())) // end to end: the owner learns what this client consumed
+		}
 		if ch.starved.Swap(false) {
 			c.markReady(ch)
 		}
@@ -1194,11 +1341,17 @@ func (c *conn) handleBinary(b []byte) {
 			c.replyErr(nullID, withChannel(proto.ErrForbidden("read-only principal: input dropped"), f.Channel))
 			return
 		}
-		if !c.opts.InputRate.Allow(ch.sess.ID(), float64(len(f.Payload))) {
+		if !c.opts.InputRate.Allow(ch.sessionID(), float64(len(f.Payload))) {
 			c.replyErr(nullID, withChannel(errInputRate(c.opts.InputRate), f.Channel))
 			return
 		}
 		c.tel.Instruments.BytesIn.Add(c.ctx, int64(len(f.Payload)))
+		if ch.relay != nil {
+			if err := ch.relay.Write(f.Payload); err != nil {
+				c.replyErr(nullID, withChannel(remoteError(err, ch.sessionID()), f.Channel))
+			}
+			return
+		}
 		if _, err := ch.v.Write(f.Payload); err != nil {
 			// sessionError builds a new *Error, which is not shared yet: adding to its Data here
 			// is part of building it (withChannel copies, for errors that may be shared).

@@ -11,3 +11,11 @@ package proto
 
 // Subprotocol is the WebSocket subprotocol of this protocol version.
 const Subprotocol = "muxterm.v1"
+
+// Headers of a relay's upgrade, node to node in a cluster (docs/protocol.md §1): the principal
+// the relay acts for, and "1" when that principal is read-only. A gateway believes them only
+// from a client that presented the cluster token; from anyone else they are ignored.
+const (
+	HeaderOnBehalfOf = "Muxterm-On-Behalf-Of"
+	HeaderReadOnly   = "Muxterm-Read-Only"
+)

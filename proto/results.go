@@ -83,6 +83,10 @@ type SessionInfo struct {
 	Viewers int       `json:"viewers"`
 	End     int64     `json:"end"`
 	Exit    *ExitInfo `json:"exit"`
+	// Node names the gateway node that owns the session, in a cluster (absent on one node). A
+	// session of another node carries only what the cluster's directory holds: session, name,
+	// created, node; the rest is zero.
+	Node string `json:"node,omitempty"`
 }
 
 // DetachResult is session.detach's result.

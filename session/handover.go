@@ -344,6 +344,7 @@ func (r *Registry) Adopt(st *HandoverState) (adopted int, err error) {
 		}
 		r.mu.Lock()
 		r.sessions[s.id] = s
+		r.observe(s, true) // a cluster's directory lists it again (the node swept its entries at start)
 		r.mu.Unlock()
 		adopted++
 	}

@@ -106,6 +106,7 @@ func (r *Registry) Open(spec Spec, maxPerOwner int, wake func()) (*Session, *Vie
 		return nil, nil, fmt.Errorf("open: %w (%d)", ErrTooMany, maxPerOwner)
 	}
 	r.sessions[s.id] = s
+	r.observe(s, true)
 	var v *Viewer
 	if wake != nil {
 		s.mu.Lock()
@@ -121,6 +122,13 @@ func (r *Registry) Open(spec Spec, maxPerOwner int, wake func()) (*Session, *Vie
 		return nil, nil, fmt.Errorf("open: %w", err)
 	}
 	return s, v, nil
+}
+
+// observe tells Options.Observer that s was added or removed; r.mu is held.
+func (r *Registry) observe(s *Session, opened bool) {
+	if f := r.opts.Observer; f != nil {
+		f(Event{ID: s.id, Owner: s.owner, Name: s.name, Created: s.created, Opened: opened})
+	}
 }
 
 func (r *Registry) countLocked(owner string) int {
@@ -224,6 +232,7 @@ func (r *Registry) removeLocked(s *Session, reason Reason) {
 		return
 	}
 	delete(r.sessions, s.id)
+	r.observe(s, false)
 	s.mu.Lock() // lock order: r.mu, then s.mu
 	done, res := s.killDone, s.killRes
 	s.mu.Unlock()

@@ -492,3 +492,28 @@ func TestTeardownOfUnclaimedSessionLeavesTheRegistry(t *testing.T) {
 		t.Errorf("second teardown: got %+v, want %+v", again, res)
 	}
 }
+
+// TestRegistryObserver: the observer hears every add and every removal, in order per id, with
+// the owner and name (the cluster directory is published from it).
+func TestRegistryObserver(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var events []Event
+	opts := testOptions()
+	opts.Observer = func(e Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}
+	r := NewRegistry(opts, nil)
+	s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "exec sleep 60")
+	if _, err := r.Kill(context.Background(), s.ID(), "alice"); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 2 || !events[0].Opened || events[1].Opened ||
+		events[0].ID != s.ID() || events[1].ID != s.ID() || events[0].Owner != "alice" {
+		t.Fatalf("events: got %+v, want opened then removed for %s owned by alice", events, s.ID())
+	}
+}

@@ -157,6 +157,10 @@ type Options struct {
 	EnvDeny []string
 	// Logger receives diagnostics. Default: slog.Default().
 	Logger *slog.Logger
+	// Observer, if set, is told of every session the registry adds (Event.Opened) and removes
+	// (its close began), in that order for each id; the cluster publishes its directory from
+	// it. It is called with Registry.mu held: it must not block or call into the registry.
+	Observer func(Event)
 	// Tracer receives the session.kill and session.reader spans. Default: a no-op tracer.
 	Tracer trace.Tracer
 	// Instruments receive the session metrics. Default: none.
@@ -395,6 +399,13 @@ type Info struct {
 	End     int64 // output end offset
 	Exit    *ExitStatus
 	State   State
+}
+
+// Event is a session added to or removed from a Registry (Options.Observer).
+type Event struct {
+	ID, Owner, Name string
+	Created         time.Time
+	Opened          bool // false: removed
 }
 
 // Info returns a snapshot.

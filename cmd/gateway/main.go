@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/muxterm/muxterm/cluster"
 	"github.com/muxterm/muxterm/frontend"
 	"github.com/muxterm/muxterm/gateway"
 	"github.com/muxterm/muxterm/internal/cgroup"
@@ -106,6 +107,7 @@ type config struct {
 	showVersion  bool
 	cgroupRoot   string
 	sec          securityConfig // security.go
+	cl           clusterConfig  // cluster.go
 }
 
 // defaultText describes the defaults that are not a flag's zero-value text, for --help.
@@ -147,6 +149,7 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	fs.Var(&c.envDeny, "env-deny", "comma-separated `names` (FOO) or prefixes (FOO_*) of the gateway's environment that sessions do not inherit, e.g. secrets (MUXTERM_* and OTEL_* never are)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and commit, then exit")
 	c.sec.register(fs)
+	c.cl.register(fs)
 	// Environment first, so flags given on the command line win.
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -207,6 +210,9 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	if err := c.sec.check(); err != nil {
 		return nil, err
 	}
+	if err := c.cl.check(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -239,6 +245,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	tokens, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, log)
 	if err != nil {
 		return err
+	}
+	if _, clash := tokens[c.cl.token]; c.cl.on() && clash {
+		// The cluster token acts for any principal: it must be no principal's own.
+		return errors.New("--cluster-token must differ from every principal's token")
 	}
 	hl, err := listenOrInherit(ho, "main", c.listen)
 	if err != nil {
@@ -276,9 +286,37 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ln.Close()
 		return err
 	}
-	reg := session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
+	var reg *session.Registry
+	var node *cluster.Node
+	var observer func(session.Event)
+	if c.cl.on() {
+		if node, err = c.cl.newNode(addr, useTLS, func() int { return reg.Len() }, log); err != nil {
+			ln.Close()
+			return err
+		}
+		observer = node.Observe
+	}
+	reg = session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
 		KillGrace: c.killGrace, ResumeHold: c.resumeHold, WindowSize: c.windowSize.WindowSize,
-		EnvDeny: c.envDeny, Cgroups: cgroups, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments}, nil)
+		EnvDeny: c.envDeny, Cgroups: cgroups, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments,
+		Observer: observer}, nil)
+	var cl *joined
+	var remote mux.Remote
+	var clusterToken, nodeName string
+	if node != nil {
+		clusterToken, nodeName = c.cl.token, c.cl.node
+		if cl, err = c.cl.start(ctx, node); err != nil {
+			ln.Close()
+			return err
+		}
+		// On an early return; a graceful shutdown closes it below, within its deadline.
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			cl.close(ctx)
+		}()
+		remote = node
+	}
 	if kept := reg.Options().KeptBehind(); c.resumeHold > 0 && int(c.window) > kept {
 		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold",
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
@@ -323,6 +361,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		AllowOrigins: c.allowOrigin, AllowHosts: c.allowHost, ListenAddr: addr,
 		AllowCmd: c.allowCmd, Frontend: dist, Logger: log, Version: version,
 		Telemetry: tel, Metrics: metricsOnMain,
+		ClusterToken: clusterToken, Remote: remote, Node: nodeName,
 		Mux: mux.ServerOptions{Window: int(c.window), MaxSessions: c.maxSessions, MaxChannels: c.maxChannels,
 			InputRate: inputRate, OpenRate: openRate},
 	})
@@ -390,7 +429,7 @@ wait:
 		}
 	}
 	log.Info("shutting down")
-	return shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups)
+	return shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups, cl)
 }
 
 // shutdown stops the gateway in order: the reaper, new connections, the sockets (within
@@ -398,7 +437,7 @@ wait:
 // own escalation), then the cgroups. The last log line and the error name what ran out of time
 // or failed; nil means everything ended in time.
 func shutdown(c *config, log *slog.Logger, srv *http.Server, gw *gateway.Gateway, rp *reaper.Reaper,
-	stopReaper func(), reg *session.Registry, cgroups *cgroup.Tree) error {
+	stopReaper func(), reg *session.Registry, cgroups *cgroup.Tree, cl *joined) error {
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownWait)
 	defer cancel()
 	stopReaper()
@@ -422,6 +461,10 @@ func shutdown(c *config, log *slog.Logger, srv *http.Server, gw *gateway.Gateway
 	if err := reg.Shutdown(context.Background()); err != nil {
 		failed = append(failed, err.Error())
 	}
+	// After the kills: their sessions' removals go to the directory, within a bound of its own.
+	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	cl.close(dctx)
+	dcancel()
 	if cgroups != nil {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		n, err := cgroups.Close(cctx)
@@ -457,6 +500,9 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 		arg, text := flag.UnquoteUsage(f)
 		def := f.DefValue
 		if d, ok := defaultText[f.Name]; ok {
+			def = d
+		}
+		if d, ok := clusterDefaultText[f.Name]; ok {
 			def = d
 		}
 		switch {

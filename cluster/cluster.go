@@ -1,0 +1,627 @@
+// Package cluster lets several gateway nodes serve one set of sessions (docs/scaling.md). The
+// session directory is a NATS JetStream key-value bucket (session id → owner node, principal,
+// name, created, state) that every node watches; node liveness is a heartbeat each node
+// publishes on core NATS every TTL/5 and that the others time out within the TTL (silence). A session
+// another node owns is relayed to it over muxterm.v1 with the Go client and the cluster token
+// (Node implements mux.Remote).
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/muxterm/muxterm/session"
+)
+
+// Names in NATS.
+const (
+	DirectoryBucket = "muxterm-sessions" // key s.<node>.<session id>
+	heartbeatSubj   = "muxterm.heartbeat."
+	helloSubj       = "muxterm.hello" // a node that starts asks every node for a heartbeat now
+	// ReasonNodeLost is session.closed's and session_closed's reason for a session whose
+	// owner node stopped answering (its heartbeats stopped for the TTL, or its socket to the
+	// relay broke).
+	ReasonNodeLost = "node_lost"
+)
+
+// Defaults for Config.
+const (
+	DefaultTTL      = 5 * time.Second
+	DefaultReplicas = 3
+	startTimeout    = 60 * time.Second
+	// markerTTL: the marker a removed entry leaves expires after this, so a bucket of churning
+	// sessions does not keep one marker per session ever closed. Watchers see the removal at once.
+	markerTTL = time.Minute
+	opTimeout = 5 * time.Second
+)
+
+var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidNodeName reports why name cannot be a node name (it is a NATS subject token), or nil.
+func ValidNodeName(name string) error {
+	if !nodeNameRE.MatchString(name) {
+		return fmt.Errorf("node name %q: want 1 to 64 of A-Z a-z 0-9 _ -", name)
+	}
+	return nil
+}
+
+// Placement decides where session.open runs.
+type Placement string
+
+// Placements.
+const (
+	PlaceLocal         Placement = "local"
+	PlaceLeastSessions Placement = "least-sessions"
+)
+
+// Config configures a Node.
+type Config struct {
+	// NATS is the URL (or comma-separated URLs) of the NATS cluster to join. Embedded nodes set
+	// it to their own server's client URL.
+	NATS string
+	// Name is this node's name (unique in the cluster); URL is where other nodes reach its
+	// /ws (ws://host:port/ws).
+	Name, URL string
+	// Token is the node-to-node credential a relay presents to the owner.
+	Token string
+	// TTL: a node whose heartbeat was not heard for this long is lost. Default DefaultTTL.
+	TTL time.Duration
+	// Replicas of the directory bucket (1 to 5; at most the JetStream servers). Default 3.
+	Replicas  int
+	Placement Placement
+	// Sessions counts this node's sessions (for least-sessions placement).
+	Sessions func() int
+	Logger   *slog.Logger
+}
+
+// Entry is one session in the directory.
+type Entry struct {
+	ID        string    `json:"-"`
+	Node      string    `json:"node"`
+	Principal string    `json:"principal"`
+	Name      string    `json:"name"`
+	Created   time.Time `json:"created"`
+	State     string    `json:"state"` // "running"
+}
+
+type heartbeat struct {
+	Node     string `json:"node"`
+	URL      string `json:"url"`
+	Boot     string `json:"boot"` // random per process: a restart is a new boot
+	Sessions int    `json:"sessions"`
+}
+
+// peer is what this node knows of another node.
+type peer struct {
+	url      string
+	boot     string
+	sessions int
+	seen     time.Time // local clock: when its last heartbeat arrived
+	alive    bool
+}
+
+// Node is this gateway's membership in the cluster.
+type Node struct {
+	// immutable after Start:
+	cfg       Config
+	log       *slog.Logger
+	boot      string
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	dir       jetstream.KeyValue
+	ctx       context.Context // ends with Close
+	stop      context.CancelFunc
+	wg        sync.WaitGroup // the node's goroutines and relay teardowns
+	closeOnce sync.Once
+
+	// mu guards entries, peers and relays. It is a leaf: nothing is taken under it and no I/O
+	// is done with it held (a relay is told it lost its node after mu is released).
+	mu      sync.Mutex
+	entries map[string]Entry // session id → entry, every node's, from the watcher
+	peers   map[string]*peer // node name → what its heartbeats said
+	relays  map[*relay]struct{}
+	started time.Time
+
+	// pubMu guards pubQ: directory writes of this node's sessions, in order. It is taken from
+	// the registry's Observer with Registry.mu held, so nothing else is taken under it.
+	pubMu   sync.Mutex
+	pubQ    []session.Event
+	pubBusy bool          // the publisher is writing a batch it took from pubQ
+	pubWake chan struct{} // capacity 1
+	pubIdle chan struct{} // closed and renewed by the publisher after each batch
+}
+
+// New returns a Node that is not started; Observe may be used at once (the registry's
+// Observer), its events are published once Start has swept the stale entries.
+func New(cfg Config) (*Node, error) {
+	if err := ValidNodeName(cfg.Name); err != nil {
+		return nil, err
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = DefaultReplicas
+	}
+	if cfg.Placement == "" {
+		cfg.Placement = PlaceLocal
+	}
+	if cfg.Placement != PlaceLocal && cfg.Placement != PlaceLeastSessions {
+		return nil, fmt.Errorf("placement %q: want local or least-sessions", cfg.Placement)
+	}
+	if cfg.Sessions == nil {
+		cfg.Sessions = func() int { return 0 }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), boot: hex.EncodeToString(b[:]),
+		entries: make(map[string]Entry), peers: make(map[string]*peer), relays: make(map[*relay]struct{}),
+		pubWake: make(chan struct{}, 1), pubIdle: make(chan struct{})}, nil
+}
+
+// SetNATS sets Config.NATS before Start (an embedded server's URL is known only once it runs).
+func (n *Node) SetNATS(url string) { n.cfg.NATS = url }
+
+// Name is this node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Observe is the registry's Observer: it queues the directory write of a session added or
+// removed here. It never blocks.
+func (n *Node) Observe(e session.Event) {
+	n.pubMu.Lock()
+	n.pubQ = append(n.pubQ, e)
+	n.pubMu.Unlock()
+	select {
+	case n.pubWake <- struct{}{}:
+	default:
+	}
+}
+
+// Start connects to NATS, creates the directory bucket if needed (waiting for the JetStream
+// cluster to form), deletes this node's stale entries (a previous run's), loads and watches
+// the directory, and starts the heartbeat. ctx bounds the start only.
+func (n *Node) Start(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	nc, err := nats.Connect(n.cfg.NATS, nats.Name("muxterm-"+n.cfg.Name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return fmt.Errorf("cluster: connect %s: %w", n.cfg.NATS, err)
+	}
+	n.nc = nc
+	if n.js, err = jetstream.New(nc); err != nil {
+		nc.Close()
+		return fmt.Errorf("cluster: jetstream: %w", err)
+	}
+	cfg := jetstream.KeyValueConfig{Bucket: DirectoryBucket, History: 1, Replicas: n.cfg.Replicas, LimitMarkerTTL: markerTTL,
+		Description: "muxterm session directory: s.<node>.<session> → owner, principal, name, created, state"}
+	for {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		n.dir, err = n.js.CreateOrUpdateKeyValue(actx, cfg)
+		acancel()
+		if err == nil {
+			break
+		}
+		n.log.Debug("cluster: directory bucket not ready", "err", err)
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			return fmt.Errorf("cluster: directory bucket %s (replicas %d): %w", DirectoryBucket, cfg.Replicas, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	n.ctx, n.stop = context.WithCancel(context.Background())
+	if err := n.sweep(ctx); err != nil {
+		n.Close()
+		return err
+	}
+	sub, err := nc.Subscribe(heartbeatSubj+"*", n.onHeartbeat)
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("cluster: subscribe heartbeats: %w", err)
+	}
+	hello, err := nc.Subscribe(helloSubj, func(*nats.Msg) { n.beat() })
+	if err != nil {
+		_ = sub.Unsubscribe()
+		n.Close()
+		return fmt.Errorf("cluster: subscribe hello: %w", err)
+	}
+	_ = hello // ends with the connection
+	if err := nc.Publish(helloSubj, nil); err != nil {
+		n.log.Warn("cluster: hello", "err", err)
+	}
+	w, err := n.dir.WatchAll(n.ctx)
+	if err != nil {
+		_ = sub.Unsubscribe()
+		n.Close()
+		return fmt.Errorf("cluster: watch directory: %w", err)
+	}
+	loaded := make(chan struct{})
+	n.mu.Lock()
+	n.started = time.Now()
+	n.mu.Unlock()
+	n.wg.Go(func() { n.watch(w, loaded) })
+	select {
+	case <-loaded:
+	case <-ctx.Done():
+		n.Close()
+		return fmt.Errorf("cluster: load directory: %w", ctx.Err())
+	}
+	n.wg.Go(n.heartbeatLoop)
+	n.wg.Go(n.monitor)
+	n.wg.Go(n.publisher)
+	n.log.Info("cluster joined", "nats", n.cfg.NATS, "url", n.cfg.URL, "ttl", n.cfg.TTL, "replicas", n.cfg.Replicas)
+	return nil
+}
+
+// sweep deletes this node's entries left by a previous run: their PTYs died with it.
+func (n *Node) sweep(ctx context.Context) error {
+	kl, err := n.dir.ListKeysFiltered(ctx, "s."+n.cfg.Name+".*")
+	if err != nil {
+		return fmt.Errorf("cluster: list stale entries: %w", err)
+	}
+	var keys []string
+	for k := range kl.Keys() {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if err := n.dir.Purge(ctx, k, jetstream.PurgeTTL(markerTTL)); err != nil {
+			return fmt.Errorf("cluster: delete stale entry %s: %w", k, err)
+		}
+	}
+	if len(keys) > 0 {
+		n.log.Info("cluster: swept stale entries", "count", len(keys))
+	}
+	return nil
+}
+
+func entryKey(node, id string) string { return "s." + node + "." + id }
+
+// watch keeps entries current from the directory; loaded is closed once the initial values
+// are in.
+func (n *Node) watch(w jetstream.KeyWatcher, loaded chan struct{}) {
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				if loaded != nil {
+					close(loaded)
+					loaded = nil
+				}
+				continue
+			}
+			parts := strings.Split(e.Key(), ".")
+			if len(parts) != 3 {
+				continue
+			}
+			node, id := parts[1], parts[2]
+			if e.Operation() != jetstream.KeyValuePut {
+				n.mu.Lock()
+				if cur, ok := n.entries[id]; ok && cur.Node == node {
+					delete(n.entries, id)
+				}
+				n.mu.Unlock()
+				continue
+			}
+			var ent Entry
+			if err := json.Unmarshal(e.Value(), &ent); err != nil {
+				n.log.Warn("cluster: bad directory entry", "key", e.Key(), "err", err)
+				continue
+			}
+			ent.ID, ent.Node = id, node
+			n.mu.Lock()
+			n.entries[id] = ent
+			n.mu.Unlock()
+		}
+	}
+}
+
+// publisher writes this node's directory entries from the queue Observe fills, in order,
+// retrying a write that fails (JetStream electing a leader) until it succeeds or the node
+// closes.
+func (n *Node) publisher() {
+	for {
+		n.pubMu.Lock()
+		q := n.pubQ
+		n.pubQ = nil
+		if n.pubBusy {
+			n.pubBusy = false
+			close(n.pubIdle)
+			n.pubIdle = make(chan struct{})
+		}
+		n.pubBusy = len(q) > 0
+		n.pubMu.Unlock()
+		if len(q) == 0 {
+			select {
+			case <-n.pubWake:
+				continue
+			case <-n.ctx.Done():
+				return
+			}
+		}
+		for _, e := range q {
+			for attempt := 0; ; attempt++ {
+				err := n.publish(e)
+				if err == nil {
+					break
+				}
+				n.log.Warn("cluster: directory write failed; retrying", "session", e.ID, "opened", e.Opened, "err", err, "attempt", attempt)
+				select {
+				case <-n.ctx.Done():
+					return
+				case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
+				}
+			}
+		}
+	}
+}
+
+func (n *Node) publish(e session.Event) error {
+	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+	defer cancel()
+	key := entryKey(n.cfg.Name, e.ID)
+	if !e.Opened {
+		if err := n.dir.Purge(ctx, key, jetstream.PurgeTTL(markerTTL)); err != nil {
+			return fmt.Errorf("delete %s: %w", key, err)
+		}
+		return nil
+	}
+	b, _ := json.Marshal(Entry{Node: n.cfg.Name, Principal: e.Owner, Name: e.Name, Created: e.Created.UTC(), State: "running"})
+	if _, err := n.dir.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+// heartbeatLoop publishes this node's heartbeat every TTL/5.
+func (n *Node) heartbeatLoop() {
+	t := time.NewTicker(n.cfg.TTL / 5)
+	defer t.Stop()
+	for {
+		n.beat()
+		select {
+		case <-t.C:
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+// beat publishes one heartbeat.
+func (n *Node) beat() {
+	b, _ := json.Marshal(heartbeat{Node: n.cfg.Name, URL: n.cfg.URL, Boot: n.boot, Sessions: n.cfg.Sessions()})
+	if err := n.nc.Publish(heartbeatSubj+n.cfg.Name, b); err != nil {
+		n.log.Warn("cluster: heartbeat", "err", err)
+	}
+}
+
+func (n *Node) onHeartbeat(m *nats.Msg) {
+	var hb heartbeat
+	if json.Unmarshal(m.Data, &hb) != nil || hb.Node == "" || hb.Node == n.cfg.Name {
+		return
+	}
+	n.mu.Lock()
+	p := n.peers[hb.Node]
+	if p == nil {
+		p = &peer{}
+		n.peers[hb.Node] = p
+	}
+	rebooted := p.boot != "" && p.boot != hb.Boot
+	p.url, p.boot, p.sessions, p.seen, p.alive = hb.URL, hb.Boot, hb.Sessions, time.Now(), true
+	var lost []*relay
+	if rebooted {
+		lost = n.relaysOfLocked(hb.Node) // their sessions died with the previous run
+	}
+	n.mu.Unlock()
+	for _, r := range lost {
+		r.nodeLost()
+	}
+}
+
+// monitor marks a node lost once its heartbeat was not heard for 3/4 of the TTL (silence), and
+// ends the relays to it.
+func (n *Node) monitor() {
+	tick := max(n.cfg.TTL/20, 10*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-t.C:
+		case <-n.ctx.Done():
+			return
+		}
+		now := time.Now()
+		var lost []*relay
+		n.mu.Lock()
+		if now.Sub(last) > n.silence()/2 {
+			// This process did not run for a while (stopped, starved): the silence is ours,
+			// not the peers'. Judge them afresh from now.
+			for _, p := range n.peers {
+				p.seen = now
+			}
+		}
+		last = now
+		for name, p := range n.peers {
+			if p.alive && now.Sub(p.seen) > n.silence() {
+				p.alive = false
+				n.log.Warn("cluster: node lost", "lost", name, "silent", now.Sub(p.seen).Round(time.Millisecond))
+				lost = append(lost, n.relaysOfLocked(name)...)
+			}
+		}
+		n.mu.Unlock()
+		for _, r := range lost {
+			r.nodeLost()
+		}
+	}
+}
+
+// silence is how long a node may go unheard before it is lost: three heartbeats (TTL/5 apart)
+// missed, so a node that dies is noticed within 0.8 TTL (3/4 TTL plus the monitor's tick).
+func (n *Node) silence() time.Duration { return n.cfg.TTL * 3 / 4 }
+
+func (n *Node) relaysOfLocked(node string) []*relay {
+	var out []*relay
+	for r := range n.relays {
+		if r.node == node {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// aliveLocked reports whether node is alive: heard within the TTL, or, never heard, named by
+// the directory less than a TTL after this node started (its heartbeat may not have come yet).
+func (n *Node) aliveLocked(node string) (url string, ok bool) {
+	p := n.peers[node]
+	if p == nil {
+		return "", time.Since(n.started) <= n.silence()
+	}
+	return p.url, p.alive
+}
+
+// Close stops the heartbeat and the watchers, waits for the relays' teardowns and closes the
+// NATS connection. The directory writes queued so far are flushed first (at most opTimeout).
+func (n *Node) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	n.CloseWithin(ctx)
+}
+
+// CloseWithin is Close with the flush of the queued directory writes bounded by ctx (a
+// graceful shutdown's deadline): they are best effort, a node that starts again sweeps what is
+// left. It may be called more than once.
+func (n *Node) CloseWithin(ctx context.Context) {
+	n.closeOnce.Do(func() { n.close(ctx) })
+}
+
+func (n *Node) close(ctx context.Context) {
+	if n.stop == nil {
+		if n.nc != nil {
+			n.nc.Close()
+		}
+		return
+	}
+	if err := n.flush(ctx); err != nil {
+		n.log.Warn("cluster: directory writes not flushed before closing; a restart sweeps them", "err", err)
+	}
+	n.mu.Lock()
+	rs := make([]*relay, 0, len(n.relays))
+	for r := range n.relays {
+		rs = append(rs, r)
+	}
+	n.mu.Unlock()
+	for _, r := range rs {
+		r.Close(false)
+	}
+	n.stop()
+	done := make(chan struct{})
+	go func() {
+		n.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// A relay's client stuck in a write to an owner that stopped reading (bounded by the
+		// client's WriteTimeout): not worth holding the shutdown for.
+		n.log.Warn("cluster: closing without waiting for every relay", "err", ctx.Err())
+	}
+	n.nc.Close()
+}
+
+// flush waits for the publisher to drain the queue.
+func (n *Node) flush(ctx context.Context) error {
+	for {
+		n.pubMu.Lock()
+		idle, done := n.pubIdle, len(n.pubQ) == 0 && !n.pubBusy
+		n.pubMu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Entries returns the directory as this node sees it, oldest first (tests, figures).
+func (n *Node) Entries() []Entry {
+	n.mu.Lock()
+	out := make([]Entry, 0, len(n.entries))
+	for _, e := range n.entries {
+		out = append(out, e)
+	}
+	n.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out
+}
+
+// lookup finds id's entry: in the watched view, else (written a moment ago, not yet watched
+// here) in the bucket itself.
+func (n *Node) lookup(ctx context.Context, id string) (Entry, bool) {
+	n.mu.Lock()
+	e, ok := n.entries[id]
+	n.mu.Unlock()
+	if ok || !validID(id) {
+		return e, ok
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	kl, err := n.dir.ListKeysFiltered(ctx, "s.*."+id)
+	if err != nil {
+		return Entry{}, false
+	}
+	var key string
+	for k := range kl.Keys() {
+		key = k
+	}
+	if key == "" {
+		return Entry{}, false
+	}
+	kve, err := n.dir.Get(ctx, key)
+	if err != nil {
+		return Entry{}, false
+	}
+	if json.Unmarshal(kve.Value(), &e) != nil {
+		return Entry{}, false
+	}
+	e.ID, e.Node = id, strings.Split(key, ".")[1]
+	return e, true
+}
+
+// validID: session ids are 32 lowercase hex characters; anything else is no key.
+func validID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for _, c := range id {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,336 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/mux"
+	"github.com/muxterm/muxterm/proto"
+)
+
+var _ mux.Remote = (*Node)(nil)
+
+// List returns principal's sessions on the other live nodes, oldest first, each with its node.
+func (n *Node) List(principal string) []proto.SessionInfo {
+	n.mu.Lock()
+	var es []Entry
+	for _, e := range n.entries {
+		if e.Principal != principal || e.Node == n.cfg.Name {
+			continue
+		}
+		if _, ok := n.aliveLocked(e.Node); ok {
+			es = append(es, e)
+		}
+	}
+	n.mu.Unlock()
+	sort.Slice(es, func(i, j int) bool { return es[i].Created.Before(es[j].Created) })
+	out := make([]proto.SessionInfo, 0, len(es))
+	for _, e := range es {
+		out = append(out, proto.SessionInfo{Session: e.ID, Name: e.Name, Node: e.Node,
+			Created: e.Created.UTC().Format(time.RFC3339Nano)})
+	}
+	return out
+}
+
+// owner finds the live node that owns id and its URL. A session of a lost node is
+// session_closed {reason: node_lost}; one the directory does not know is mux.ErrNotRemote.
+func (n *Node) owner(ctx context.Context, id string) (node, url string, err error) {
+	e, ok := n.lookup(ctx, id)
+	if !ok || e.Node == n.cfg.Name {
+		return "", "", mux.ErrNotRemote
+	}
+	// A node named by the directory but not heard from yet (this node just started) is waited
+	// for, at most until it would be declared lost.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n.mu.Lock()
+		url, alive := n.aliveLocked(e.Node)
+		n.mu.Unlock()
+		if !alive {
+			return "", "", proto.ErrSessionClosed(id, ReasonNodeLost)
+		}
+		if url != "" {
+			return e.Node, url, nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return "", "", fmt.Errorf("owner %s of %s: %w", e.Node, id, ctx.Err())
+		}
+	}
+}
+
+// dial opens a socket to a node's /ws acting for principal, with the cluster token.
+func (n *Node) dial(ctx context.Context, url, principal string, readOnly bool, onErr func(*proto.Error)) (*client.Client, error) {
+	h := http.Header{}
+	h.Set(proto.HeaderOnBehalfOf, principal)
+	if readOnly {
+		h.Set(proto.HeaderReadOnly, "1")
+	}
+	c, err := client.Dial(ctx, url, client.DialOptions{Token: n.cfg.Token, Header: h,
+		Name: "muxterm-relay/" + n.cfg.Name, ManualAck: true, OnServerError: onErr})
+	if err != nil {
+		return nil, fmt.Errorf("relay: dial %s: %w", url, err)
+	}
+	return c, nil
+}
+
+// Attach implements mux.Remote: a relay bound to the owner's session.
+func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p proto.AttachParams, notify func()) (mux.Relay, proto.AttachResult, error) {
+	node, url, err := n.owner(ctx, p.Session)
+	if err != nil {
+		return nil, proto.AttachResult{}, err
+	}
+	r := &relay{n: n, notify: notify}
+	c, err := n.dial(ctx, url, principal, readOnly, r.onServerError)
+	if err != nil {
+		return nil, proto.AttachResult{}, n.dialErr(node, p.Session, err)
+	}
+	ch, res, err := c.Attach(ctx, p.Session, p.From)
+	if err != nil {
+		c.Close()
+		return nil, res, err // the owner's error, e.g. unknown_session for another principal
+	}
+	if p.Cols > 0 && !readOnly {
+		if rerr := ch.Resize(ctx, p.Cols, p.Rows); rerr == nil {
+			res.Cols, res.Rows = p.Cols, p.Rows
+		}
+	}
+	return n.startRelay(r, node, p.Session, c, ch), res, nil
+}
+
+// dialErr: an owner that cannot be reached is reported as lost.
+func (n *Node) dialErr(node, id string, err error) error {
+	n.log.Warn("relay: owner unreachable", "owner", node, "session", id, "err", err)
+	return proto.ErrSessionClosed(id, ReasonNodeLost)
+}
+
+// Open implements mux.Remote: with least-sessions placement, the open goes to the live node
+// with the fewest sessions when that is not this one.
+func (n *Node) Open(ctx context.Context, principal string, p proto.OpenParams, notify func()) (mux.Relay, proto.OpenResult, bool, error) {
+	if n.cfg.Placement != PlaceLeastSessions {
+		return nil, proto.OpenResult{}, false, nil
+	}
+	// Each node's sessions as the directory says (current to within its propagation time);
+	// this node's own count is exact. Fewest wins; a tie stays here, then goes to the first name.
+	best, bestURL, bestN := "", "", n.cfg.Sessions()
+	n.mu.Lock()
+	counts := make(map[string]int, len(n.peers))
+	for _, e := range n.entries {
+		counts[e.Node]++
+	}
+	for name, pr := range n.peers {
+		c := counts[name]
+		if pr.alive && pr.url != "" && (c < bestN || (c == bestN && best != "" && name < best)) {
+			best, bestURL, bestN = name, pr.url, c
+		}
+	}
+	n.mu.Unlock()
+	if best == "" {
+		return nil, proto.OpenResult{}, false, nil
+	}
+	r := &relay{n: n, notify: notify}
+	c, err := n.dial(ctx, bestURL, principal, false, r.onServerError)
+	if err != nil {
+		return nil, proto.OpenResult{}, false, nil // placement is a preference: open here
+	}
+	ch, err := c.Open(ctx, client.OpenOptions{Cmd: p.Cmd, Cwd: p.Cwd, Env: p.Env, Cols: p.Cols, Rows: p.Rows, Name: p.Name})
+	if err != nil {
+		c.Close()
+		return nil, proto.OpenResult{}, true, err
+	}
+	return n.startRelay(r, best, ch.Session(), c, ch), proto.OpenResult{Session: ch.Session(), Pid: ch.Pid()}, true, nil
+}
+
+// Kill implements mux.Remote.
+func (n *Node) Kill(ctx context.Context, principal, id string) (proto.KillResult, error) {
+	node, url, err := n.owner(ctx, id)
+	if err != nil {
+		return proto.KillResult{}, err
+	}
+	c, err := n.dial(ctx, url, principal, false, nil)
+	if err != nil {
+		return proto.KillResult{}, n.dialErr(node, id, err)
+	}
+	defer c.Close()
+	return c.Kill(ctx, id)
+}
+
+// Lease implements mux.Remote: the lease is taken on the owner, where the reaper runs.
+func (n *Node) Lease(ctx context.Context, principal, id string, ttlMs int64) (proto.LeaseResult, error) {
+	node, url, err := n.owner(ctx, id)
+	if err != nil {
+		return proto.LeaseResult{}, err
+	}
+	c, err := n.dial(ctx, url, principal, false, nil)
+	if err != nil {
+		return proto.LeaseResult{}, n.dialErr(node, id, err)
+	}
+	defer c.Close()
+	var res proto.LeaseResult
+	err = c.Call(ctx, "session.lease", map[string]any{"session": id, "ttl_ms": ttlMs}, &res)
+	return res, err
+}
+
+// relay is one channel relayed to its owner: a client socket to the owner acting for the
+// principal, with ManualAck, so the owner gets acks only for what the relay's own client
+// acknowledged: the bytes in flight from the owner (on the wire, buffered here, on the wire to
+// the client) never exceed the owner's window.
+type relay struct {
+	n      *Node
+	node   string
+	id     string
+	c      *client.Client
+	ch     *client.Channel
+	notify func()
+
+	// mu guards lost, closing and errs.
+	mu      sync.Mutex
+	lost    bool // the owner node was declared lost
+	closing bool
+	errs    []*proto.Error // id-less errors from the owner, not yet passed on
+}
+
+// maxRelayErrors bounds the owner's errors kept for the writer; beyond it they are dropped
+// (the client is told of the first ones; they repeat the same refusal).
+const maxRelayErrors = 64
+
+func (r *relay) onServerError(e *proto.Error) {
+	r.mu.Lock()
+	if len(r.errs) < maxRelayErrors {
+		r.errs = append(r.errs, e)
+	}
+	r.mu.Unlock()
+	if r.notify != nil {
+		r.notify()
+	}
+}
+
+func (r *relay) Errors() []*proto.Error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	es := r.errs
+	r.errs = nil
+	return es
+}
+
+// startRelay completes r (made before the dial, for its error hook) and registers it.
+func (n *Node) startRelay(r *relay, node, id string, c *client.Client, ch *client.Channel) *relay {
+	r.node, r.id, r.c, r.ch = node, id, c, ch
+	n.mu.Lock()
+	n.relays[r] = struct{}{}
+	_, alive := n.aliveLocked(node)
+	n.mu.Unlock()
+	ch.SetNotify(r.notify)
+	if !alive {
+		r.nodeLost()
+	}
+	return r
+}
+
+func (r *relay) Session() string { return r.id }
+
+func (r *relay) Read(p []byte) (int, int64) {
+	if len(p) == 0 {
+		return 0, 0
+	}
+	if r.ch.Buffered() == 0 {
+		return 0, 0 // (a gap with no data behind it yet is reported with the data that follows)
+	}
+	// Only this goroutine reads: with data buffered, Read returns at once.
+	before := r.ch.Offset()
+	nr, _ := r.ch.Read(p)
+	lost := r.ch.Offset() - before - int64(nr)
+	return nr, lost
+}
+
+func (r *relay) State() (bool, *proto.ExitInfo, string) {
+	if r.ch.Buffered() > 0 {
+		return true, r.ch.ExitInfo(), ""
+	}
+	select {
+	case <-r.ch.Closed():
+	default:
+		return false, r.ch.ExitInfo(), ""
+	}
+	reason := r.ch.Reason()
+	r.mu.Lock()
+	if r.lost || reason == "" {
+		reason = ReasonNodeLost // the owner's socket ended without session.closed
+	}
+	r.mu.Unlock()
+	return false, r.ch.ExitInfo(), reason
+}
+
+func (r *relay) Size() (int, int, uint64) { return r.ch.SizeGen() }
+
+func (r *relay) Ack(n int) {
+	if err := r.ch.Ack(n); err != nil {
+		r.n.log.Debug("relay: ack", "session", r.id, "err", err)
+	}
+}
+
+func (r *relay) Write(p []byte) error {
+	_, err := r.ch.Write(p)
+	if err != nil {
+		var pe *proto.Error
+		if errors.As(err, &pe) {
+			return pe
+		}
+		return proto.ErrSessionClosed(r.id, ReasonNodeLost)
+	}
+	return nil
+}
+
+func (r *relay) Resize(ctx context.Context, cols, rows int) (proto.ResizeResult, error) {
+	var res proto.ResizeResult
+	err := r.c.Call(ctx, "session.resize", map[string]any{"channel": r.ch.ID, "cols": cols, "rows": rows}, &res)
+	return res, err
+}
+
+func (r *relay) Signal(ctx context.Context, sig string) error {
+	return r.ch.Signal(ctx, sig)
+}
+
+// Close ends the relay off the caller's goroutine (a detach is a round trip to the owner).
+func (r *relay) Close(detach bool) {
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return
+	}
+	r.closing = true
+	r.mu.Unlock()
+	r.n.mu.Lock()
+	delete(r.n.relays, r)
+	r.n.mu.Unlock()
+	r.n.wg.Go(func() {
+		select {
+		case <-r.ch.Closed():
+			detach = false // the owner already ended the binding
+		default:
+		}
+		if detach {
+			ctx, cancel := context.WithTimeout(r.n.ctx, opTimeout) // Close cuts it short
+			_ = r.ch.Detach(ctx)
+			cancel()
+		}
+		r.c.Close()
+	})
+}
+
+// nodeLost ends the relay's socket: its client is told session.closed {reason: node_lost}
+// once what was buffered is delivered.
+func (r *relay) nodeLost() {
+	r.mu.Lock()
+	r.lost = true
+	r.mu.Unlock()
+	r.c.Close() // ends the channel: the notify wakes the writer
+}

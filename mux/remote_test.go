@@ -1,0 +1,238 @@
+package mux
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil"
+	"github.com/muxterm/muxterm/proto"
+)
+
+const remoteID = "0123456789abcdef0123456789abcdef"
+
+// fakeRemote owns remoteID on node "b" and attaches a fakeRelay to it.
+type fakeRemote struct {
+	mu    sync.Mutex
+	relay *fakeRelay
+	asked []string // principals Attach was called for
+}
+
+func (f *fakeRemote) List(principal string) []proto.SessionInfo {
+	return []proto.SessionInfo{{Session: remoteID, Node: "b", Name: "far"}}
+}
+
+func (f *fakeRemote) Attach(_ context.Context, principal string, _ bool, p proto.AttachParams, notify func()) (Relay, proto.AttachResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, principal)
+	if p.Session != remoteID {
+		return nil, proto.AttachResult{}, ErrNotRemote
+	}
+	f.relay = &fakeRelay{notify: notify}
+	return f.relay, proto.AttachResult{Session: remoteID, Channel: 77}, nil
+}
+
+func (f *fakeRemote) Open(context.Context, string, proto.OpenParams, func()) (Relay, proto.OpenResult, bool, error) {
+	return nil, proto.OpenResult{}, false, nil
+}
+
+func (f *fakeRemote) Kill(context.Context, string, string) (proto.KillResult, error) {
+	return proto.KillResult{}, ErrNotRemote
+}
+
+func (f *fakeRemote) Lease(context.Context, string, string, int64) (proto.LeaseResult, error) {
+	return proto.LeaseResult{}, ErrNotRemote
+}
+
+// fakeRelay is a relay whose owner the test plays.
+type fakeRelay struct {
+	notify func()
+
+	mu       sync.Mutex
+	buf      []byte
+	lost     int64
+	closed   string
+	acked    int
+	written  []byte
+	errs     []*proto.Error
+	detached bool
+	ended    bool
+}
+
+func (r *fakeRelay) do(f func()) {
+	r.mu.Lock()
+	f()
+	r.mu.Unlock()
+	r.notify()
+}
+
+func (r *fakeRelay) Session() string { return remoteID }
+
+func (r *fakeRelay) Read(p []byte) (int, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(p) == 0 || len(r.buf) == 0 {
+		return 0, 0
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	lost := r.lost
+	r.lost = 0
+	return n, lost
+}
+
+func (r *fakeRelay) State() (bool, *proto.ExitInfo, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.buf) > 0 {
+		return true, nil, ""
+	}
+	return false, nil, r.closed
+}
+
+func (r *fakeRelay) Size() (int, int, uint64) { return 0, 0, 0 }
+
+func (r *fakeRelay) Ack(n int) {
+	r.mu.Lock()
+	r.acked += n
+	r.mu.Unlock()
+}
+
+func (r *fakeRelay) Errors() []*proto.Error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	es := r.errs
+	r.errs = nil
+	return es
+}
+
+func (r *fakeRelay) Write(p []byte) error {
+	r.mu.Lock()
+	r.written = append(r.written, p...)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *fakeRelay) Resize(context.Context, int, int) (proto.ResizeResult, error) {
+	return proto.ResizeResult{}, nil
+}
+
+func (r *fakeRelay) Signal(context.Context, string) error { return nil }
+
+func (r *fakeRelay) Close(detach bool) {
+	r.mu.Lock()
+	r.detached, r.ended = detach, true
+	r.mu.Unlock()
+}
+
+func (r *fakeRelay) get(f func(r *fakeRelay) bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return f(r)
+}
+
+// TestRelayedChannel: a session another node owns is listed with its node, attached through the
+// Remote under this socket's channel number, and served by the writer like a local one: output
+// within the channel's credit only, gaps ahead of the data, acks passed on, input passed on,
+// the owner's id-less errors with this channel's number, and the relay's closed reason last.
+func TestRelayedChannel(t *testing.T) {
+	const window = 1024
+	rem := &fakeRemote{}
+	s := newServer(t, ServerOptions{Remote: rem, Node: "a", Window: window}, nil)
+	var errMu sync.Mutex
+	var serverErrs []*proto.Error
+	c := s.dialWith(t, client.DialOptions{ManualAck: true, OnServerError: func(e *proto.Error) {
+		errMu.Lock()
+		serverErrs = append(serverErrs, e)
+		errMu.Unlock()
+	}})
+	ctx := testCtx(t)
+
+	list, err := c.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Node != "b" || list[0].Session != remoteID {
+		t.Fatalf("list: got %+v, %v; want the remote session on b", list, err)
+	}
+	if _, _, err := c.Attach(ctx, "ffffffffffffffffffffffffffffffff", nil); err == nil ||
+		!errors.As(err, new(*proto.Error)) || err.(*proto.Error).Kind() != proto.KindUnknownSession {
+		t.Fatalf("attach of an id no node has: got %v, want unknown_session", err)
+	}
+	ch, res, err := c.Attach(ctx, remoteID, nil)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	if res.Channel != ch.ID {
+		t.Fatalf("attach result: channel %d, want this socket's %d (not the owner's 77)", res.Channel, ch.ID)
+	}
+	r := rem.relay
+	if rem.asked[len(rem.asked)-1] != principal {
+		t.Fatalf("relay asked for %q, want %q", rem.asked, principal)
+	}
+
+	// Credit: 5000 bytes buffered at the relay, a window of 1024 reaches the client.
+	r.do(func() { r.buf = make([]byte, 5000) })
+	testutil.WaitFor(t, 10*time.Second, "one window delivered", func() bool { return ch.Buffered() == window })
+	if _, err := c.List(ctx); err != nil { // a round trip: the writer wrote what it could
+		t.Fatal(err)
+	}
+	if n := ch.Buffered(); n != window {
+		t.Fatalf("client got %d bytes, want exactly the window %d", n, window)
+	}
+	if !r.get(func(r *fakeRelay) bool { return len(r.buf) == 5000-window }) {
+		t.Fatalf("the relay's buffer was read beyond the credit")
+	}
+	buf := make([]byte, 8192)
+	if n, _ := ch.Read(buf); n != window {
+		t.Fatalf("read %d, want %d", n, window)
+	}
+	if err := ch.Ack(window); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the ack passed on to the relay", func() bool { return r.get(func(r *fakeRelay) bool { return r.acked == window }) })
+	for got := window; got < 5000; {
+		testutil.WaitFor(t, 10*time.Second, "the next window", func() bool { return ch.Buffered() == min(window, 5000-got) })
+		n, _ := ch.Read(buf)
+		got += n
+		if err := ch.Ack(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 10*time.Second, "every ack passed on", func() bool { return r.get(func(r *fakeRelay) bool { return r.acked == 5000 }) })
+
+	// A gap goes ahead of the data it concerns.
+	before := ch.Offset()
+	r.do(func() { r.buf, r.lost = []byte("x"), 7 })
+	if n, _ := ch.Read(buf); n != 1 || buf[0] != 'x' || ch.Offset()-before != 8 || ch.Lost() != 7 {
+		t.Fatalf("after a gap of 7: read %q, offset moved %d, lost %d; want x, 8, 7", buf[:n], ch.Offset()-before, ch.Lost())
+	}
+
+	// Input reaches the relay; the owner's id-less error comes back with this channel.
+	if _, err := ch.Write([]byte("typed")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "input passed on", func() bool { return r.get(func(r *fakeRelay) bool { return string(r.written) == "typed" }) })
+	r.do(func() {
+		r.errs = append(r.errs, withChannel(proto.ErrLimitExceeded("inputQueue", "full"), 77))
+	})
+	testutil.WaitFor(t, 10*time.Second, "the owner's error", func() bool {
+		errMu.Lock()
+		defer errMu.Unlock()
+		return len(serverErrs) == 1
+	})
+	if got := serverErrs[0].Data["channel"]; got != float64(ch.ID) {
+		t.Fatalf("relayed error: data.channel %v, want this socket's %d", got, ch.ID)
+	}
+
+	// The owner is lost: session.closed node_lost, then the relay is closed.
+	r.do(func() { r.closed = "node_lost" })
+	if err := ch.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ch.Reason() != "node_lost" {
+		t.Fatalf("closed: reason %q, want node_lost", ch.Reason())
+	}
+	testutil.WaitFor(t, 10*time.Second, "the relay closed", func() bool { return r.get(func(r *fakeRelay) bool { return r.ended }) })
+}
