@@ -54,8 +54,19 @@ type DialOptions struct {
 	Reconnect *ReconnectOptions
 	// ManualAck: Read acknowledges nothing; the caller acknowledges with Channel.Ack what its
 	// own consumer consumed. A relay that forwards output to another client passes that
-	// client's acks on, so the window bounds the bytes in flight end to end.
+	// client's acks on, so the window bounds the bytes in flight end to end. It cannot be
+	// combined with Reconnect (Dial refuses).
 	ManualAck bool
+}
+
+// check refuses options that do not work together: with ManualAck the caller's acks are
+// counts of bytes it read, which after a reconnect may belong to the binding before it, and the
+// client cannot tell which to credit.
+func (o DialOptions) check() error {
+	if o.ManualAck && o.Reconnect != nil {
+		return errors.New("dial: ManualAck and Reconnect cannot be combined")
+	}
+	return nil
 }
 
 func (o DialOptions) withDefaults() DialOptions {
@@ -146,6 +157,9 @@ type response struct {
 
 // Dial connects, negotiates muxterm.v1 and calls initialize.
 func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
 	c := newClient(url, opts)
 	if err := c.connect(ctx); err != nil {
 		c.abort(nil, err)
@@ -159,6 +173,9 @@ func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
 // (the server handles a socket's messages in order; see docs/protocol.md). On any error the
 // client is closed.
 func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) (*Client, *Channel, error) {
+	if err := opts.check(); err != nil {
+		return nil, nil, err
+	}
 	c := newClient(url, opts)
 	l, err := c.dialLink(ctx)
 	if err != nil {

@@ -433,6 +433,20 @@ func (c *conn) lingerAfterClose() {
 	}
 }
 
+// readDeadline is the read deadline after a message or a pong: PongWait from now, but never
+// past the linger that follows a close frame of ours, so a client that goes on sending after
+// our close is let go when the linger ends (protocol.md §6), whatever it sends.
+func (c *conn) readDeadline() time.Time {
+	d := time.Now().Add(c.opts.PongWait)
+	c.mu.Lock()
+	until := c.lingerUntil
+	c.mu.Unlock()
+	if !until.IsZero() && until.Before(d) {
+		return until
+	}
+	return d
+}
+
 // closeSocket closes the socket; after lingerAfterClose it first reads and discards what the
 // client sends until it closes its side or the linger ends.
 func (c *conn) closeSocket() {
@@ -742,15 +756,16 @@ func (c *conn) serveRelay(ch *channel, buf []byte) (bool, error) {
 	}
 	if closed != "" {
 		ch.closedSent = true
-		if err := c.write(websocket.TextMessage, closedNote(ch, session.Reason(closed))); err != nil {
-			return false, fmt.Errorf("write closed: %w", err)
-		}
+		// The number is free before the client can learn it is (as in serveChannel).
 		c.mu.Lock()
 		if c.channels[ch.id] == ch {
 			delete(c.channels, ch.id)
 		}
 		c.mu.Unlock()
 		c.unbind(ch, false)
+		if err := c.write(websocket.TextMessage, closedNote(ch, session.Reason(closed))); err != nil {
+			return false, fmt.Errorf("write closed: %w", err)
+		}
 		return true, nil
 	}
 	return lost > 0, nil
@@ -796,7 +811,7 @@ func (c *conn) readLoop() error {
 		if !c.initialized { // the handler runs in this goroutine, inside NextReader
 			return nil
 		}
-		return c.ws.SetReadDeadline(time.Now().Add(c.opts.PongWait))
+		return c.ws.SetReadDeadline(c.readDeadline())
 	})
 	var msg bytes.Buffer
 	for {
@@ -808,7 +823,7 @@ func (c *conn) readLoop() error {
 			return err
 		}
 		if c.initialized {
-			_ = c.ws.SetReadDeadline(time.Now().Add(c.opts.PongWait))
+			_ = c.ws.SetReadDeadline(c.readDeadline())
 		}
 		limit := c.opts.MaxMessageBytes
 		if typ == websocket.BinaryMessage {

@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"syscall"
 	"time"
@@ -73,7 +72,9 @@ func (s *Session) killCgroup(ctx context.Context, wait time.Duration) (killed in
 	// Recursively: a session running as root may have made cgroups of its own (a nested
 	// gateway does), emptied by the same cgroup.kill.
 	if _, err := cgroup.RemoveAll(ctx, g.Path()); err != nil {
-		return len(pids), nil, fmt.Errorf("kill %s: %w", s.id, err)
+		// Checked empty above: the failure is the directory's, not a process's. Logged, and
+		// not an unverified check (left is empty, not unknown).
+		s.opts.Logger.Warn("kill: remove the session's cgroup", "session", s.id, "cgroup", g.Path(), "err", err)
 	}
 	return len(pids), nil, nil
 }

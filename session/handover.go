@@ -411,7 +411,11 @@ func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) 
 		}
 	}
 	if childErr != nil {
-		// Nothing we can wait for or safely signal: the status is lost.
+		// Nothing we can wait for or safely signal: the status is lost, and no waiter will
+		// ever say the pid was reaped, so it is no longer ours for the orphan reaper.
+		if h.Exit == nil {
+			orphans.reaped(h.Pid)
+		}
 		s.exit = ExitStatus{Code: -1}
 		s.exitSettled = true
 		close(s.exited)

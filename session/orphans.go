@@ -98,6 +98,12 @@ func AdoptOrphans(log *slog.Logger) error {
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGCHLD)
+	// Orphans that became zombies before Notify (after an upgrade's exec, for one) sent their
+	// SIGCHLD to nobody: one pass first.
+	select {
+	case orphans.kick <- struct{}{}:
+	default:
+	}
 	go func() {
 		for {
 			select {

@@ -420,6 +420,11 @@ wait:
 		case <-ctx.Done():
 			break wait
 		case err := <-serveErr:
+			// Still end every session: the processes must not outlive the gateway.
+			log.Error("serve failed; shutting down", "err", err)
+			if serr := shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups, cl); serr != nil {
+				return errors.Join(fmt.Errorf("serve: %w", err), serr)
+			}
 			return fmt.Errorf("serve: %w", err)
 		case <-upgradeSignals:
 			// Returns only if refused (nothing changed) or aborted (shut down below).

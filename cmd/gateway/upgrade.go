@@ -276,7 +276,8 @@ var errUpgradeAborted = errors.New("upgrade aborted after quiescing")
 
 // upgrade asks the binary whether it can adopt this state, then quiesces everything and execs
 // it. It returns only when the upgrade was refused (nothing changed: the gateway serves on) or,
-// with errUpgradeAborted, when even the fallback exec failed.
+// with errUpgradeAborted, when even the fallback exec failed or the quiesce failed after the
+// sockets were closed (docs/operations.md: the gateway then shuts down).
 func (u *upgrader) upgrade(signalled time.Time) error {
 	if !u.busy.CompareAndSwap(false, true) {
 		u.log.Warn("upgrade refused: an upgrade is running")
@@ -383,6 +384,7 @@ func (u *upgrader) check() error {
 	cmd.Env = os.Environ()
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
+	cmd.WaitDelay = time.Second // a descendant holding the pipes cannot stretch the dry run
 	// Started as one of our own children, so that the orphan reaper leaves its exit status to
 	// cmd.Wait.
 	done, err := session.StartChild(cmd)
