@@ -646,21 +646,8 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	// The viewer has moved past these bytes: count them in flight before any write can fail, so
 	// a socket that ends here leaves its resume hold where the client will resume.
 	ch.credit.take(int64(nr))
-	if lost > 0 {
-		c.tel.Instruments.GapBytes.Add(c.ctx, lost)
-		if err := c.write(websocket.TextMessage, proto.MarshalNotification("session.gap",
-			map[string]any{"channel": ch.id, "lost": lost})); err != nil {
-			return false, fmt.Errorf("write gap: %w", err)
-		}
-	}
-	if nr > 0 {
-		frame := proto.AppendFrame(buf[:0], proto.FrameOutput, ch.id, nil)
-		frame = frame[:proto.HeaderLen+nr]
-		if err := c.write(websocket.BinaryMessage, frame); err != nil {
-			return false, fmt.Errorf("write output: %w", err)
-		}
-		c.markReady(ch) // there may be more
-		return true, nil
+	if wrote, err := c.writeOutput(ch, buf, nr, lost); wrote || err != nil {
+		return wrote, err
 	}
 	st := ch.v.State()
 	if st.Pending > 0 {
@@ -723,21 +710,8 @@ func (c *conn) serveRelay(ch *channel, buf []byte) (bool, error) {
 	n := int(min(max(ch.credit.available(), 0), proto.MaxOutputPayload))
 	nr, lost := ch.relay.Read(buf[proto.HeaderLen : proto.HeaderLen+n])
 	ch.credit.take(int64(nr))
-	if lost > 0 {
-		c.tel.Instruments.GapBytes.Add(c.ctx, lost)
-		if err := c.write(websocket.TextMessage, proto.MarshalNotification("session.gap",
-			map[string]any{"channel": ch.id, "lost": lost})); err != nil {
-			return false, fmt.Errorf("write gap: %w", err)
-		}
-	}
-	if nr > 0 {
-		frame := proto.AppendFrame(buf[:0], proto.FrameOutput, ch.id, nil)
-		frame = frame[:proto.HeaderLen+nr]
-		if err := c.write(websocket.BinaryMessage, frame); err != nil {
-			return false, fmt.Errorf("write output: %w", err)
-		}
-		c.markReady(ch)
-		return true, nil
+	if wrote, err := c.writeOutput(ch, buf, nr, lost); wrote || err != nil {
+		return wrote, err
 	}
 	pending, exit, closed := ch.relay.State()
 	if pending {
@@ -779,6 +753,29 @@ func sizeNote(ch *channel, size session.Size) []byte {
 func exitNote(ch *channel, e session.ExitStatus) []byte {
 	return proto.MarshalNotification("session.exit", map[string]any{
 		"channel": ch.id, "session": ch.sessionID(), "code": e.Code, "signal": signalOrNil(e)})
+}
+
+// writeOutput writes what a channel's read gave: the gap notification for lost bytes, then the
+// nr bytes already read into buf after the frame header. It reports whether it wrote a frame;
+// the channel is then marked ready again, since there may be more.
+func (c *conn) writeOutput(ch *channel, buf []byte, nr int, lost int64) (bool, error) {
+	if lost > 0 {
+		c.tel.Instruments.GapBytes.Add(c.ctx, lost)
+		if err := c.write(websocket.TextMessage, proto.MarshalNotification("session.gap",
+			map[string]any{"channel": ch.id, "lost": lost})); err != nil {
+			return false, fmt.Errorf("write gap: %w", err)
+		}
+	}
+	if nr == 0 {
+		return false, nil
+	}
+	frame := proto.AppendFrame(buf[:0], proto.FrameOutput, ch.id, nil)
+	frame = frame[:proto.HeaderLen+nr]
+	if err := c.write(websocket.BinaryMessage, frame); err != nil {
+		return false, fmt.Errorf("write output: %w", err)
+	}
+	c.markReady(ch)
+	return true, nil
 }
 
 func closedNote(ch *channel, reason session.Reason) []byte {
