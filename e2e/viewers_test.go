@@ -5,8 +5,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	binenc "encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,194 +13,14 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil/rawmux"
 	"github.com/muxterm/muxterm/proto"
 )
 
-// viewerSocket is a WebSocket that speaks muxterm.v1 by hand and sees what the Go client does
-// not show (it ignores unknown notifications): its reader routes responses by id, records
-// notifications in order, and collects and acknowledges output per channel.
-type viewerSocket struct {
-	t   *testing.T
-	ws  *websocket.Conn
-	wmu sync.Mutex // one writer at a time
-
-	mu      sync.Mutex
-	nextID  int
-	waiting map[int]chan []byte
-	notes   []viewerNote
-	seen    int // notes consumed by nextNote
-	out     map[uint32][]byte
-	changed chan struct{}
-	done    chan struct{}
-}
-
-type viewerNote struct {
-	Method string         `json:"method"`
-	Params map[string]any `json:"params"`
-}
-
-func dialViewer(t *testing.T, g *gateway) *viewerSocket {
-	t.Helper()
-	d := websocket.Dialer{Subprotocols: []string{proto.Subprotocol}, HandshakeTimeout: 5 * time.Second}
-	ws, _, err := d.Dial(g.WS, http.Header{"Authorization": {"Bearer " + g.Token}})
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	v := &viewerSocket{t: t, ws: ws, waiting: map[int]chan []byte{}, out: map[uint32][]byte{},
-		changed: make(chan struct{}, 1), done: make(chan struct{})}
-	go v.readLoop()
-	t.Cleanup(v.close)
-	v.result("initialize", map[string]any{}, nil)
-	return v
-}
-
-func (v *viewerSocket) close() {
-	v.ws.Close()
-	<-v.done
-}
-
-func (v *viewerSocket) readLoop() {
-	defer close(v.done)
-	for {
-		typ, b, err := v.ws.ReadMessage()
-		if err != nil {
-			return
-		}
-		if typ == websocket.BinaryMessage {
-			if f, err := proto.ParseFrame(b); err == nil && f.Type == proto.FrameOutput {
-				v.mu.Lock()
-				v.out[f.Channel] = append(v.out[f.Channel], f.Payload...)
-				v.mu.Unlock()
-				var n [4]byte
-				binenc.BigEndian.PutUint32(n[:], uint32(len(f.Payload)))
-				v.write(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameAck, f.Channel, n[:]))
-			}
-		} else {
-			var m struct {
-				ID *int `json:"id"`
-				viewerNote
-			}
-			if json.Unmarshal(b, &m) == nil {
-				v.mu.Lock()
-				if m.ID != nil && v.waiting[*m.ID] != nil {
-					v.waiting[*m.ID] <- b
-					delete(v.waiting, *m.ID)
-				} else if m.ID == nil && m.Method != "" {
-					v.notes = append(v.notes, m.viewerNote)
-				}
-				v.mu.Unlock()
-			}
-		}
-		select {
-		case v.changed <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (v *viewerSocket) write(typ int, b []byte) {
-	v.wmu.Lock()
-	defer v.wmu.Unlock()
-	_ = v.ws.WriteMessage(typ, b)
-}
-
-// result calls method and decodes its result into out (if non-nil), failing on an error.
-func (v *viewerSocket) result(method string, params any, out any) {
-	v.t.Helper()
-	v.mu.Lock()
-	v.nextID++
-	id := v.nextID
-	ch := make(chan []byte, 1)
-	v.waiting[id] = ch
-	v.mu.Unlock()
-	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-	if err != nil {
-		v.t.Fatal(err)
-	}
-	v.write(websocket.TextMessage, b)
-	var r []byte
-	select {
-	case r = <-ch:
-	case <-time.After(10 * time.Second):
-		v.t.Fatalf("no response to %s", method)
-	}
-	var m struct {
-		Result json.RawMessage `json:"result"`
-		Error  *proto.Error    `json:"error"`
-	}
-	if err := json.Unmarshal(r, &m); err != nil || m.Error != nil {
-		v.t.Fatalf("%s: got %s, want a result", method, r)
-	}
-	if out != nil {
-		if err := json.Unmarshal(m.Result, out); err != nil {
-			v.t.Fatal(err)
-		}
-	}
-}
-
-func (v *viewerSocket) input(channel uint32, s string) {
-	v.write(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameInput, channel, []byte(s)))
-}
-
-// waitFor waits until cond (called with v.mu held) holds.
-func (v *viewerSocket) waitFor(what string, cond func() bool) {
-	v.t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		v.mu.Lock()
-		ok := cond()
-		v.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-v.changed:
-		case <-v.done:
-			v.t.Fatalf("socket closed waiting for %s", what)
-		case <-deadline:
-			v.t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
-func (v *viewerSocket) waitOutput(channel uint32, want string) {
-	v.t.Helper()
-	v.waitFor(fmt.Sprintf("%q on channel %d", want, channel), func() bool {
-		return bytes.Contains(v.out[channel], []byte(want))
-	})
-}
-
-// expectSize checks that the next session.size notification (others are skipped) says
-// cols x rows for channel.
-func (v *viewerSocket) expectSize(channel uint32, cols, rows int) {
-	v.t.Helper()
-	var got map[string]any
-	v.waitFor("a session.size notification", func() bool {
-		for ; v.seen < len(v.notes); v.seen++ {
-			if v.notes[v.seen].Method == "session.size" {
-				got = v.notes[v.seen].Params
-				v.seen++
-				return true
-			}
-		}
-		return false
-	})
-	if got["channel"] != float64(channel) || got["cols"] != float64(cols) || got["rows"] != float64(rows) {
-		v.t.Fatalf("session.size: got %v, want channel %d, %dx%d", got, channel, cols, rows)
-	}
-}
-
-// TestWindowSizeFlag: with each --window-size, an opener at 80x24 (the Go client) and a second
-// viewer attaching at 60x40 (by hand, to see session.size): the attach result, stty size in the
-// shell, the resize result and the notifications follow the policy, and once the second viewer's
-// socket ends the session has the opener's size again.
 func TestWindowSizeFlag(t *testing.T) {
 	type size struct{ cols, rows int }
 	for _, tc := range []struct {
@@ -250,20 +68,14 @@ func TestWindowSizeFlag(t *testing.T) {
 				return out
 			}
 
-			b := dialViewer(t, g)
+			b := rawmux.Dial(t, g.WS, http.Header{"Authorization": {"Bearer " + g.Token}})
 			var att proto.AttachResult
-			b.result("session.attach", map[string]any{"channel": 5, "session": a.Session(), "cols": 60, "rows": 40}, &att)
+			b.Result("session.attach", map[string]any{"channel": 5, "session": a.Session(), "cols": 60, "rows": 40}, &att)
 			if (size{att.Cols, att.Rows}) != tc.both {
 				t.Errorf("attach result: got %dx%d, want %+v", att.Cols, att.Rows, tc.both)
 			}
-			bRead := func(until string) string {
-				b.waitOutput(5, until)
-				b.mu.Lock()
-				defer b.mu.Unlock()
-				out := string(b.out[5])
-				return out[:strings.LastIndex(out, until)+len(until)]
-			}
-			stty(func(s string) { b.input(5, s) }, bRead, tc.both)
+			bRead := func(until string) string { return b.WaitOutput(5, until) }
+			stty(func(s string) { b.Input(5, s) }, bRead, tc.both)
 
 			var applied proto.ResizeResult
 			if err := c.Call(ctx, "session.resize", map[string]any{"channel": 1, "cols": 70, "rows": 30}, &applied); err != nil {
@@ -273,11 +85,11 @@ func TestWindowSizeFlag(t *testing.T) {
 				t.Errorf("resize to 70x30: applied %dx%d, want %+v", applied.Cols, applied.Rows, tc.resized)
 			}
 			if tc.resized != tc.both {
-				b.expectSize(5, tc.resized.cols, tc.resized.rows)
+				b.ExpectSize(5, tc.resized.cols, tc.resized.rows)
 			}
 			stty(aWrite, aRead, tc.resized)
 
-			b.close() // the second viewer's socket ends
+			b.Close() // the second viewer's socket ends
 			// The gateway recomputes the size when it sees the socket end: wait for a's
 			// session.size before asking the shell (the size may already be a's own).
 			for deadline := time.After(10 * time.Second); ; {
