@@ -85,6 +85,17 @@ func (ch *Channel) bindOpen(r response) {
 	ch.offset, ch.next = res.Offset, res.Offset
 }
 
+// bindOpenSized is bindOpen that also records the size the session was opened at, in wire
+// order, before any session.size.
+func (ch *Channel) bindOpenSized(o OpenOptions) func(response) {
+	return func(r response) {
+		ch.bindOpen(r)
+		if r.Err == nil && r.lost == nil {
+			ch.setSize(o.Cols, o.Rows)
+		}
+	}
+}
+
 // bindAttach returns the binder of session.attach's response (see bindOpen).
 func (ch *Channel) bindAttach(from *int64) func(response) {
 	return func(r response) {
@@ -476,12 +487,15 @@ func (ch *Channel) WriteContext(ctx context.Context, p []byte) (int, error) {
 // Resize declares this viewer's size. The size the gateway applies (its --window-size policy
 // over every viewer) is then Size.
 func (ch *Channel) Resize(ctx context.Context, cols, rows int) error {
-	var res proto.ResizeResult
-	if err := ch.c.Call(ctx, "session.resize", map[string]any{"channel": ch.ID, "cols": cols, "rows": rows}, &res); err != nil {
-		return err
+	// The applied size is recorded on the reader goroutine, in wire order: a session.size that
+	// follows the result cannot be overwritten by it.
+	record := func(r response) {
+		var res proto.ResizeResult
+		if r.Err == nil && r.lost == nil && json.Unmarshal(r.Result, &res) == nil {
+			ch.setSize(res.Cols, res.Rows)
+		}
 	}
-	ch.setSize(res.Cols, res.Rows)
-	return nil
+	return ch.c.call(ctx, "session.resize", map[string]any{"channel": ch.ID, "cols": cols, "rows": rows}, nil, record)
 }
 
 // Signal sends a signal ("INT", ...) to the foreground process group.

@@ -188,7 +188,7 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
 	ch := c.newChannel()
-	openCall, err := c.sendOn(l, "session.open", o.params(ch.ID), ch.bindOpen)
+	openCall, err := c.sendOn(l, "session.open", o.params(ch.ID), ch.bindOpenSized(o))
 	if err != nil {
 		c.abort(l, err)
 		return nil, nil, err
@@ -653,14 +653,13 @@ func (o OpenOptions) params(channel uint32) proto.OpenParams {
 // stays reserved until then.
 func (c *Client) Open(ctx context.Context, o OpenOptions) (*Channel, error) {
 	ch := c.newChannel()
-	err, handedOff := c.callLate(ctx, "session.open", o.params(ch.ID), nil, ch.bindOpen, c.undo(ch, "session.kill"))
+	err, handedOff := c.callLate(ctx, "session.open", o.params(ch.ID), nil, ch.bindOpenSized(o), c.undo(ch, "session.kill"))
 	if err != nil {
 		if !handedOff {
 			c.dropChannel(ch)
 		}
 		return nil, err
 	}
-	ch.setSize(o.Cols, o.Rows)
 	return ch, nil
 }
 
