@@ -2,7 +2,9 @@
 // in the system's temporary directory (outside the repository, so nothing resolves through it),
 // `npm install` of the tarball, an import of `@muxterm/client` in Node, and a type-check of a
 // consumer against the shipped index.d.ts under `moduleResolution: nodenext` with neither the
-// DOM nor Node's types. Exits non-zero on the first failure; removes the directory either way.
+// DOM nor Node's types. The package's exported names are checked exactly: the values at run time,
+// the type-only names by the consumer's import of each. Exits non-zero on the first failure;
+// removes the directory either way.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -12,6 +14,25 @@ import { fileURLToPath } from 'node:url';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const pkg = (await import(join(root, 'package.json'), { with: { type: 'json' } })).default;
+// Everything src/index.ts exports: a name added or removed is a change to the package's API, made
+// here on purpose (and in README.md), not by accident.
+const VALUES = [
+  'Channel', 'DEFAULT_BACKOFF', 'ErrorCode', 'FrameType', 'HEADER_BYTES', 'MAX_CHANNEL', 'MuxClient', 'MuxError',
+  'ReplayGuard', 'SUBPROTOCOL', 'backoffDelay', 'decodeFrame', 'encodeAck', 'encodeFrame', 'inputChunkBytes',
+  'isMuxError', 'isTerminalReply', 'reconnectDelay',
+];
+const TYPES = [
+  'BackoffOptions', 'ChannelListener', 'ChannelState', 'ClientErrorKind', 'ClientInfo', 'ClosedParams', 'ClosedReason',
+  'ConnectionState', 'ErrorData', 'ErrorKind', 'EventHandler', 'ExitParams', 'ExitStatus', 'FlowParams', 'Frame',
+  'GapParams', 'InitializeParams', 'InitializeResult', 'JsonRpcErrorObject', 'JsonRpcFailure', 'JsonRpcId',
+  'JsonRpcNotification', 'JsonRpcRequest', 'JsonRpcResponse', 'JsonRpcSuccess', 'Limits', 'Method', 'MuxClientEvents',
+  'MuxClientOptions', 'NotificationMap', 'RequestMap', 'RequestMeta', 'ServerErrorKind', 'SessionAttachParams',
+  'SessionAttachResult', 'SessionDetachParams', 'SessionDetachResult', 'SessionInfo', 'SessionKillParams',
+  'SessionKillResult', 'SessionLeaseParams', 'SessionLeaseResult', 'SessionListParams', 'SessionListResult',
+  'SessionOpenParams', 'SessionOpenResult', 'SessionResizeParams', 'SessionResizeResult', 'SessionSignalParams',
+  'SignalName', 'SizeParams', 'TerminalWrite', 'WebSocketFactory', 'WebSocketLike',
+];
+
 const tmp = mkdtempSync(join(tmpdir(), 'muxterm-pack-'));
 assert.ok(relative(root, tmp).startsWith('..'), `${tmp} must be outside ${root}`);
 
@@ -45,6 +66,7 @@ import { createRequire } from 'node:module';
 const where = createRequire(import.meta.url).resolve('@muxterm/client/package.json');
 assert.ok(where.startsWith(process.cwd()), 'resolved from the project: ' + where);
 assert.equal(m.SUBPROTOCOL, 'muxterm.v1');
+assert.deepEqual(Object.keys(m).sort(), ${JSON.stringify(VALUES)}, 'the exported values');
 for (const name of ['MuxClient', 'Channel', 'MuxError', 'encodeFrame', 'decodeFrame', 'encodeAck', 'isMuxError']) {
   assert.equal(typeof m[name], 'function', name);
 }
@@ -70,6 +92,8 @@ console.log('import ok from ' + where);
   writeFileSync(
     join(project, 'check.ts'),
     `import { MuxClient, type Channel, type SessionKillResult, type WebSocketLike } from '@muxterm/client';
+// Each exported type-only name (an unknown one fails the check).
+export type { ${TYPES.join(', ')} } from '@muxterm/client';
 declare const socket: WebSocketLike;
 const c = new MuxClient('ws://127.0.0.1:8222/ws', { webSocketFactory: () => socket });
 export async function run(): Promise<SessionKillResult> {
