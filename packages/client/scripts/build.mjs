@@ -1,5 +1,6 @@
-// Builds dist/: index.js (+ map), the ES module bundled by esbuild from src/index.ts, and
-// index.d.ts, emitted by tsc from tsconfig.src.json (declarations only).
+// Builds dist/: index.js (+ map), the one ES module esbuild bundles from src/index.ts and the
+// modules it imports, and the declarations tsc emits from tsconfig.src.json: index.d.ts (the
+// public entry, re-exports only) and one .d.ts per module beside it.
 import { build } from 'esbuild';
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';

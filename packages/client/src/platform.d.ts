@@ -1,5 +1,5 @@
-// The host APIs src/client.ts relies on besides ES2022 (every browser, Node >= 18, Deno and Bun
-// have them). Used only by tsconfig.client.json, which checks client.ts without the DOM lib.
+// The host APIs src/*.ts rely on besides ES2022 (every browser, Node >= 18, Deno and Bun have
+// them). Used only by tsconfig.src.json, which checks src without the DOM lib.
 declare function setTimeout(handler: () => void, timeout?: number): unknown;
 declare function clearTimeout(id: unknown): void;
 declare function queueMicrotask(callback: () => void): void;

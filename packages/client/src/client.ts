@@ -1,0 +1,570 @@
+// MuxClient: one multiplexed connection to a gateway (docs/protocol.md §4): connect, initialize,
+// requests, reconnect with backoff and re-attach of every channel, incoming text and binary
+// messages, and batched acknowledgements.
+
+import { DEFAULT_BACKOFF, reconnectDelay, type BackoffOptions } from './backoff.js';
+import { Channel } from './channel.js';
+import { ErrorCode, MuxError, clientClosed, disconnected, reportListenerError, type JsonRpcErrorObject } from './errors.js';
+import { FrameType, MAX_CHANNEL, SUBPROTOCOL, decodeFrame } from './frame.js';
+import type {
+  ClientInfo,
+  FlowParams,
+  InitializeResult,
+  JsonRpcId,
+  JsonRpcRequest,
+  Limits,
+  Method,
+  RequestMap,
+  SessionAttachParams,
+  SessionInfo,
+  SessionKillResult,
+  SessionLeaseResult,
+  SessionOpenParams,
+} from './messages.js';
+import { WS_OPEN, defaultWebSocketFactory, type WebSocketFactory, type WebSocketLike } from './socket.js';
+
+export type ConnectionState = 'idle' | 'connecting' | 'connected' | 'reconnecting' | 'closed';
+
+export interface MuxClientOptions {
+  /** Defaults to globalThis.WebSocket. */
+  webSocketFactory?: WebSocketFactory;
+  client?: ClientInfo;
+  capabilities?: Record<string, unknown>;
+  backoff?: Partial<BackoffOptions>;
+  /** Reconnect after the socket drops (default true). */
+  reconnect?: boolean;
+  /** Give up on a socket whose `initialize` got no answer in this time (default 10 s). */
+  initializeTimeoutMs?: number;
+  /**
+   * Consumed bytes below `flow.ackBytes` are acknowledged when the consumer goes idle:
+   * 0 (default) means at the end of the current task (a microtask), more means after that
+   * many milliseconds without reaching `ackBytes`.
+   */
+  ackIdleMs?: number;
+  /**
+   * Input typed while a channel waits to be re-attached is kept (at most this many bytes per
+   * channel, default 65536) and sent once it is attached again; beyond that it is dropped.
+   */
+  maxQueuedInputBytes?: number;
+  /** For tests: the jitter source. */
+  random?: () => number;
+}
+
+export interface MuxClientEvents {
+  /** The connection state changed. */
+  state: (state: ConnectionState) => void;
+  /** A socket finished `initialize` (first connect and every reconnect). */
+  initialized: (result: InitializeResult) => void;
+  /** An error response nobody waits for (`id: null`: bad frames, oversize messages, …). */
+  error: (err: MuxError) => void;
+}
+
+interface Pending {
+  method: string;
+  resolve: (v: unknown) => void;
+  reject: (e: MuxError) => void;
+}
+
+type Listeners = { [K in keyof MuxClientEvents]: Set<MuxClientEvents[K]> };
+
+const DEFAULT_LIMITS: Limits = {
+  maxMessageBytes: 65536,
+  maxInputBytes: 65536,
+  maxChannels: 64,
+  maxSessions: 64,
+  maxCols: 1000,
+  maxRows: 1000,
+  maxOutputFrameBytes: 32768,
+};
+const DEFAULT_FLOW: FlowParams = { window: 262144, ackBytes: 65536 };
+
+/**
+ * One multiplexed connection to a muxterm gateway. Survives socket drops: it reconnects with
+ * backoff, re-initializes, and re-attaches every channel from its resume offset.
+ */
+export class MuxClient {
+  readonly url: string;
+  private readonly factory: WebSocketFactory;
+  private readonly opts: Required<Omit<MuxClientOptions, 'webSocketFactory' | 'backoff'>>;
+  private readonly backoff: BackoffOptions;
+
+  private ws: WebSocketLike | null = null;
+  /** Increments per socket; stale socket events and responses are recognised by it. */
+  private socketGen = 0;
+  /** `initialize` answered and every channel re-attach settled on the current socket. */
+  private ready = false;
+  private _state: ConnectionState = 'idle';
+  private attempt = 0;
+  private everConnected = false;
+  private reconnectTimer: ReturnType<typeof setTimeout> | null = null;
+  /** When the last connected socket was lost (ms since the epoch). */
+  private droppedAt = 0;
+  private initTimer: ReturnType<typeof setTimeout> | null = null;
+  private nextId = 1;
+  private readonly pending = new Map<JsonRpcId, Pending>();
+  private readyWaiters: Array<{ resolve: () => void; reject: (e: MuxError) => void }> = [];
+  private readonly listeners: Listeners = { state: new Set(), initialized: new Set(), error: new Set() };
+
+  /** @internal */
+  readonly channels = new Map<number, Channel>();
+  private nextChannel = 1;
+  private ackScheduled = false;
+  private ackTimer: ReturnType<typeof setTimeout> | null = null;
+  private readonly encoder = new TextEncoder();
+
+  /** Limits and flow parameters of the last `initialize` (defaults of §4 before that). */
+  limits: Limits = { ...DEFAULT_LIMITS };
+  flow: FlowParams = { ...DEFAULT_FLOW };
+  server: InitializeResult['server'] | null = null;
+
+  constructor(url: string, options: MuxClientOptions = {}) {
+    this.url = url;
+    this.factory = options.webSocketFactory ?? defaultWebSocketFactory;
+    this.backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
+    this.opts = {
+      client: options.client ?? { name: 'muxterm-client', version: '0.1.0' },
+      capabilities: options.capabilities ?? {},
+      reconnect: options.reconnect ?? true,
+      initializeTimeoutMs: options.initializeTimeoutMs ?? 10_000,
+      ackIdleMs: options.ackIdleMs ?? 0,
+      maxQueuedInputBytes: options.maxQueuedInputBytes ?? 65536,
+      random: options.random ?? Math.random,
+    };
+  }
+
+  get state(): ConnectionState {
+    return this._state;
+  }
+
+  on<K extends keyof MuxClientEvents>(event: K, fn: MuxClientEvents[K]): () => void {
+    (this.listeners[event] as Set<MuxClientEvents[K]>).add(fn);
+    return () => {
+      (this.listeners[event] as Set<MuxClientEvents[K]>).delete(fn);
+    };
+  }
+
+  private emit<K extends keyof MuxClientEvents>(event: K, ...args: Parameters<MuxClientEvents[K]>): void {
+    for (const fn of [...this.listeners[event]]) {
+      try {
+        (fn as (...a: Parameters<MuxClientEvents[K]>) => void)(...args);
+      } catch (e) {
+        reportListenerError(e);
+      }
+    }
+  }
+
+  private setState(s: ConnectionState): void {
+    if (this._state === s) return;
+    this._state = s;
+    this.emit('state', s);
+  }
+
+  /** Starts connecting (idempotent). Resolves once the first socket is initialized. */
+  connect(): Promise<void> {
+    if (this._state === 'closed') return Promise.reject(clientClosed());
+    if (this._state === 'idle') {
+      this.setState('connecting');
+      this.openSocket();
+    }
+    return this.whenReady();
+  }
+
+  /** Resolves when the client is connected and every channel is re-attached. */
+  whenReady(): Promise<void> {
+    if (this._state === 'closed') return Promise.reject(clientClosed());
+    if (this.ready) return Promise.resolve();
+    return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
+  }
+
+  /** Skips the remaining backoff delay (for example on the browser's `online` event). */
+  reconnectNow(): void {
+    if (this.reconnectTimer === null) return;
+    clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+    this.openSocket();
+  }
+
+  /**
+   * Closes the socket for good: no reconnect; pending requests reject with `client_closed`.
+   * When connected, bound channels are detached first, so their sessions do not wait out the
+   * gateway's resume hold for a client that is not coming back. A channel still binding, or
+   * one lost with an earlier socket while reconnecting, cannot be detached: the gateway holds
+   * its session's output for `flow.resumeHoldMs` at most.
+   */
+  close(): void {
+    if (this._state === 'closed') return;
+    const ws = this.ws;
+    if (ws && ws.readyState === WS_OPEN && this._state === 'connected') {
+      for (const ch of this.channels.values()) {
+        if (ch._state !== 'bound') continue;
+        const msg: JsonRpcRequest = { jsonrpc: '2.0', id: this.nextId++, method: 'session.detach', params: { channel: ch.id } };
+        try {
+          ws.send(JSON.stringify(msg)); // the gateway reads it before the close frame
+        } catch {
+          break;
+        }
+      }
+    }
+    this.setState('closed');
+    if (this.reconnectTimer !== null) clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+    this.dropSocket(clientClosed());
+    if (ws) {
+      try {
+        ws.close(1000, 'client closed');
+      } catch {
+        /* already closed */
+      }
+    }
+    for (const ch of [...this.channels.values()]) ch._close('client_closed');
+    const waiters = this.readyWaiters;
+    this.readyWaiters = [];
+    for (const w of waiters) w.reject(clientClosed());
+  }
+
+  // --- requests
+
+  /** Sends a request once the client is ready; resolves with `result`, rejects with MuxError. */
+  async request<M extends Method>(method: M, params: RequestMap[M][0]): Promise<RequestMap[M][1]> {
+    await this.whenReady();
+    return this._sendRequestNow(method, params);
+  }
+
+  /** @internal Sends on the current socket right now, ready or not (initialize, re-attach). */
+  _sendRequestNow<M extends Method>(method: M, params: RequestMap[M][0]): Promise<RequestMap[M][1]> {
+    const ws = this.ws;
+    if (!ws || ws.readyState !== WS_OPEN) {
+      return Promise.reject(disconnected(method));
+    }
+    const id = this.nextId++;
+    const msg: JsonRpcRequest = { jsonrpc: '2.0', id, method, params };
+    return new Promise<RequestMap[M][1]>((resolve, reject) => {
+      this.pending.set(id, {
+        method,
+        resolve: resolve as (v: unknown) => void,
+        reject,
+      });
+      try {
+        ws.send(JSON.stringify(msg));
+      } catch {
+        this.pending.delete(id);
+        reject(disconnected(method));
+      }
+    });
+  }
+
+  list(): Promise<SessionInfo[]> {
+    return this.request('session.list', {}).then((r) => r.sessions ?? []);
+  }
+
+  kill(session: string): Promise<SessionKillResult> {
+    return this.request('session.kill', { session });
+  }
+
+  lease(session: string, ttlMs: number): Promise<SessionLeaseResult> {
+    return this.request('session.lease', { session, ttl_ms: ttlMs });
+  }
+
+  /** session.open on a fresh channel. */
+  async open(params: Omit<SessionOpenParams, 'channel'>): Promise<Channel> {
+    await this.whenReady();
+    const ch = new Channel(this, this.allocChannel(), '');
+    this.channels.set(ch.id, ch);
+    try {
+      const r = await this._sendRequestNow('session.open', { ...params, channel: ch.id });
+      ch._bound(r.session, r.offset ?? 0, null, null);
+      ch._setSize(params.cols, params.rows);
+      return ch;
+    } catch (e) {
+      if (this.channels.get(ch.id) === ch) this.channels.delete(ch.id);
+      ch._state = 'closed';
+      throw e;
+    }
+  }
+
+  /**
+   * session.attach on a fresh channel; `from` omitted replays the oldest retained byte on.
+   * `size` is this viewer's terminal size for the window-size policy (protocol 1.1); the
+   * session's applied size is `channel.cols`/`channel.rows` once this resolves.
+   */
+  async attach(session: string, from?: number, size?: { cols: number; rows: number }): Promise<Channel> {
+    await this.whenReady();
+    const ch = new Channel(this, this.allocChannel(), session);
+    this.channels.set(ch.id, ch);
+    try {
+      const params: SessionAttachParams = { channel: ch.id, session };
+      if (from !== undefined) params.from = from;
+      if (size) {
+        params.cols = size.cols;
+        params.rows = size.rows;
+        ch._ownSize = { cols: size.cols, rows: size.rows };
+      }
+      const r = await this._sendRequestNow('session.attach', params);
+      ch._bound(r.session, r.offset, from ?? null, r);
+      return ch;
+    } catch (e) {
+      if (this.channels.get(ch.id) === ch) this.channels.delete(ch.id);
+      ch._state = 'closed';
+      throw e;
+    }
+  }
+
+  private allocChannel(): number {
+    for (let i = 0; i < 16; i++) {
+      const c = this.nextChannel;
+      this.nextChannel = c >= MAX_CHANNEL ? 1 : c + 1;
+      if (!this.channels.has(c)) return c;
+    }
+    for (let c = 1; c <= MAX_CHANNEL; c++) if (!this.channels.has(c)) return c;
+    throw new RangeError('no free channel');
+  }
+
+  // --- socket lifecycle
+
+  private openSocket(): void {
+    const gen = ++this.socketGen;
+    let ws: WebSocketLike;
+    try {
+      ws = this.factory(this.url, SUBPROTOCOL);
+      ws.binaryType = 'arraybuffer';
+    } catch {
+      this.ws = null;
+      this.scheduleReconnect();
+      return;
+    }
+    this.ws = ws;
+    ws.onopen = () => {
+      if (gen !== this.socketGen) return;
+      void this.initialize(gen);
+    };
+    ws.onmessage = (ev) => {
+      if (gen !== this.socketGen) return;
+      this.onMessage(ev.data);
+    };
+    ws.onerror = () => {
+      /* a close event follows */
+    };
+    ws.onclose = () => {
+      if (gen !== this.socketGen) return;
+      this.onSocketLost(disconnected());
+    };
+  }
+
+  private async initialize(gen: number): Promise<void> {
+    this.initTimer = setTimeout(() => {
+      if (gen !== this.socketGen) return;
+      this.abandonSocket('initialize timed out');
+    }, this.opts.initializeTimeoutMs);
+    let result: InitializeResult;
+    try {
+      result = await this._sendRequestNow('initialize', {
+        client: this.opts.client,
+        capabilities: this.opts.capabilities,
+      });
+    } catch (e) {
+      if (gen !== this.socketGen) return;
+      if (e instanceof MuxError && e.kind !== 'disconnected') this.emit('error', e);
+      this.abandonSocket('initialize failed');
+      return;
+    } finally {
+      if (this.initTimer !== null) clearTimeout(this.initTimer);
+      this.initTimer = null;
+    }
+    if (gen !== this.socketGen) return;
+    this.limits = { ...DEFAULT_LIMITS, ...result.limits };
+    this.flow = { ...DEFAULT_FLOW, ...result.flow };
+    this.server = result.server ?? null;
+    this.emit('initialized', result);
+
+    // Re-attach every channel that was bound before the socket dropped, from its offset.
+    const reattach: Promise<unknown>[] = [];
+    for (const ch of [...this.channels.values()]) {
+      if (ch._state === 'unbound') reattach.push(ch._reattach());
+    }
+    await Promise.allSettled(reattach);
+    if (gen !== this.socketGen) return;
+    if ([...this.channels.values()].some((c) => c._state === 'unbound')) {
+      // A re-attach lost its answer; try again on a fresh socket.
+      this.abandonSocket('re-attach failed');
+      return;
+    }
+    this.attempt = 0;
+    this.everConnected = true;
+    this.ready = true;
+    if (this._state !== 'closed') this.setState('connected');
+    const waiters = this.readyWaiters;
+    this.readyWaiters = [];
+    for (const w of waiters) w.resolve();
+  }
+
+  /** Closes the current socket ourselves and goes through the reconnect path. */
+  private abandonSocket(reason: string): void {
+    const ws = this.ws;
+    this.onSocketLost(disconnected());
+    try {
+      ws?.close(4000, reason);
+    } catch {
+      /* ignore */
+    }
+  }
+
+  private onSocketLost(err: MuxError): void {
+    if (this._state === 'closed') return;
+    this.dropSocket(err);
+    for (const ch of this.channels.values()) ch._socketLost();
+    if (!this.opts.reconnect) {
+      this.close();
+      return;
+    }
+    if (this._state === 'connected') this.droppedAt = Date.now();
+    this.setState(this.everConnected ? 'reconnecting' : 'connecting');
+    this.scheduleReconnect();
+  }
+
+  /** Forgets the current socket: pending requests reject, ack state is dropped. */
+  private dropSocket(err: MuxError): void {
+    const ws = this.ws;
+    this.ws = null;
+    this.ready = false;
+    this.socketGen++;
+    if (this.initTimer !== null) clearTimeout(this.initTimer);
+    this.initTimer = null;
+    if (ws) {
+      ws.onopen = ws.onmessage = ws.onerror = ws.onclose = null;
+    }
+    const pending = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of pending) p.reject(new MuxError(ErrorCode.Internal, `${p.method}: ${err.message}`, err.data, p.method));
+  }
+
+  private scheduleReconnect(): void {
+    if (this._state === 'closed' || this.reconnectTimer !== null) return;
+    const delay = reconnectDelay(this.attempt++, this.backoff, this.opts.random,
+      this.flow.resumeHoldMs ?? 0, Date.now() - this.droppedAt);
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = null;
+      this.openSocket();
+    }, delay);
+  }
+
+  // --- incoming
+
+  private onMessage(data: unknown): void {
+    if (typeof data === 'string') {
+      this.onText(data);
+    } else if (data instanceof ArrayBuffer || ArrayBuffer.isView(data)) {
+      this.onBinary(data as ArrayBuffer | ArrayBufferView);
+    }
+  }
+
+  private onText(text: string): void {
+    let msg: Record<string, unknown>;
+    try {
+      msg = JSON.parse(text) as Record<string, unknown>;
+    } catch {
+      this.emit('error', new MuxError(ErrorCode.ParseError, 'gateway sent invalid JSON', { kind: 'protocol' }));
+      return;
+    }
+    if (!msg || typeof msg !== 'object') return;
+    if (typeof msg['method'] === 'string') {
+      if (msg['id'] === undefined) this.onNotification(msg['method'], msg['params']);
+      return; // the gateway sends no requests in v1
+    }
+    const id = msg['id'] as JsonRpcId | null | undefined;
+    const error = msg['error'] as JsonRpcErrorObject | undefined;
+    if (id === null || id === undefined) {
+      if (error) this.emit('error', MuxError.fromObject(error));
+      return;
+    }
+    const p = this.pending.get(id);
+    if (!p) return;
+    this.pending.delete(id);
+    if (error) p.reject(MuxError.fromObject(error, p.method));
+    else p.resolve(msg['result']);
+  }
+
+  private onNotification(method: string, params: unknown): void {
+    const p = (params ?? {}) as Record<string, unknown>;
+    const ch = typeof p['channel'] === 'number' ? this.channels.get(p['channel']) : undefined;
+    if (!ch) return;
+    switch (method) {
+      case 'session.gap':
+        ch._gap(Number(p['lost']) || 0);
+        break;
+      case 'session.exit':
+        ch._exitNotified({ code: Number(p['code']), signal: (p['signal'] as string | null) ?? null });
+        break;
+      case 'session.closed':
+        ch._close(String(p['reason'] ?? 'closed'));
+        break;
+      case 'session.size': {
+        const cols = Number(p['cols']);
+        const rows = Number(p['rows']);
+        if (cols > 0 && rows > 0) ch._size(cols, rows);
+        break;
+      }
+    }
+  }
+
+  private onBinary(data: ArrayBuffer | ArrayBufferView): void {
+    const f = decodeFrame(data);
+    if (!f || f.type !== FrameType.Output) return;
+    this.channels.get(f.channel)?._data(f.payload);
+  }
+
+  // --- outgoing binary
+
+  /** @internal Sends a binary frame on the current socket; false if there is none. */
+  _sendFrame(frame: Uint8Array<ArrayBuffer>): boolean {
+    const ws = this.ws;
+    if (!ws || ws.readyState !== WS_OPEN) return false;
+    try {
+      ws.send(frame);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** @internal */
+  _encode(s: string): Uint8Array {
+    return this.encoder.encode(s);
+  }
+
+  /** @internal `initialize` answered and every re-attach settled on the current socket. */
+  get _ready(): boolean {
+    return this.ready;
+  }
+
+  /** @internal */
+  get _maxQueuedInputBytes(): number {
+    return this.opts.maxQueuedInputBytes;
+  }
+
+  /** @internal A channel has consumed bytes waiting to be acknowledged. */
+  _scheduleAck(ch: Channel): void {
+    if (ch._pendingAck >= this.flow.ackBytes) {
+      ch._flushAck();
+      return;
+    }
+    if (this.opts.ackIdleMs > 0) {
+      if (this.ackTimer !== null) clearTimeout(this.ackTimer);
+      this.ackTimer = setTimeout(() => {
+        this.ackTimer = null;
+        this.flushAcks();
+      }, this.opts.ackIdleMs);
+      return;
+    }
+    if (this.ackScheduled) return;
+    this.ackScheduled = true;
+    queueMicrotask(() => {
+      this.ackScheduled = false;
+      this.flushAcks();
+    });
+  }
+
+  /** Sends every pending acknowledgement now. */
+  flushAcks(): void {
+    for (const ch of this.channels.values()) ch._flushAck();
+  }
+}

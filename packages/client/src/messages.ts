@@ -1,0 +1,274 @@
+// JSON-RPC 2.0 messages (docs/protocol.md §4): envelopes, each method's params and result
+// (RequestMap), and the server's notifications (NotificationMap). Types only.
+
+import type { JsonRpcErrorObject } from './errors.js';
+
+export type JsonRpcId = number | string;
+
+export interface RequestMeta {
+  /** W3C Trace Context, continued by the gateway's spans. */
+  traceparent?: string;
+}
+
+export interface JsonRpcRequest<P = unknown> {
+  jsonrpc: '2.0';
+  id: JsonRpcId;
+  method: string;
+  params?: P;
+}
+
+export interface JsonRpcNotification<P = unknown> {
+  jsonrpc: '2.0';
+  method: string;
+  params?: P;
+}
+
+export interface JsonRpcSuccess<R = unknown> {
+  jsonrpc: '2.0';
+  id: JsonRpcId;
+  result: R;
+}
+
+export interface JsonRpcFailure {
+  jsonrpc: '2.0';
+  /** null for errors about binary frames and unparseable text messages (§5). */
+  id: JsonRpcId | null;
+  error: JsonRpcErrorObject;
+}
+
+export type JsonRpcResponse<R = unknown> = JsonRpcSuccess<R> | JsonRpcFailure;
+
+export interface ClientInfo {
+  name: string;
+  version: string;
+}
+
+export interface InitializeParams {
+  client: ClientInfo;
+  capabilities: Record<string, unknown>;
+  _meta?: RequestMeta;
+}
+
+export interface Limits {
+  maxMessageBytes: number;
+  maxInputBytes: number;
+  maxChannels: number;
+  maxSessions: number;
+  maxCols: number;
+  maxRows: number;
+  maxOutputFrameBytes: number;
+  // Absent when the server does not say (docs/protocol.md §4, initialize).
+  inputRate?: number;
+  inputBurst?: number;
+  openRate?: number;
+  openBurst?: number;
+  pendingRequests?: number;
+  maxUnreadResponses?: number;
+  inputQueueBytes?: number;
+  maxWireMessageBytes?: number;
+  maxSockets?: number;
+}
+
+export interface FlowParams {
+  window: number;
+  ackBytes: number;
+  /** How long a dropped socket's sessions keep their output for a byte-exact reattach (0: off). */
+  resumeHoldMs?: number;
+}
+
+export interface InitializeResult {
+  server: { name: string; version: string };
+  protocol: string;
+  limits: Limits;
+  flow: FlowParams;
+}
+
+export interface ExitStatus {
+  /** The exit code, or -1 when the process died of a signal. */
+  code: number;
+  /** The signal name (e.g. "HUP") or null. */
+  signal: string | null;
+}
+
+export interface SessionOpenParams {
+  channel: number;
+  cmd?: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  cols: number;
+  rows: number;
+  name?: string;
+  _meta?: RequestMeta;
+}
+
+export interface SessionOpenResult {
+  session: string;
+  channel: number;
+  pid: number;
+  offset: number;
+  /** Always 0: a new session has no replay (protocol 1.1; absent from 1.0 gateways). */
+  live?: number;
+}
+
+export interface SessionAttachParams {
+  channel: number;
+  session: string;
+  from?: number;
+  /** This viewer's size for the window-size policy (both or neither; ignored for read-only). */
+  cols?: number;
+  rows?: number;
+  _meta?: RequestMeta;
+}
+
+export interface SessionAttachResult {
+  session: string;
+  channel: number;
+  offset: number;
+  /**
+   * Where the replay ends and live output begins (protocol 1.1): output below it was printed
+   * before this attach and must never make the terminal's automatic replies reach the PTY.
+   * Absent from a 1.0 gateway (then taken as `end`).
+   */
+  live?: number;
+  lost: number;
+  end: number;
+  pid: number;
+  cols: number;
+  rows: number;
+  exit: ExitStatus | null;
+}
+
+export interface SessionDetachParams {
+  channel: number;
+  _meta?: RequestMeta;
+}
+export interface SessionDetachResult {
+  session: string;
+  channel: number;
+}
+
+export interface SessionResizeParams {
+  channel: number;
+  cols: number;
+  rows: number;
+  _meta?: RequestMeta;
+}
+export interface SessionResizeResult {
+  cols: number;
+  rows: number;
+}
+
+export type SignalName =
+  | 'INT'
+  | 'QUIT'
+  | 'TERM'
+  | 'HUP'
+  | 'KILL'
+  | 'TSTP'
+  | 'CONT'
+  | 'USR1'
+  | 'USR2'
+  | 'WINCH';
+
+export interface SessionSignalParams {
+  channel: number;
+  signal: SignalName | `SIG${SignalName}`;
+  _meta?: RequestMeta;
+}
+
+export interface SessionKillParams {
+  session: string;
+  _meta?: RequestMeta;
+}
+export interface SessionKillResult {
+  session: string;
+  status: 'killed' | 'exited';
+  exit: ExitStatus;
+  duration_ms: number;
+  signals: string[];
+  /** Process groups of the session's terminal session signalled (protocol 1.1). */
+  groups?: number;
+  escapees: number;
+  survivors: number;
+  /** Checks for survivors that could not be made: survivors is then a lower bound (1.1). */
+  unverified?: number;
+  offset: number;
+}
+
+export interface SessionInfo {
+  session: string;
+  name: string;
+  pid: number;
+  cmd: string[];
+  /** RFC 3339. */
+  created: string;
+  cols: number;
+  rows: number;
+  /** Attached channels on all sockets. */
+  viewers: number;
+  end: number;
+  exit: ExitStatus | null;
+}
+
+export interface SessionListParams {
+  _meta?: RequestMeta;
+}
+export interface SessionListResult {
+  sessions: SessionInfo[];
+}
+
+export interface SessionLeaseParams {
+  session: string;
+  ttl_ms: number;
+  _meta?: RequestMeta;
+}
+export interface SessionLeaseResult {
+  session: string;
+  /** RFC 3339. */
+  until: string;
+}
+
+/** method → [params, result] */
+export interface RequestMap {
+  initialize: [InitializeParams, InitializeResult];
+  'session.open': [SessionOpenParams, SessionOpenResult];
+  'session.attach': [SessionAttachParams, SessionAttachResult];
+  'session.detach': [SessionDetachParams, SessionDetachResult];
+  'session.resize': [SessionResizeParams, SessionResizeResult];
+  'session.signal': [SessionSignalParams, Record<string, never>];
+  'session.kill': [SessionKillParams, SessionKillResult];
+  'session.list': [SessionListParams, SessionListResult];
+  'session.lease': [SessionLeaseParams, SessionLeaseResult];
+}
+export type Method = keyof RequestMap;
+
+export interface GapParams {
+  channel: number;
+  lost: number;
+}
+export interface ExitParams {
+  channel: number;
+  session: string;
+  code: number;
+  signal: string | null;
+}
+export type ClosedReason = 'killed' | 'exited' | 'reaped' | 'shutdown';
+export interface SizeParams {
+  channel: number;
+  session: string;
+  cols: number;
+  rows: number;
+}
+export interface ClosedParams {
+  channel: number;
+  session: string;
+  reason: ClosedReason | (string & {});
+}
+
+/** method → params of server notifications */
+export interface NotificationMap {
+  'session.gap': GapParams;
+  'session.exit': ExitParams;
+  'session.closed': ClosedParams;
+  'session.size': SizeParams;
+}
