@@ -2,15 +2,17 @@
 // `vscode` module: activation registers the commands package.json contributes, and, given the
 // gateway binary (MUXTERM_BIN), the commands open, drive, detach and reattach a real session
 // through the Pseudoterminal VS Code would get.
+//
+// The gateway is started by @muxterm/client's test harness (packages/client/test/harness.ts),
+// imported by path: this example already builds against that directory (file:../../packages/client)
+// and runs its tests with that package's runner (scripts/test.mjs), so it keeps no copy of either.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import Module, { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { Gateway } from '../../../packages/client/test/harness';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 // The test runs from a bundle under node_modules/.cache; find the project by its package.json.
@@ -149,46 +151,19 @@ describe('the built extension', () => {
   });
 
   describe('against the gateway binary', { skip: bin ? false : 'MUXTERM_BIN is unset (build with `make build`, then MUXTERM_BIN=$PWD/bin/gateway)' }, () => {
-    let gw: ChildProcess | undefined;
-    const token = randomBytes(16).toString('hex');
-    const kill = () => gw?.kill('SIGKILL');
-
-    const onSignal = (sig: NodeJS.Signals) => {
-      kill();
-      process.exit(128 + (sig === 'SIGINT' ? 2 : 15));
-    };
+    // The harness kills the gateway when this process ends, whatever ends it.
+    let gw: Gateway | undefined;
 
     before(async () => {
-      // The gateway dies with this process, whatever ends it.
-      process.on('exit', kill);
-      process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
-      const p = spawn(bin!, ['--listen', '127.0.0.1:0', '--token', token], { env: { ...process.env, SHELL: '/bin/sh' }, stdio: ['ignore', 'pipe', 'ignore'] });
-      gw = p;
-      const base = await new Promise<string>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error('gateway did not start in 20 s')), 20_000);
-        p.once('exit', (code) => reject(new Error(`gateway exited (${code}) before listening`)));
-        createInterface({ input: p.stdout! }).on('line', (l) => {
-          const m = /^muxterm: listening on (http:\/\/\S+)$/.exec(l);
-          if (m) {
-            clearTimeout(timer);
-            resolve(m[1]!);
-          }
-        });
-      });
-      config['url'] = base.replace(/^http/, 'ws') + '/ws';
-      config['token'] = token;
+      gw = await Gateway.start(bin!);
+      config['url'] = gw.ws;
+      config['token'] = gw.token;
     });
     after(async () => {
       ext.deactivate();
-      const p = gw;
-      if (p && p.exitCode === null && p.signalCode === null) {
-        const exited = new Promise((r) => p.once('exit', r));
-        p.kill('SIGTERM');
-        const t = setTimeout(kill, 10_000);
-        await exited;
-        clearTimeout(t);
-      }
-      process.off('exit', kill).off('SIGINT', onSignal).off('SIGTERM', onSignal);
+      if (!gw) return; // before failed: Gateway.start stopped it
+      const code = await gw.stop();
+      assert.equal(code, 0, `the gateway's exit code after SIGTERM; its output:\n${gw.output()}`);
     });
 
     it('muxterm.openSession: a terminal on a new session; input, output, resize; closing detaches', async () => {

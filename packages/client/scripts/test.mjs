@@ -1,13 +1,20 @@
-// Bundles the given test files (default: every test/*.test.ts) with esbuild into a temporary
-// directory under node_modules/.cache (so that `ws` and the package itself resolve as they do for
-// a user) and runs them with node's built-in test runner. Arguments after `--` go to node --test.
+// The Node test runner of the repository's TypeScript packages: packages/client (npm test, npm run
+// test:gateway) and examples/vscode (npm test runs this file by its path, so there is one copy).
+// It bundles the given test files (default: every test/*.test.ts) of the package in the current
+// directory (npm runs scripts there) with esbuild into a temporary directory under that package's
+// node_modules/.cache, so that `ws` (left external) resolves from that package as it does for a
+// user, and runs them with node's built-in test runner. Arguments after `--` go to node --test.
 import { build } from 'esbuild';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { basename, dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { basename, join, resolve } from 'node:path';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const root = process.cwd();
+if (!existsSync(join(root, 'package.json'))) {
+  console.error(`${root} has no package.json: run this from a package's directory (npm test does)`);
+  process.exit(1);
+}
+const name = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).name.replace(/[^a-z0-9]+/gi, '-').replace(/^-/, '');
 const argv = process.argv.slice(2);
 const dash = argv.indexOf('--');
 const named = dash < 0 ? argv : argv.slice(0, dash);
@@ -26,7 +33,7 @@ if (entries.length === 0) {
 
 const cache = join(root, 'node_modules/.cache');
 mkdirSync(cache, { recursive: true });
-const out = mkdtempSync(join(cache, 'muxterm-client-test-'));
+const out = mkdtempSync(join(cache, `${name}-test-`));
 let status = 1;
 try {
   await build({

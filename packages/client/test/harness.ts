@@ -1,7 +1,7 @@
 // Runs the real gateway binary (MUXTERM_BIN) for the integration tests: on 127.0.0.1 with port 0
 // and a fresh token, its address learnt from the line `muxterm: listening on http://…` it prints
 // on stdout (as e2e/harness_test.go does). Every gateway started here is killed when the test
-// process exits, whatever the outcome.
+// process exits, whatever the outcome. examples/vscode's tests start their gateway with it too.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
