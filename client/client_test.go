@@ -588,3 +588,24 @@ func TestManualAck(t *testing.T) {
 		t.Fatalf("after Ack(1000): %d bytes beyond them arrived", n)
 	}
 }
+
+// TestManualAckWithReconnectRefused: the two options cannot be combined (after a reconnect the
+// caller's acks may count bytes of the binding before), and Dial and DialOpen say so before
+// they dial: the error is the options', not that nothing listens at the address.
+func TestManualAckWithReconnectRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "ws://" + l.Addr().String() + "/ws"
+	l.Close()
+	opts := DialOptions{ManualAck: true, Reconnect: &ReconnectOptions{}}
+	ctx := testCtx(t)
+	want := "ManualAck and Reconnect cannot be combined"
+	if c, err := Dial(ctx, url, opts); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Dial: client %v, err %v; want %q", c, err, want)
+	}
+	if c, ch, err := DialOpen(ctx, url, opts, OpenOptions{Cols: 80, Rows: 24}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("DialOpen: client %v, channel %v, err %v; want %q", c, ch, err, want)
+	}
+}

@@ -1,0 +1,85 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxterm/muxterm/internal/procfs"
+)
+
+const orphanFirstPassEnv = "MUXTERM_ORPHAN_FIRST_PASS"
+
+// An orphan that became a zombie before AdoptOrphans (after an upgrade's exec, say) sent its
+// SIGCHLD before anyone listened: the reaper must still reap it, with a first pass at start.
+// In a process of its own, as AdoptOrphans is for the life of the process.
+func TestOrphanReaperFirstPass(t *testing.T) {
+	if os.Getenv(orphanFirstPassEnv) == "1" {
+		orphanFirstPassHelper()
+		return
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestOrphanReaperFirstPass$", "-test.count=1")
+	cmd.Env = append(os.Environ(), orphanFirstPassEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "FIRST PASS OK") {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+}
+
+// orphanFirstPassHelper leaves a child unwaited until it is a zombie, then adopts orphans and
+// expects the zombie gone with no further SIGCHLD to prompt the reaper.
+func orphanFirstPassHelper() {
+	fail := func(format string, args ...any) {
+		fmt.Printf("FAIL: "+format+"\n", args...)
+		os.Exit(1)
+	}
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Start(); err != nil {
+		fail("start: %v", err)
+	}
+	pid := cmd.Process.Pid
+	zombie := func() bool {
+		st, err := procfs.ReadStat(pid)
+		return err == nil && st.Zombie()
+	}
+	if !waitUntil(10*time.Second, zombie) {
+		fail("child %d never became a zombie", pid)
+	}
+	// The warm-up session's waiter left a kick behind; a new image after exec has none.
+	select {
+	case <-orphans.kick:
+	default:
+	}
+	if err := AdoptOrphans(slog.New(slog.DiscardHandler)); err != nil {
+		fail("%v", err)
+	}
+	gone := func() bool {
+		_, err := procfs.ReadStat(pid)
+		return err != nil && OrphansReaped() == 1
+	}
+	if !waitUntil(10*time.Second, gone) {
+		fail("zombie %d still there after AdoptOrphans (reaped %d)", pid, OrphansReaped())
+	}
+	fmt.Println("FIRST PASS OK")
+	os.Exit(0)
+}
+
+// waitUntil polls cond until it holds or the deadline passes (no testing.T in a helper process).
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
