@@ -225,13 +225,14 @@ func TestOutputAfterKillIsNotAdded(t *testing.T) {
 	}
 }
 
-// Not parallel: the hook holds one of the shared readers until the kill is done, and with one
-// CPU (GOMAXPROCS workers) it would stop every other test's sessions meanwhile.
+// The hook holds one of the readers' workers until the kill is done: readers of its own, so no
+// other test's sessions wait behind it.
 func TestChunkReadBeforeKillIsNotAddedAfterIt(t *testing.T) {
+	t.Parallel()
 	const marker = "RACE-MARKER"
 	entered, release := make(chan struct{}), make(chan struct{})
 	var enterOnce, releaseOnce sync.Once
-	opts := testOptions()
+	opts, _, _ := ownPollers(testOptions())
 	// Set before spawn starts the reader, so the reader cannot read the marker unhooked.
 	opts.testHookBeforeIngest = func(p []byte) {
 		if bytes.Contains(p, []byte(marker)) {

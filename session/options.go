@@ -117,6 +117,12 @@ type Options struct {
 	// Instruments receive the session metrics. Default: none.
 	Instruments *otel.Instruments
 
+	// readers reads the sessions' masters and children waits for their children. Default: the
+	// process-wide ones (readers.go, waiter.go), shared by every registry. Tests set their own
+	// to own their hooks and their counts (ownPollers).
+	readers  *readPoller
+	children *waiter
+
 	// testHookBeforeIngest is copied into each session before its reader starts (tests only;
 	// nil in production).
 	testHookBeforeIngest func([]byte)
@@ -165,6 +171,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Instruments == nil {
 		o.Instruments = otel.Noop().Instruments
+	}
+	if o.readers == nil {
+		o.readers = &readers
+	}
+	if o.children == nil {
+		o.children = &children
 	}
 	return o
 }

@@ -73,7 +73,7 @@ func (s *Session) readReady(buf []byte) {
 		return
 	}
 	s.readState = readArmed
-	err := readers.rearm(s)
+	err := s.opts.readers.rearm(s)
 	if err != nil {
 		s.readState = readBusy
 	}
@@ -122,7 +122,7 @@ func (s *Session) wakeReaderLocked() {
 		return // armed already, or a worker reads it and sees paused is over
 	}
 	s.readState = readArmed
-	if err := readers.rearm(s); err != nil {
+	if err := s.opts.readers.rearm(s); err != nil {
 		s.readState = readBusy
 		go s.endReading(err) // it takes s.mu
 	}
@@ -150,7 +150,7 @@ func (s *Session) endReading(err error) {
 		// Not the PTY hanging up: the session's output ends early, which an operator should see.
 		s.opts.Logger.Warn("pty reading ended", "session", s.id, "err", err)
 	}
-	readers.remove(s)
+	s.opts.readers.remove(s)
 	s.finishOutput()
 	s.closePTY()
 	s.readerSpan.AddEvent(otel.EventReaderEnded)

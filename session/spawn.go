@@ -98,7 +98,7 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	opts.Instruments.Sessions.Add(context.Background(), 1)
 	// We wait through our own pidfd; os.Process's is one more fd per session for nothing.
 	_ = cmd.Process.Release()
-	if err := children.add(s.pid, pidfd, s.reaped); err != nil {
+	if err := opts.children.add(s.pid, pidfd, s.reaped); err != nil {
 		// Correct, if costlier: a goroutine holding a thread in a blocking wait.
 		opts.Logger.Warn("child waiter", "session", s.id, "pid", s.pid, "err", err)
 		unix.Close(pidfd)
@@ -107,7 +107,7 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 	s.readState = readArmed
 	err = rawFD(s.ptmx, &s.masterFD)
 	if err == nil {
-		err = readers.add(s)
+		err = opts.readers.add(s)
 	}
 	if err != nil {
 		// The child is the waiter's to reap; without a reader its output would go nowhere.
