@@ -73,8 +73,8 @@ func openEscapee(t testing.TB, opts Options, late string, trap bool) (*Registry,
 		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil
 	})
-	if sid, _, err := sessionOf(pid); err != nil || sid == s.pid {
-		t.Fatalf("escapee %d: got session %v (err %v), want a session other than %v", pid, sid, err, s.pid)
+	if st, err := statOf(pid); err != nil || st.Session == s.pid {
+		t.Fatalf("escapee %d: got session %v (err %v), want a session other than %v", pid, st.Session, err, s.pid)
 	}
 	if late == "" {
 		// Once the escapee has exec'd sleep, the grandchild that wrote the pid has exited: the
