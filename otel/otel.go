@@ -64,14 +64,11 @@ const (
 	AttrCgroupProcs = "muxterm.cgroup.procs"
 	// AttrReaderBlocked: whether the kill found the session's reader still blocked.
 	AttrReaderBlocked = "muxterm.reader.blocked"
-	// AttrReaderAlive is AttrReaderBlocked's old, misleading name, kept only until
-	// session/kill.go (changed by another branch this round) switches to AttrReaderBlocked.
-	AttrReaderAlive  = AttrReaderBlocked
-	AttrChannel      = "muxterm.channel"
-	AttrSelected     = "muxterm.reaper.selected"
-	AttrClaimed      = "muxterm.reaper.claimed"
-	AttrLostReattach = "muxterm.reaper.lost"
-	AttrBytes        = "muxterm.bytes"
+	AttrChannel       = "muxterm.channel"
+	AttrSelected      = "muxterm.reaper.selected"
+	AttrClaimed       = "muxterm.reaper.claimed"
+	AttrLostReattach  = "muxterm.reaper.lost"
+	AttrBytes         = "muxterm.bytes"
 )
 
 // Instrument names.

@@ -6,5 +6,6 @@
 // and provides the atomic attach and the reaper's claim.
 //
 // Package session knows nothing of sockets or protocols; it imports creack/pty and os/exec and
-// nothing of muxterm but otel.
+// nothing of muxterm but otel and the internal helpers cgroup and procfs. Which file holds which
+// concern: docs/architecture.md, "Files of session".
 package session

@@ -3,11 +3,13 @@ package session
 import (
 	"errors"
 	"os"
-	"strconv"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/muxterm/muxterm/internal/procfs"
 )
 
 // killReserveFDs is how many descriptors the session package holds back for the kill path: the
@@ -84,41 +86,27 @@ func gone(err error) bool {
 	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH)
 }
 
-// procPids lists the pids in /proc (ours excluded).
+// procPids lists the pids in /proc (ours excluded), with the reserve if the table is full.
 func procPids() ([]int, error) {
-	var names []string
+	var pids []int
 	err := withFDs(func() error {
-		d, err := os.Open("/proc")
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		names, err = d.Readdirnames(-1)
+		var err error
+		pids, err = procfs.Pids()
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	self := os.Getpid()
-	pids := make([]int, 0, len(names))
-	for _, name := range names {
-		if pid, err := strconv.Atoi(name); err == nil && pid != self {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
+	return slices.DeleteFunc(pids, func(pid int) bool { return pid == self }), nil
 }
 
-// fdNames lists the names in /proc/PID/fd.
+// fdNames lists the names in /proc/PID/fd, with the reserve if the table is full.
 func fdNames(pid int) ([]string, error) {
 	var names []string
 	err := withFDs(func() error {
-		d, err := os.Open("/proc/" + strconv.Itoa(pid) + "/fd")
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		names, err = d.Readdirnames(-1)
+		var err error
+		names, err = procfs.FDs(pid)
 		return err
 	})
 	return names, err

@@ -143,7 +143,7 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 	for _, s := range ss {
 		want[s.pid] = true
 	}
-	pidfds := children.detach(want)
+	pidfds := r.opts.children.detach(want)
 	st.Taken = r.now()
 	for _, s := range ss {
 		pidfd, waited := pidfds[s.pid]
@@ -197,7 +197,7 @@ func (s *Session) stopReading() {
 // s.mu is held (lock order: Session.mu before readPoller.mu).
 func (s *Session) stopReadingLocked() {
 	s.readState = readHanded
-	readers.remove(s)
+	s.opts.readers.remove(s)
 	s.markReadStoppedLocked()
 }
 
@@ -289,7 +289,7 @@ func (r *Registry) ResumeHandover(st *HandoverState) {
 
 // waitChild hands pidfd to the waiter (or a blocking wait when it will not take it).
 func (s *Session) waitChild(pidfd int) {
-	if err := children.add(s.pid, pidfd, s.reaped); err != nil {
+	if err := s.opts.children.add(s.pid, pidfd, s.reaped); err != nil {
 		s.opts.Logger.Warn("child waiter", "session", s.id, "pid", s.pid, "err", err)
 		unix.Close(pidfd)
 		blockingWait(&waitEntry{pid: s.pid, reaped: s.reaped})
@@ -301,7 +301,7 @@ func (s *Session) waitChild(pidfd int) {
 func (s *Session) startReading() {
 	s.mu.Lock()
 	s.readState = readArmed
-	err := readers.add(s)
+	err := s.opts.readers.add(s)
 	if err == nil && s.paused && !s.dropOutput {
 		// Registered armed: a report that comes now finds it parked and is dropped;
 		// wakeReaderLocked re-arms it.

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
+	"github.com/muxterm/muxterm/internal/procfs"
 	"github.com/muxterm/muxterm/otel"
 )
 
@@ -103,7 +103,7 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 		span.SetAttributes(attribute.String(otel.AttrOutcome, outcome),
 			attribute.Int(otel.AttrEscapees, res.Escapees), attribute.Int(otel.AttrSurvivors, res.Survivors),
 			attribute.Int("muxterm.kill.groups", res.Groups), attribute.Int("muxterm.kill.unverified", res.Unverified),
-			attribute.Bool(otel.AttrReaderAlive, res.ReaderBlocked))
+			attribute.Bool(otel.AttrReaderBlocked, res.ReaderBlocked))
 		span.End()
 		s.opts.Instruments.KillDuration.Record(ctx, res.Duration.Seconds(),
 			otelmetric.WithAttributes(attribute.String(otel.AttrOutcome, outcome)))
@@ -235,7 +235,7 @@ func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Dura
 			continue
 		}
 		if preExec(h.pid) {
-			if _, ppid, err := sessionOf(h.pid); err == nil && ppid == self {
+			if st, err := statOf(h.pid); err == nil && st.PPID == self {
 				continue // a sibling spawn's child before its exec (see killHolders)
 			}
 		}
@@ -290,7 +290,7 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 			// open, this slave included, and is no descendant of this session. (A real
 			// escapee may have us as its parent too: when the gateway is PID 1 or a
 			// subreaper, orphans are re-parented to it; those have exec'd.)
-			if _, ppid, err := sessionOf(h.pid); err == nil && ppid == self {
+			if st, err := statOf(h.pid); err == nil && st.PPID == self {
 				continue
 			}
 		}
@@ -558,20 +558,14 @@ func (s *Session) waitSessionEmpty(ctx context.Context, d time.Duration) (bool, 
 	}
 }
 
-// zombie reports whether pid has exited and awaits its reaping (an unreadable stat counts as
-// alive).
+// zombie reports whether pid has exited and awaits its reaping, or is gone (an unreadable stat
+// counts as alive).
 func zombie(pid int) bool {
-	var b []byte
-	err := withFDs(func() error {
-		var err error
-		b, err = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		return err
-	})
+	st, err := statOf(pid)
 	if err != nil {
 		return gone(err)
 	}
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+	return st.Zombie()
 }
 
 // preExec reports whether pid still runs our own executable: a child we forked that has not
@@ -582,33 +576,16 @@ func preExec(pid int) bool {
 	return err1 == nil && err2 == nil && exe == self
 }
 
-// sessionOf reads pid's session id and parent pid from /proc/pid/stat.
-// It keeps its own parser (not internal/procfs's) only because kill.go is being changed by
-// another branch this round; the next round switches it to procfs.ReadStat.
-func sessionOf(pid int) (sid, ppid int, err error) {
-	var b []byte
-	err = withFDs(func() error {
+// statOf reads /proc/pid/stat (procfs.ReadStat) on the kill path: with the descriptor reserve
+// when the table is full.
+func statOf(pid int) (procfs.Stat, error) {
+	var st procfs.Stat
+	err := withFDs(func() error {
 		var err error
-		b, err = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		st, err = procfs.ReadStat(pid)
 		return err
 	})
-	if err != nil {
-		return 0, 0, err
-	}
-	// Fields after the command's closing parenthesis: state ppid pgrp session ...
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, 0, errors.New("malformed stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 4 {
-		return 0, 0, errors.New("malformed stat")
-	}
-	if ppid, err = strconv.Atoi(f[1]); err != nil {
-		return 0, 0, err
-	}
-	sid, err = strconv.Atoi(f[3])
-	return sid, ppid, err
+	return st, err
 }
 
 // masterHungUpLocked reports whether the master sees a hang-up: every slave fd is closed.

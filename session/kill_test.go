@@ -73,8 +73,8 @@ func openEscapee(t testing.TB, opts Options, late string, trap bool) (*Registry,
 		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil
 	})
-	if sid, _, err := sessionOf(pid); err != nil || sid == s.pid {
-		t.Fatalf("escapee %d: got session %v (err %v), want a session other than %v", pid, sid, err, s.pid)
+	if st, err := statOf(pid); err != nil || st.Session == s.pid {
+		t.Fatalf("escapee %d: got session %v (err %v), want a session other than %v", pid, st.Session, err, s.pid)
 	}
 	if late == "" {
 		// Once the escapee has exec'd sleep, the grandchild that wrote the pid has exited: the
@@ -225,13 +225,14 @@ func TestOutputAfterKillIsNotAdded(t *testing.T) {
 	}
 }
 
-// Not parallel: the hook holds one of the shared readers until the kill is done, and with one
-// CPU (GOMAXPROCS workers) it would stop every other test's sessions meanwhile.
+// The hook holds one of the readers' workers until the kill is done: readers of its own, so no
+// other test's sessions wait behind it.
 func TestChunkReadBeforeKillIsNotAddedAfterIt(t *testing.T) {
+	t.Parallel()
 	const marker = "RACE-MARKER"
 	entered, release := make(chan struct{}), make(chan struct{})
 	var enterOnce, releaseOnce sync.Once
-	opts := testOptions()
+	opts, _, _ := ownPollers(testOptions())
 	// Set before spawn starts the reader, so the reader cannot read the marker unhooked.
 	opts.testHookBeforeIngest = func(p []byte) {
 		if bytes.Contains(p, []byte(marker)) {

@@ -49,6 +49,14 @@ func testOptions() Options {
 	return Options{Shell: "/bin/sh", Logger: slog.New(slog.DiscardHandler)}
 }
 
+// ownPollers gives o a PTY reader and a child waiter of its own instead of the process-wide
+// ones, so a test can set their hooks, hold their workers or watch them go idle without
+// touching any other test's sessions. Both stop on their own with their last master and child.
+func ownPollers(o Options) (Options, *readPoller, *waiter) {
+	o.readers, o.children = new(readPoller), new(waiter)
+	return o, o.readers, o.children
+}
+
 // ---- observing the process and its kernel resources ----
 
 // countPTS counts the PTYs whose master this process holds: a session that leaked its PTY

@@ -18,17 +18,14 @@ import (
 // once are read in parallel and a master is never read by two workers at a time (one-shot: it
 // is disarmed until readReady re-arms it). The workers and the epoll fd exist only while some
 // master is registered.
+//
+// This is the process-wide instance, every Registry's default (Options.readers): one epoll
+// instance and one set of workers per process. A test may give its Options a readPoller of its
+// own, to set the test hooks below or to count its workers, without touching other tests'
+// sessions.
 var readers readPoller
 
-// testHookEpollCtl, when set, runs before each epoll_ctl on a master, and an error it returns
-// stands for the call's: a failing epoll_ctl cannot be produced for real on demand.
-var testHookEpollCtl atomic.Pointer[func(s *Session, op int) error]
-
-// testHookWaitFails, when set, makes the next worker that wakes treat its wait as failed: a
-// poller that fails cannot be produced for real either.
-var testHookWaitFails atomic.Bool
-
-// readPoller is the process-wide master reader; see readers.
+// readPoller reads the masters registered with it; see readers.
 type readPoller struct {
 	// mu guards ep, epfd, sessions and next. Under it only epoll_ctl, close and map updates
 	// run; it is taken under Session.mu (a re-arm), never the other way round.
@@ -37,6 +34,14 @@ type readPoller struct {
 	epfd     int                 // ep's fd, open as long as some master is registered
 	sessions map[uint64]*Session // by registration token (the epoll event's data)
 	next     uint64              // the last token handed out
+
+	// testHookEpollCtl, when set, runs before each epoll_ctl on a master (under mu), and an
+	// error it returns stands for the call's: a failing epoll_ctl cannot be produced for real
+	// on demand. Set before the first master is added; nil in production.
+	testHookEpollCtl func(s *Session, op int) error
+	// testWaitFails, when set, makes the next worker that wakes treat its wait as failed: a
+	// poller that fails cannot be produced for real either. False in production.
+	testWaitFails atomic.Bool
 }
 
 // Lock order: Session.mu before readPoller.mu. Re-arming takes readPoller.mu under Session.mu;
@@ -106,8 +111,8 @@ func (r *readPoller) remove(s *Session) {
 // used bare: the instance stays open while s is registered, and s's master is closed only by
 // endReading, after remove.
 func (r *readPoller) ctlLocked(op int, s *Session) error {
-	if h := testHookEpollCtl.Load(); h != nil {
-		if err := (*h)(s, op); err != nil {
+	if h := r.testHookEpollCtl; h != nil {
+		if err := h(s, op); err != nil {
 			return err
 		}
 	}
@@ -151,7 +156,7 @@ func (r *readPoller) loop(ep *os.File) {
 			tok = uint64(uint32(events[0].Fd)) | uint64(uint32(events[0].Pad))<<32
 			return true
 		})
-		if err == nil && testHookWaitFails.CompareAndSwap(true, false) {
+		if err == nil && r.testWaitFails.CompareAndSwap(true, false) {
 			err = errors.New("test hook: the wait failed")
 		}
 		r.mu.Lock()

@@ -15,10 +15,11 @@ import (
 	"github.com/muxterm/muxterm/internal/leakcheck"
 )
 
-func readersRunning() bool {
-	readers.mu.Lock()
-	defer readers.mu.Unlock()
-	return readers.ep != nil
+// running reports whether r has an epoll instance (and its workers).
+func (r *readPoller) running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ep != nil
 }
 
 // Many sessions streaming at once through the shared workers: each viewer gets its own
@@ -62,26 +63,25 @@ func TestConcurrentStreamsAreExact(t *testing.T) {
 	}
 }
 
-// failCtl makes epoll_ctl op fail with EPERM until the test ends. Tests using it are not
-// parallel: the hook is process-wide.
-func failCtl(t *testing.T, op int) {
-	t.Helper()
-	h := func(_ *Session, o int) error {
+// failCtl returns options whose own readers fail epoll_ctl op with EPERM, and those readers.
+func failCtl(op int) (Options, *readPoller) {
+	o, rp, _ := ownPollers(testOptions())
+	rp.testHookEpollCtl = func(_ *Session, o int) error {
 		if o == op {
 			return unix.EPERM
 		}
 		return nil
 	}
-	testHookEpollCtl.Store(&h)
-	t.Cleanup(func() { testHookEpollCtl.Store(nil) })
+	return o, rp
 }
 
 // A session whose master the readers cannot take is refused, and leaves nothing behind: the
-// child is killed and reaped, the master and the pidfd are closed, no reader runs.
+// child is killed and reaped, the master and the pidfd are closed, no reader runs. Not parallel:
+// it counts the process's children and descriptors.
 func TestSpawnFailsWhenMasterCannotBeRegistered(t *testing.T) {
-	failCtl(t, unix.EPOLL_CTL_ADD)
+	o, rp := failCtl(unix.EPOLL_CTL_ADD)
 	fds, pts := countFDs(), countPTS()
-	o := testOptions().withDefaults()
+	o = o.withDefaults()
 	_, err := spawn(newID(), Spec{Argv: []string{"/bin/sh", "-c", "exec sleep 60"}, Cols: 80, Rows: 24}, &o, time.Now)
 	if !errors.Is(err, ErrSpawn) || !errors.Is(err, unix.EPERM) {
 		t.Fatalf("spawn: got %v, want ErrSpawn wrapping EPERM", err)
@@ -89,7 +89,7 @@ func TestSpawnFailsWhenMasterCannotBeRegistered(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the child to be reaped and its fds closed", func() bool {
 		return len(leakcheck.Children(false)) == 0 && countFDs() <= fds && countPTS() <= pts
 	})
-	if readersRunning() {
+	if rp.running() {
 		t.Error("readers still running with no master registered")
 	}
 }
@@ -97,10 +97,11 @@ func TestSpawnFailsWhenMasterCannotBeRegistered(t *testing.T) {
 // A master that cannot be re-armed ends its session's reading instead of leaving the output
 // stopped for good: what was read is kept, the end reaches viewers, the master is closed.
 func TestFailedRearmEndsReading(t *testing.T) {
-	failCtl(t, unix.EPOLL_CTL_MOD)
+	t.Parallel()
+	o, _ := failCtl(unix.EPOLL_CTL_MOD)
 	// One write of three bytes, so the first turn reads all of it (echo's newline would reach
 	// the master as a second piece, "\r\n").
-	s := spawnT(t, testOptions(), "/bin/sh", "-c", "printf ONE; exec sleep 60")
+	s := spawnT(t, o, "/bin/sh", "-c", "printf ONE; exec sleep 60")
 	wake, wakeFn := testutil.WakeChan()
 	v, _, err := s.Subscribe(0, wakeFn)
 	if err != nil {
@@ -122,10 +123,11 @@ func TestFailedRearmEndsReading(t *testing.T) {
 // A poller that fails ends the reading of every master registered with it, rather than leave
 // their output stopped for good; the next spawn gets a new instance and is read.
 func TestFailedPollerEndsEveryReading(t *testing.T) {
-	idle := spawnT(t, testOptions(), "/bin/sh", "-c", "exec sleep 60")
-	busy := spawnT(t, testOptions(), "/bin/sh", "-c", "read x; echo WOKE; exec sleep 60")
-	testHookWaitFails.Store(true)
-	t.Cleanup(func() { testHookWaitFails.Store(false) })
+	t.Parallel()
+	o, rp, _ := ownPollers(testOptions())
+	idle := spawnT(t, o, "/bin/sh", "-c", "exec sleep 60")
+	busy := spawnT(t, o, "/bin/sh", "-c", "read x; echo WOKE; exec sleep 60")
+	rp.testWaitFails.Store(true)
 	// The output that wakes a worker, which then finds its wait failed.
 	if _, err := busy.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
@@ -136,9 +138,9 @@ func TestFailedPollerEndsEveryReading(t *testing.T) {
 			t.Errorf("%s: master still open after its reading ended", s.ID())
 		}
 	}
-	testutil.WaitFor(t, 10*time.Second, "readers to stop", func() bool { return !readersRunning() })
+	testutil.WaitFor(t, 10*time.Second, "readers to stop", func() bool { return !rp.running() })
 
-	after := spawnT(t, testOptions(), "/bin/sh", "-c", "printf AFTER; exec sleep 60")
+	after := spawnT(t, o, "/bin/sh", "-c", "printf AFTER; exec sleep 60")
 	wake, wakeFn := testutil.WakeChan()
 	v, _, err := after.Subscribe(0, wakeFn)
 	if err != nil {

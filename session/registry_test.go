@@ -409,7 +409,8 @@ func TestOpenKillCyclesLeakNothing(t *testing.T) {
 // the shared waiter's. Once they are gone, so are the readers. The bound on threads grows with
 // GOMAXPROCS (each worker may hold a thread while it runs), never with the sessions: it runs at
 // this machine's GOMAXPROCS and at 128, as on a large machine, with at least twice as many
-// sessions as the bound. Not parallel, so that no other test's sessions are counted.
+// sessions as the bound. Not parallel: OS threads and goroutines are counted process-wide, so
+// no other test may run meanwhile (its own readers and waiter only let it watch them stop).
 func TestIdleSessionsUseFewThreads(t *testing.T) {
 	for _, procs := range []int{runtime.GOMAXPROCS(0), 128} {
 		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
@@ -424,7 +425,8 @@ func idleSessionsUseFewThreads(t *testing.T) {
 	// to 64 here), plus one per P.
 	maxThreads := 28 + runtime.GOMAXPROCS(0)
 	n := max(200, 2*maxThreads)
-	r := NewRegistry(testOptions(), nil)
+	opts, rp, w := ownPollers(testOptions())
+	r := NewRegistry(opts, nil)
 	goroutines := runtime.NumGoroutine()
 	var sessions []*Session
 	for range n {
@@ -458,7 +460,8 @@ func idleSessionsUseFewThreads(t *testing.T) {
 	for _, s := range sessions {
 		testutil.WaitClosed(t, s.ReaderDone(), 10*time.Second, "reader of "+s.ID())
 	}
-	testutil.WaitFor(t, 10*time.Second, "readers to stop once no master is registered", func() bool { return !readersRunning() })
+	testutil.WaitFor(t, 10*time.Second, "readers to stop once no master is registered", func() bool { return !rp.running() })
+	testutil.WaitFor(t, 10*time.Second, "the waiter to stop once no child is left", w.idle)
 }
 
 // A teardown of a session nobody claimed leaves the registry as a kill does: the session is no

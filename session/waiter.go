@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,19 +12,24 @@ import (
 // unreaped child's pidfd is registered, level-triggered, with one epoll instance, and the epoll
 // fd itself is registered with the runtime poller, so the goroutine parks without holding an
 // OS thread. The goroutine and the epoll fd exist only while some child is unreaped.
+//
+// This is the process-wide instance, every Registry's default (Options.children): one epoll
+// instance and one goroutine per process. A test may give its Options a waiter of its own, to
+// set its test hook or to see it go idle, without touching other tests' children.
 var children waiter
 
-// testHookNotWaitable, when set, makes the waiter treat a child it reports true for as exited
-// but not yet waitable (as a traced child is), without calling wait4.
-var testHookNotWaitable atomic.Pointer[func(pid int) bool]
-
-// waiter is the process-wide child waiter; see children.
+// waiter waits for the children added to it; see children.
 type waiter struct {
 	// mu guards ep and waiting. Under it only epoll_ctl, close, wait4(WNOHANG) and map updates
 	// run, never a blocking wait or a session lock; orphanReaper.mu is taken under it.
 	mu      sync.Mutex
 	ep      *os.File             // the epoll instance; nil while nothing is waited for
 	waiting map[int32]*waitEntry // by pidfd
+
+	// testHookNotWaitable, when set, makes the waiter treat a child it reports true for as
+	// exited but not yet waitable (as a traced child is), without calling wait4. Set before the
+	// first child is added; nil in production.
+	testHookNotWaitable func(pid int) bool
 }
 
 type waitEntry struct {
@@ -155,7 +159,7 @@ func (w *waiter) loop(ep *os.File) {
 			var ws unix.WaitStatus
 			var wpid int
 			var werr error
-			if h := testHookNotWaitable.Load(); h != nil && (*h)(e.pid) {
+			if h := w.testHookNotWaitable; h != nil && h(e.pid) {
 				wpid = 0
 			} else {
 				wpid, werr = unix.Wait4(e.pid, &ws, unix.WNOHANG, nil)

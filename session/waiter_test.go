@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,27 +13,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// waiterIdle reports whether the shared child waiter has stopped: no epoll fd, no goroutine.
-func waiterIdle() bool {
-	children.mu.Lock()
-	defer children.mu.Unlock()
-	return children.ep == nil
+// idle reports whether w has stopped: no epoll fd, no goroutine.
+func (w *waiter) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ep == nil
 }
 
 // TestWaiterReapsChildrenThatExitTogether: 64 children share one waiter and exit at once; each
 // session gets its own child's status, and the waiter's goroutine and epoll fd go away with
-// the last child.
+// the last child. Not parallel: it counts the process's descriptors.
 func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 	const n = 64
+	opts, _, w := ownPollers(testOptions())
 	fds := countFDs()
 	gate := t.TempDir() + "/go"
 	sessions := make([]*Session, n)
 	for i := range sessions {
 		// Every child waits for the same file, then exits with its own code.
 		script := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.01; done; exit %d", gate, i+1)
-		sessions[i] = spawnT(t, testOptions(), "/bin/sh", "-c", script)
+		sessions[i] = spawnT(t, opts, "/bin/sh", "-c", script)
 	}
-	if waiterIdle() {
+	if w.idle() {
 		t.Fatal("waiter idle with 64 children unreaped")
 	}
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
@@ -47,7 +49,7 @@ func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 	for _, s := range sessions {
 		testutil.WaitClosed(t, s.ReaderDone(), 10*time.Second, "reader end")
 	}
-	testutil.WaitFor(t, 5*time.Second, "the waiter to stop", waiterIdle)
+	testutil.WaitFor(t, 5*time.Second, "the waiter to stop", w.idle)
 	testutil.WaitFor(t, 5*time.Second, "fds back to the start", func() bool { return countFDs() == fds })
 }
 
@@ -83,18 +85,20 @@ func TestBlockingWaitFallback(t *testing.T) {
 // cannot reap yet (a tracer holds its zombie) would keep the level-triggered epoll readable and
 // spin the waiter; it is handed to a blocking wait instead and its exit still arrives.
 func TestWaiterHandsOverAChildItCannotReap(t *testing.T) {
+	t.Parallel()
 	gate := t.TempDir() + "/go"
-	s := spawnT(t, testOptions(), "/bin/sh", "-c", fmt.Sprintf("while [ ! -e %s ]; do sleep 0.01; done; exit 5", gate))
-	calls := 0 // only the waiter goroutine calls the hook
-	notWaitable := func(pid int) bool {
-		if pid == s.pid {
+	opts, _, w := ownPollers(testOptions())
+	var target atomic.Int64 // the child's pid, once spawned
+	calls := 0              // only the waiter goroutine calls the hook
+	w.testHookNotWaitable = func(pid int) bool {
+		if int64(pid) == target.Load() {
 			calls++
 			return true
 		}
 		return false
 	}
-	testHookNotWaitable.Store(&notWaitable)
-	defer testHookNotWaitable.Store(nil)
+	s := spawnT(t, opts, "/bin/sh", "-c", fmt.Sprintf("while [ ! -e %s ]; do sleep 0.01; done; exit 5", gate))
+	target.Store(int64(s.pid))
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,6 @@
-// Package procfs reads what Linux's /proc says about a process. Stdlib only, so production code
-// (the gateway's handover, internal/cgroup, cmd/muxbench, internal/leakcheck) and tests
+// Package procfs reads what Linux's /proc says about a process: its stat, the pids in /proc and
+// a process's open descriptors. Stdlib only, so production code (the gateway's handover and
+// kill path in session, internal/cgroup, cmd/muxbench, internal/leakcheck) and tests
 // (internal/testutil) share one parser of /proc/PID/stat.
 package procfs
 

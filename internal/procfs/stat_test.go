@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -61,5 +63,38 @@ func TestReadStatOfSelfAndChild(t *testing.T) {
 	_ = cmd.Wait()
 	if _, err := ReadStat(pid); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("reaped child: got %v, want ErrNotExist", err)
+	}
+}
+
+func TestPidsAndFDs(t *testing.T) {
+	pids, err := Pids()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pids, os.Getpid()) || !slices.Contains(pids, 1) {
+		t.Fatalf("Pids: %d pids, want this one (%d) and 1 among them", len(pids), os.Getpid())
+	}
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fds, err := FDs(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strconv.Itoa(int(f.Fd()))
+	if !slices.Contains(fds, want) {
+		t.Fatalf("FDs: %v, want %s (an open %s) among them", fds, want, os.DevNull)
+	}
+	if target, err := os.Readlink("/proc/self/fd/" + want); err != nil || target != os.DevNull {
+		t.Fatalf("fd %s: links to %q (%v), want %s", want, target, err, os.DevNull)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FDs(cmd.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("FDs of a reaped child: got %v, want ErrNotExist", err)
 	}
 }
