@@ -102,7 +102,8 @@ func (c *conn) reserve(id json.RawMessage, num uint32) *channel {
 	return ch
 }
 
-// release forgets a reservation that never became active.
+// release frees ch's number unless another channel holds it now: after a reservation that never
+// became active, a detach, or the end of the channel's session.
 func (c *conn) release(ch *channel) {
 	c.mu.Lock()
 	if c.channels[ch.id] == ch {

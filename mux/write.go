@@ -241,44 +241,20 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	}
 	st := ch.v.State()
 	if st.Pending > 0 {
-		// Output waits for credit and the next ack re-queues the channel. starved is published
-		// before the credit is looked at again, so an ack given in between is never missed:
-		// either it sees starved, or this check sees its credit.
-		if h := c.opts.testHookBeforeStarve; h != nil {
-			h(ch)
-		}
-		ch.starved.Store(true)
-		if ch.credit.available() > 0 && ch.starved.CompareAndSwap(true, false) {
-			c.markReady(ch)
-		}
+		c.starve(ch)
 		return lost > 0, nil
 	}
 	// Everything retained was delivered: the notifications that follow the output.
 	if st.Exit != nil && !ch.exitSent {
 		ch.exitSent = true
 		if st.Closing != session.ReasonKilled && st.Closing != session.ReasonShutdown {
-			if err := c.write(websocket.TextMessage, exitNote(ch, *st.Exit)); err != nil {
+			if err := c.write(websocket.TextMessage, exitNote(ch, exitInfo(st.Exit))); err != nil {
 				return false, fmt.Errorf("write exit: %w", err)
 			}
 		}
 	}
 	if st.EOF && st.Closing != "" {
-		ch.closedSent = true
-		// The number is free before the client can learn it is: a client that reuses it the
-		// instant session.closed arrives must not get channel_in_use.
-		c.mu.Lock()
-		if c.channels[ch.id] == ch {
-			delete(c.channels, ch.id)
-		}
-		c.mu.Unlock()
-		c.unbind(ch, false)
-		if err := c.write(websocket.TextMessage, closedNote(ch, st.Closing)); err != nil {
-			return false, fmt.Errorf("write closed: %w", err)
-		}
-		if h := c.opts.testHookAfterClosed; h != nil {
-			h(c, ch)
-		}
-		return true, nil
+		return true, c.writeClosed(ch, st.Closing)
 	}
 	return lost > 0, nil
 }
@@ -305,34 +281,48 @@ func (c *conn) serveRelay(ch *channel, buf []byte) (bool, error) {
 	}
 	pending, exit, closed := ch.relay.State()
 	if pending {
-		ch.starved.Store(true) // as in serveChannel: published before the second look
-		if ch.credit.available() > 0 && ch.starved.CompareAndSwap(true, false) {
-			c.markReady(ch)
-		}
+		c.starve(ch)
 		return lost > 0, nil
 	}
 	if exit != nil && !ch.exitSent {
 		ch.exitSent = true
-		if err := c.write(websocket.TextMessage, proto.MarshalNotification("session.exit", map[string]any{
-			"channel": ch.id, "session": ch.sessionID(), "code": exit.Code, "signal": exit.Signal})); err != nil {
+		if err := c.write(websocket.TextMessage, exitNote(ch, exit)); err != nil {
 			return false, fmt.Errorf("write exit: %w", err)
 		}
 	}
 	if closed != "" {
-		ch.closedSent = true
-		// The number is free before the client can learn it is (as in serveChannel).
-		c.mu.Lock()
-		if c.channels[ch.id] == ch {
-			delete(c.channels, ch.id)
-		}
-		c.mu.Unlock()
-		c.unbind(ch, false)
-		if err := c.write(websocket.TextMessage, closedNote(ch, session.Reason(closed))); err != nil {
-			return false, fmt.Errorf("write closed: %w", err)
-		}
-		return true, nil
+		return true, c.writeClosed(ch, session.Reason(closed))
 	}
 	return lost > 0, nil
+}
+
+// starve marks ch starved: its output waits for credit and the next ack re-queues the channel.
+// starved is published before the credit is looked at again, so an ack given in between is
+// never missed: either it sees starved, or this check sees its credit.
+func (c *conn) starve(ch *channel) {
+	if h := c.opts.testHookBeforeStarve; h != nil {
+		h(ch)
+	}
+	ch.starved.Store(true)
+	if ch.credit.available() > 0 && ch.starved.CompareAndSwap(true, false) {
+		c.markReady(ch)
+	}
+}
+
+// writeClosed ends ch once its output and exit are written: it frees the number, unbinds the
+// channel and writes session.closed. The number is free before the client can learn it is: a
+// client that reuses it the instant session.closed arrives must not get channel_in_use.
+func (c *conn) writeClosed(ch *channel, reason session.Reason) error {
+	ch.closedSent = true
+	c.release(ch)
+	c.unbind(ch, false)
+	if err := c.write(websocket.TextMessage, closedNote(ch, reason)); err != nil {
+		return fmt.Errorf("write closed: %w", err)
+	}
+	if h := c.opts.testHookAfterClosed; h != nil {
+		h(c, ch)
+	}
+	return nil
 }
 
 func sizeNote(ch *channel, size session.Size) []byte {
@@ -340,9 +330,10 @@ func sizeNote(ch *channel, size session.Size) []byte {
 		"channel": ch.id, "session": ch.sessionID(), "cols": size.Cols, "rows": size.Rows})
 }
 
-func exitNote(ch *channel, e session.ExitStatus) []byte {
+// exitNote is a channel's session.exit; e.Signal nil is sent as null.
+func exitNote(ch *channel, e *proto.ExitInfo) []byte {
 	return proto.MarshalNotification("session.exit", map[string]any{
-		"channel": ch.id, "session": ch.sessionID(), "code": e.Code, "signal": signalOrNil(e)})
+		"channel": ch.id, "session": ch.sessionID(), "code": e.Code, "signal": e.Signal})
 }
 
 // writeOutput writes what a channel's read gave: the gap notification for lost bytes, then the
@@ -371,13 +362,6 @@ func (c *conn) writeOutput(ch *channel, buf []byte, nr int, lost int64) (bool, e
 func closedNote(ch *channel, reason session.Reason) []byte {
 	return proto.MarshalNotification("session.closed", map[string]any{
 		"channel": ch.id, "session": ch.sessionID(), "reason": string(reason)})
-}
-
-func signalOrNil(e session.ExitStatus) any {
-	if n := e.SignalName(); n != "" {
-		return n
-	}
-	return nil
 }
 
 // send0 is send for a caller that holds c.mu: it queues msg unless maxQueuedCtrl messages wait
