@@ -36,6 +36,15 @@ func (c *conn) slow(id json.RawMessage, fn func()) bool {
 	return true
 }
 
+// replyRemote replies res, or err as the error of a request on another node about session sid.
+func (c *conn) replyRemote(id json.RawMessage, sid string, res any, err error) {
+	if err != nil {
+		c.replyErr(id, remoteError(err, sid))
+		return
+	}
+	c.reply(id, res)
+}
+
 func (c *conn) handleOpen(req *proto.Request) {
 	p, e := proto.DecodeOpen(req.Params, c.opts.limits())
 	if e != nil {
@@ -185,11 +194,7 @@ func (c *conn) handleResize(req *proto.Request) {
 	if ch.relay != nil {
 		c.slow(req.ID, func() {
 			res, err := ch.relay.Resize(c.ctx, p.Cols, p.Rows)
-			if err != nil {
-				c.replyErr(req.ID, remoteError(err, ch.sessionID()))
-				return
-			}
-			c.reply(req.ID, res)
+			c.replyRemote(req.ID, ch.sessionID(), res, err)
 		})
 		return
 	}
@@ -218,11 +223,7 @@ func (c *conn) handleSignal(req *proto.Request) {
 	}
 	if ch.relay != nil {
 		c.slow(req.ID, func() {
-			if err := ch.relay.Signal(c.ctx, name); err != nil {
-				c.replyErr(req.ID, remoteError(err, ch.sessionID()))
-				return
-			}
-			c.reply(req.ID, struct{}{})
+			c.replyRemote(req.ID, ch.sessionID(), struct{}{}, ch.relay.Signal(c.ctx, name))
 		})
 		return
 	}
@@ -250,11 +251,7 @@ func (c *conn) handleKill(req *proto.Request) {
 		res, err := c.reg.Kill(ctx, p.Session, c.opts.Principal)
 		if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 			rres, rerr := c.opts.Remote.Kill(ctx, c.opts.Principal, p.Session)
-			if rerr != nil {
-				c.replyErr(req.ID, remoteError(rerr, p.Session))
-				return
-			}
-			c.reply(req.ID, rres)
+			c.replyRemote(req.ID, p.Session, rres, rerr)
 			return
 		}
 		if err != nil {
@@ -299,11 +296,7 @@ func (c *conn) handleLease(req *proto.Request) {
 	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 		c.slow(req.ID, func() {
 			res, err := c.opts.Remote.Lease(c.ctx, c.opts.Principal, p.Session, p.TTLMs)
-			if err != nil {
-				c.replyErr(req.ID, remoteError(err, p.Session))
-				return
-			}
-			c.reply(req.ID, res)
+			c.replyRemote(req.ID, p.Session, res, err)
 		})
 		return
 	}
