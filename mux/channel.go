@@ -89,11 +89,11 @@ func (c *conn) reserve(id json.RawMessage, num uint32) *channel {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, busy := c.channels[num]; busy {
-		c.send0(proto.MarshalResponse(id, nil, proto.ErrChannelInUse(num)))
+		c.sendLocked(proto.MarshalResponse(id, nil, proto.ErrChannelInUse(num)))
 		return nil
 	}
 	if len(c.channels) >= c.opts.MaxChannels {
-		c.send0(proto.MarshalResponse(id, nil, proto.ErrLimitExceeded("maxChannels",
+		c.sendLocked(proto.MarshalResponse(id, nil, proto.ErrLimitExceeded("maxChannels",
 			fmt.Sprintf("at most %d channels per socket", c.opts.MaxChannels))))
 		return nil
 	}

@@ -52,6 +52,17 @@ func (c *conn) send(msg []byte) bool {
 	return true
 }
 
+// sendLocked is send for a caller that holds c.mu: it queues msg unless maxQueuedCtrl messages
+// wait already, in which case it drops msg instead of closing the socket (closing takes c.mu).
+// It skips send's check of the connection's context: a message queued after the end is never
+// written, which is harmless.
+func (c *conn) sendLocked(msg []byte) {
+	if len(c.ctrl) < maxQueuedCtrl {
+		c.ctrl = append(c.ctrl, msg)
+		notify(c.wake)
+	}
+}
+
 func (c *conn) reply(id json.RawMessage, result any) bool {
 	return c.send(proto.MarshalResponse(id, result, nil))
 }
@@ -362,15 +373,4 @@ func (c *conn) writeOutput(ch *channel, buf []byte, nr int, lost int64) (bool, e
 func closedNote(ch *channel, reason session.Reason) []byte {
 	return proto.MarshalNotification("session.closed", map[string]any{
 		"channel": ch.id, "session": ch.sessionID(), "reason": string(reason)})
-}
-
-// send0 is send for a caller that holds c.mu: it queues msg unless maxQueuedCtrl messages wait
-// already, in which case it drops msg instead of closing the socket (closing takes c.mu). It
-// skips send's check of the connection's context: a message queued after the end is never
-// written, which is harmless.
-func (c *conn) send0(msg []byte) {
-	if len(c.ctrl) < maxQueuedCtrl {
-		c.ctrl = append(c.ctrl, msg)
-		notify(c.wake)
-	}
 }
