@@ -1,8 +1,14 @@
 // Package mux is the server side of the muxterm.v1 wire protocol described in
 // docs/protocol.md: the per-connection multiplexer that binds channels to
-// sessions and schedules output fairly (conn.go), the per-channel credit used
-// for flow control (credit.go), the rate limits (limits.go) and the
-// converters from session types to the protocol's results (convert.go). The
+// sessions and schedules output fairly, the per-channel credit used for flow
+// control (credit.go), the rate limits (limits.go) and the converters from
+// session types to the protocol's results (convert.go). The multiplexer is in
+// five files: Serve, its options and the socket's close (conn.go); a channel
+// and its binding to a viewer or a relay (channel.go); the one goroutine that
+// reads the socket and dispatches (read.go); the handler of each method
+// (handlers.go); the one goroutine that writes it (write.go). Sessions of
+// other nodes are reached through Remote (remote.go); an upgrade in place
+// ends a socket with restart.go's notification. The
 // wire format itself (frames, JSON-RPC envelope, errors, params and results)
 // lives in package proto, which the Go client (package client) shares.
 //

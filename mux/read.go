@@ -1,0 +1,247 @@
+package mux
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/muxterm/muxterm/proto"
+)
+
+// readLoop is the only goroutine that reads from the socket. It bounds every message, pushes
+// the read deadline on every message and pong, and dispatches: fast requests inline, slow ones
+// (open, kill) on their own goroutines so that no request delays acks or input of other
+// channels. It returns the error that ended the connection.
+func (c *conn) readLoop() error {
+	c.ws.SetReadLimit(hardReadLimit)
+	// Until initialize succeeds the deadline stays where it was set at the start: neither a pong
+	// (a browser answers pings by itself) nor a failed initialize may keep an uninitialized
+	// socket open.
+	initWait := c.opts.initWait
+	if initWait <= 0 {
+		initWait = firstMsgTimeout
+	}
+	_ = c.ws.SetReadDeadline(time.Now().Add(min(c.opts.PongWait, initWait)))
+	c.ws.SetPongHandler(func(string) error {
+		if !c.initialized { // the handler runs in this goroutine, inside NextReader
+			return nil
+		}
+		return c.ws.SetReadDeadline(c.readDeadline())
+	})
+	var msg bytes.Buffer
+	for {
+		typ, r, err := c.ws.NextReader()
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return context.Cause(c.ctx) // why we closed it, rather than the read that failed
+			}
+			return err
+		}
+		if c.initialized {
+			_ = c.ws.SetReadDeadline(c.readDeadline())
+		}
+		limit := c.opts.MaxMessageBytes
+		if typ == websocket.BinaryMessage {
+			limit = proto.HeaderLen + c.opts.MaxInputBytes
+		}
+		msg.Reset()
+		if _, err := msg.ReadFrom(io.LimitReader(r, int64(limit)+1)); err != nil {
+			return err
+		}
+		over := msg.Len() > limit
+		if over {
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return err
+			}
+		}
+		if typ == websocket.TextMessage && !over && !utf8.Valid(msg.Bytes()) {
+			// RFC 6455 §8.1: a text message that is not UTF-8 fails the connection (1007). It
+			// is never parsed, so no part of it (an id, a method) can be echoed back in a text
+			// frame that would not be UTF-8 either.
+			c.closeAfterQueued(websocket.CloseInvalidFramePayloadData, "text message is not valid UTF-8")
+			continue
+		}
+		if !c.initialized {
+			c.handleFirst(typ, msg.Bytes(), over)
+			continue
+		}
+		if c.closing() {
+			continue // the close is decided: nothing behind it starts work
+		}
+		switch {
+		case typ == websocket.TextMessage && over:
+			c.replyErr(nullID, proto.ErrLimitExceeded("maxMessageBytes",
+				fmt.Sprintf("message larger than %d bytes", c.opts.MaxMessageBytes)))
+		case typ == websocket.TextMessage:
+			c.handleText(msg.Bytes())
+		case over:
+			e := proto.ErrLimitExceeded("maxInputBytes",
+				fmt.Sprintf("input frame payload larger than %d bytes; nothing was written", c.opts.MaxInputBytes))
+			if f, err := proto.ParseFrame(msg.Bytes()[:proto.HeaderLen]); err == nil {
+				e = withChannel(e, f.Channel)
+			}
+			c.replyErr(nullID, e)
+		default:
+			c.handleBinary(msg.Bytes())
+		}
+		if c.ctx.Err() != nil {
+			return context.Cause(c.ctx)
+		}
+	}
+}
+
+var nullID = json.RawMessage("null")
+
+// handleFirst accepts only initialize. Once the socket is closing for a message that was not,
+// it ignores whatever follows: the close is decided, and nothing behind it may start work.
+func (c *conn) handleFirst(typ int, b []byte, over bool) {
+	if c.closing() {
+		return
+	}
+	// The close waits for responses already queued: an initialize that failed, then a request
+	// pipelined behind it, still gets the initialize's error before the close.
+	const why = "initialize must be the first request"
+	if typ != websocket.TextMessage || over {
+		c.closeAfterQueued(websocket.ClosePolicyViolation, why)
+		return
+	}
+	req, perr := proto.ParseRequest(b)
+	if perr != nil || req.Method != "initialize" || req.IsNotification() {
+		c.closeAfterQueued(websocket.ClosePolicyViolation, why)
+		return
+	}
+	if _, e := proto.DecodeInitialize(req.Params); e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	c.initialized = true
+	c.reply(req.ID, proto.InitializeResult{
+		Server:   proto.ServerInfo{Name: "muxterm", Version: c.opts.Version},
+		Protocol: proto.Subprotocol,
+		Limits:   c.opts.limits(),
+		Flow: proto.Flow{Window: c.opts.Window, AckBytes: ackBytes(c.opts.Window),
+			ResumeHoldMs: c.resumeHoldMs()},
+	})
+}
+
+func ackBytes(window int) int { return max(window/4, 1) }
+
+func (c *conn) handleText(b []byte) {
+	req, perr := proto.ParseRequest(b)
+	if perr != nil {
+		id := nullID
+		if req != nil && len(req.ID) > 0 {
+			id = req.ID
+		}
+		c.replyErr(id, perr)
+		return
+	}
+	if req.IsNotification() {
+		return // JSON-RPC: notifications get no reply; we define none from clients
+	}
+	switch req.Method {
+	case "initialize":
+		c.replyErr(req.ID, proto.ErrInvalidRequest("initialize was already called"))
+	case "session.open":
+		c.handleOpen(req)
+	case "session.attach":
+		c.handleAttach(req)
+	case "session.detach":
+		c.handleDetach(req)
+	case "session.resize":
+		c.handleResize(req)
+	case "session.signal":
+		c.handleSignal(req)
+	case "session.kill":
+		c.handleKill(req)
+	case "session.list":
+		c.handleList(req)
+	case "session.lease":
+		c.handleLease(req)
+	default:
+		c.replyErr(req.ID, proto.ErrMethodNotFound(req.Method))
+	}
+}
+
+// handleBinary handles input and ack frames.
+func (c *conn) handleBinary(b []byte) {
+	f, err := proto.ParseFrame(b)
+	if err != nil {
+		c.replyErr(nullID, c.onKnownChannel(proto.ErrBadFrame(err.Error()), b))
+		return
+	}
+	if f.Type == proto.FrameOutput {
+		c.replyErr(nullID, c.onKnownChannel(proto.ErrBadFrame("output frames go from server to client"), b))
+		return
+	}
+	c.mu.Lock()
+	ch := c.channels[f.Channel]
+	c.mu.Unlock()
+	if ch == nil || !ch.ready.Load() || ch.detached.Load() {
+		c.replyErr(nullID, proto.ErrUnknownChannel(f.Channel))
+		return
+	}
+	switch f.Type {
+	case proto.FrameAck:
+		if err := ch.credit.give(int64(f.AckCount())); err != nil {
+			c.replyErr(nullID, withChannel(proto.ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)), f.Channel))
+			return
+		}
+		if ch.relay != nil {
+			ch.relay.Ack(int(f.AckCount())) // end to end: the owner learns what this client consumed
+		}
+		if ch.starved.Swap(false) {
+			c.markReady(ch)
+		}
+	case proto.FrameInput:
+		if c.opts.ReadOnly {
+			c.replyErr(nullID, withChannel(proto.ErrForbidden("read-only principal: input dropped"), f.Channel))
+			return
+		}
+		if !c.opts.InputRate.Allow(ch.sessionID(), float64(len(f.Payload))) {
+			c.replyErr(nullID, withChannel(errInputRate(c.opts.InputRate), f.Channel))
+			return
+		}
+		c.tel.Instruments.BytesIn.Add(c.ctx, int64(len(f.Payload)))
+		if ch.relay != nil {
+			if err := ch.relay.Write(f.Payload); err != nil {
+				c.replyErr(nullID, withChannel(remoteError(err, ch.sessionID()), f.Channel))
+			}
+			return
+		}
+		if _, err := ch.v.Write(f.Payload); err != nil {
+			// sessionError builds a new *Error, which is not shared yet: adding to its Data here
+			// is part of building it (withChannel copies, for errors that may be shared).
+			e := sessionError(err, ch.sess.ID())
+			if e.Data == nil {
+				e.Data = map[string]any{}
+			}
+			e.Data["channel"] = f.Channel
+			c.replyErr(nullID, e)
+		}
+	}
+}
+
+// onKnownChannel adds data.channel to e, an error about frame b, when b's header is whole and
+// names a channel bound on this socket (protocol.md §2: every error about a frame of a known
+// channel carries it), so an unknown type or a malformed ack is still tied to its channel.
+func (c *conn) onKnownChannel(e *proto.Error, b []byte) *proto.Error {
+	if len(b) < proto.HeaderLen {
+		return e
+	}
+	num := binary.BigEndian.Uint32(b[1:proto.HeaderLen])
+	c.mu.Lock()
+	ch := c.channels[num]
+	c.mu.Unlock()
+	if num == 0 || ch == nil || !ch.ready.Load() {
+		return e
+	}
+	return withChannel(e, num)
+}
