@@ -10,13 +10,11 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -290,67 +288,6 @@ func TestBrowserReloadResumesSessions(t *testing.T) {
 	}
 }
 
-// cutProxy forwards loopback TCP to the gateway and can cut every connection at once: from
-// the browser's side that is the server killing its socket.
-type cutProxy struct {
-	ln      net.Listener
-	mu      sync.Mutex // guards conns and holding
-	conns   []net.Conn
-	holding bool
-	wg      sync.WaitGroup
-}
-
-// newCutProxy listens on addr (a port just released by the test) and forwards to target.
-func newCutProxy(t *testing.T, addr, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if p.holdingNow() {
-				c.Close()
-				continue
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			p.wg.Go(func() { _, _ = io.Copy(u, c); u.Close() })
-			p.wg.Go(func() { _, _ = io.Copy(c, u); c.Close() })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-// hold makes the proxy refuse new connections (closing them at once) until resume.
-func (p *cutProxy) hold(on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.holding = on
-}
-
-func (p *cutProxy) holdingNow() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.holding
-}
-
 // startBehindProxy starts a gateway that a browser reaches through a cutProxy. The proxy's
 // port must be an accepted Host and the gateway's port is only known after it starts, so the
 // proxy's port is reserved first.
@@ -364,18 +301,6 @@ func startBehindProxy(t *testing.T, args ...string) (*gateway, *cutProxy) {
 	pre.Close()
 	g := startGateway(t, append([]string{"--allow-host", addr}, args...)...)
 	return g, newCutProxy(t, addr, strings.TrimPrefix(g.Base, "http://"))
-}
-
-// base is the proxy's URL.
-func (p *cutProxy) base() string { return "http://" + p.ln.Addr().String() }
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }
 
 func TestBrowserReconnectsAfterServerDropsSocket(t *testing.T) {

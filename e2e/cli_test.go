@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -29,35 +28,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var (
-	cliOnce sync.Once
-	cliBin  string
-	cliErr  error
-)
+var cliBin = &goBinary{env: "MUXTERM_CLI_BIN", pkg: "github.com/muxterm/muxterm/cmd/muxterm", name: "muxterm"}
 
 // cliBinary returns the muxterm command: $MUXTERM_CLI_BIN, or one built once for this run.
-func cliBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv("MUXTERM_CLI_BIN"); b != "" {
-		return b
-	}
-	cliOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "muxterm-cli-e2e")
-		if err != nil {
-			cliErr = err
-			return
-		}
-		cliBin = filepath.Join(dir, "muxterm")
-		out, err := exec.Command("go", "build", "-o", cliBin, "github.com/muxterm/muxterm/cmd/muxterm").CombinedOutput()
-		if err != nil {
-			cliErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if cliErr != nil {
-		t.Fatal(cliErr)
-	}
-	return cliBin
-}
+func cliBinary(t *testing.T) string { return cliBin.get(t) }
 
 // cliEnv is the environment of a muxterm run against g: its URL and token, an empty config
 // directory, and extra (which wins).
@@ -634,12 +608,10 @@ func TestCLIConfigFile(t *testing.T) {
 // TestCLIAttachResumesAfterDrop cuts muxterm's socket (through a proxy) while attached: it
 // reattaches from its offset, so nothing is replayed twice and typing goes on.
 func TestCLIAttachResumesAfterDrop(t *testing.T) {
-	px := startProxy(t)
-	g := startGateway(t, "--allow-host", px.addr)
-	px.mu.Lock()
-	px.target = strings.TrimPrefix(g.Base, "http://")
-	px.mu.Unlock()
-	env := cliEnv(t, g, "MUXTERM_URL=ws://"+px.addr+"/ws")
+	px := newCutProxy(t, "127.0.0.1:0", "")
+	g := startGateway(t, "--allow-host", px.addr())
+	px.setTarget(strings.TrimPrefix(g.Base, "http://"))
+	env := cliEnv(t, g, "MUXTERM_URL=ws://"+px.addr()+"/ws")
 	id := newSession(t, env)
 	tm := startTerm(t, env, true, "attach", id)
 	tm.send("echo one-$((1+1))\r")
@@ -654,85 +626,6 @@ func TestCLIAttachResumesAfterDrop(t *testing.T) {
 	tm.send("\r~.")
 	if code := tm.wait(); code != 0 {
 		t.Fatalf("detach: exit %d", code)
-	}
-}
-
-// proxy forwards TCP connections to target (set before the first one) and can cut them all.
-type proxy struct {
-	addr string
-	// mu guards the fields below.
-	mu      sync.Mutex
-	target  string
-	conns   []net.Conn
-	n       int
-	changed chan struct{}
-}
-
-func startProxy(t *testing.T) *proxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{addr: l.Addr().String(), changed: make(chan struct{}, 1)}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		l.Close()
-		p.cut()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			target := p.target
-			p.mu.Unlock()
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, in, out)
-			p.n++
-			p.mu.Unlock()
-			select {
-			case p.changed <- struct{}{}:
-			default:
-			}
-			wg.Go(func() { _, _ = io.Copy(out, in); out.Close() })
-			wg.Go(func() { _, _ = io.Copy(in, out); in.Close() })
-		}
-	})
-	return p
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) waitConns(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
-		p.mu.Lock()
-		got := p.n
-		p.mu.Unlock()
-		if got >= n {
-			return
-		}
-		select {
-		case <-p.changed:
-		case <-deadline:
-			t.Fatalf("proxy saw %d connections, want %d", got, n)
-		}
 	}
 }
 

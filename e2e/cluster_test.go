@@ -11,13 +11,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -483,32 +480,10 @@ func TestClusterPlacementAndResume(t *testing.T) {
 	}
 }
 
-// natsServerBin builds the nats-server of the module's nats-server/v2 once per run.
-func natsServerBin(t *testing.T) string {
-	t.Helper()
-	natsOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "muxterm-nats")
-		if err != nil {
-			natsErr = err
-			return
-		}
-		natsBin = filepath.Join(dir, "nats-server")
-		out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
-		if err != nil {
-			natsErr = fmt.Errorf("go build nats-server: %v\n%s", err, out)
-		}
-	})
-	if natsErr != nil {
-		t.Fatal(natsErr)
-	}
-	return natsBin
-}
+var natsBin = &goBinary{pkg: "github.com/nats-io/nats-server/v2", name: "nats-server"}
 
-var (
-	natsOnce sync.Once
-	natsBin  string
-	natsErr  error
-)
+// natsServerBin builds the nats-server of the module's nats-server/v2 once per run.
+func natsServerBin(t *testing.T) string { return natsBin.get(t) }
 
 // TestClusterExternalNATS: two gateways joined through a separate nats-server process (with
 // JetStream) by --cluster: a session opened on one is listed, attached and typed into through

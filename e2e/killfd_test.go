@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"syscall"
 	"testing"
@@ -41,15 +40,7 @@ func TestKillUnderDescriptorExhaustion(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := ch.ReadUntil(ctx, "READY")
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := regexp.MustCompile(`ESC (\d+) READY`).FindStringSubmatch(out)
-			if m == nil {
-				t.Fatalf("no escapee pid in %q", out)
-			}
-			esc, _ := strconv.Atoi(m[1])
+			esc, _ := readPid(ctx, t, ch, "READY", "ESC")
 			t.Cleanup(func() { _ = syscall.Kill(esc, syscall.SIGKILL) })
 			testutil.WaitFor(t, 5*time.Second, "the escapee to exec sleep", func() bool {
 				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", esc))
@@ -124,15 +115,7 @@ func TestKillInteractiveShellWithForegroundJob(t *testing.T) {
 	if _, err := ch.Write([]byte("PS1='$ '; sh -c 'echo JOB $$ E''ND; exec sleep 1000'\n")); err != nil {
 		t.Fatal(err)
 	}
-	out, err := ch.ReadUntil(ctx, " END")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`JOB (\d+) END`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no job pid in %q", out)
-	}
-	job, _ := strconv.Atoi(m[1])
+	job, _ := readPid(ctx, t, ch, " END", "JOB")
 	t.Cleanup(func() { _ = syscall.Kill(job, syscall.SIGKILL) })
 	start := time.Now()
 	res, err := c.Kill(ctx, ch.Session())

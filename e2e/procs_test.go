@@ -219,15 +219,7 @@ func TestKillWithCgroupEndsNohupJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := ch.ReadUntil(ctx, "READY")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`JOB (\d+) READY`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no job pid in %q", out)
-	}
-	job, _ := strconv.Atoi(m[1])
+	job, _ := readPid(ctx, t, ch, "READY", "JOB")
 	if !testutil.Alive(job) {
 		t.Fatalf("the nohup job %d is not running", job)
 	}
@@ -273,15 +265,7 @@ func TestGatewayReapsOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := ch.ReadUntil(ctx, "READY")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`ORPHAN (\d+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no orphan pid in %q", out)
-	}
-	orphan, _ := strconv.Atoi(m[1])
+	orphan, _ := readPid(ctx, t, ch, "READY", "ORPHAN")
 	gw := g.cmd.Process.Pid
 	if ppid := parentOf(orphan); ppid != gw && ppid != 0 {
 		// 0: it already exited and was reaped, which is what the test wants anyway.
@@ -402,18 +386,10 @@ func TestCgroupsUnderAPopulatedServiceCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := ch.ReadUntil(ctx, "READY")
-	if err != nil {
-		t.Fatal(err)
-	}
+	job, out := readPid(ctx, t, ch, "READY", "JOB")
 	if !strings.Contains(out, "/muxterm.service/muxterm-sessions/gw-") || !strings.Contains(out, "/"+ch.Session()) {
 		t.Errorf("the session's cgroup: got %q, want one under the service's muxterm-sessions", out)
 	}
-	m := regexp.MustCompile(`JOB (\d+) READY`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no job pid in %q", out)
-	}
-	job, _ := strconv.Atoi(m[1])
 	res, err := c.Kill(ctx, ch.Session())
 	if err != nil || res.Survivors != 0 || testutil.Alive(job) {
 		t.Errorf("kill: %+v, %v; nohup job alive: %v", res, err, testutil.Alive(job))
@@ -451,15 +427,7 @@ func TestUpgradeKeepsCgroupsAndChildren(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := ch.ReadUntil(ctx, "READY")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`JOB (\d+) READY`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no job pid in %q", out)
-	}
-	job, _ := strconv.Atoi(m[1])
+	job, _ := readPid(ctx, t, ch, "READY", "JOB")
 	cgroupOf := func(pid int) string {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 		if err != nil {
