@@ -52,3 +52,13 @@ func Alive(pid int) bool {
 	s, err := procfs.ReadStat(pid)
 	return err == nil && !s.Zombie()
 }
+
+// Closed reports, without blocking, whether ch is closed (or holds a value).
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -16,6 +16,9 @@ func TestWaitForAndWaitClosed(t *testing.T) {
 		t.Fatalf("cond called %d times, want 3", n)
 	}
 	ch, wake := WakeChan()
+	if Closed(ch) {
+		t.Fatal("an empty channel is closed")
+	}
 	wake()
 	wake() // merges with the first
 	WaitClosed(t, ch, 10*time.Second, "wake")
@@ -23,6 +26,11 @@ func TestWaitForAndWaitClosed(t *testing.T) {
 	case <-ch:
 		t.Fatal("two wakes delivered twice")
 	default:
+	}
+	done := make(chan struct{})
+	close(done)
+	if !Closed(done) {
+		t.Fatal("a closed channel is not closed")
 	}
 }
 
