@@ -283,11 +283,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-doneCh.Exited():
-	case <-ctx.Done():
-		t.Fatal("the exit-3 session did not exit")
-	}
+	testutil.WaitClosedCtx(ctx, t, doneCh.Exited(), "the exit-3 session did not exit")
 	pids := map[string]int{}
 	for _, ch := range []*client.Channel{seqCh, catCh, exitCh, doneCh} {
 		pids[ch.Session()] = ch.Pid()
@@ -456,11 +452,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	if _, err := exitCh2.Write([]byte("7\n")); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exitCh2.Exited():
-	case <-ctx.Done():
-		t.Fatal("exit-later did not exit")
-	}
+	testutil.WaitClosedCtx(ctx, t, exitCh2.Exited(), "exit-later did not exit")
 	if e := exitCh2.ExitInfo(); e == nil || e.Code != 7 {
 		t.Fatalf("exit after the upgrade: %+v, want code 7", e)
 	}

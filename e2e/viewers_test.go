@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil"
 	"github.com/muxterm/muxterm/internal/testutil/rawmux"
 	"github.com/muxterm/muxterm/proto"
 )
@@ -130,11 +131,7 @@ func TestSessionEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	// session.exit follows the output the program printed: by then it is all buffered.
-	select {
-	case <-ch.Exited():
-	case <-ctx.Done():
-		t.Fatal("env did not exit")
-	}
+	testutil.WaitClosedCtx(ctx, t, ch.Exited(), "env did not exit")
 	var out bytes.Buffer
 	buf := make([]byte, 64<<10)
 	for ch.Buffered() > 0 {

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -60,5 +61,27 @@ func Closed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// ShutdownAtEnd calls s.Shutdown when the test ends, giving it 10 s, and fails the test on its
+// error; what names s in the failure.
+func ShutdownAtEnd(t testing.TB, what string, s interface{ Shutdown(context.Context) error }) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("%s shutdown: %v", what, err)
+		}
+	})
+}
+
+// WaitClosedCtx is WaitClosed bounded by ctx instead of a timeout.
+func WaitClosedCtx(ctx context.Context, t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatalf("%s: not before %v", what, context.Cause(ctx))
 	}
 }

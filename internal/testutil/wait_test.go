@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"testing"
@@ -52,5 +53,20 @@ func TestAlive(t *testing.T) {
 	_ = cmd.Wait()
 	if Alive(cmd.Process.Pid) {
 		t.Fatal("a reaped child is alive")
+	}
+}
+
+type shutdowner struct{ called bool }
+
+func (s *shutdowner) Shutdown(context.Context) error { s.called = true; return nil }
+
+func TestWaitClosedCtxAndShutdownAtEnd(t *testing.T) {
+	done := make(chan struct{})
+	close(done)
+	WaitClosedCtx(context.Background(), t, done, "a closed channel")
+	s := &shutdowner{}
+	t.Run("sub", func(t *testing.T) { ShutdownAtEnd(t, "s", s) })
+	if !s.called {
+		t.Fatal("Shutdown not called when the subtest ended")
 	}
 }
