@@ -1321,20 +1321,34 @@ func TestSecurityLimitSocketsPerPrincipal(t *testing.T) {
 	if _, err := c2.List(ctx); err != nil {
 		t.Errorf("an open socket broke: %v", err)
 	}
-	// Closing a socket frees its place (the server notices asynchronously: retry the dial).
+	// Closing a socket frees its place (the server notices asynchronously, signalling nothing:
+	// the dial is the probe).
 	c1.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, "a dial after closing a socket", func() bool {
 		c3, err := client.Dial(ctx, g.WS, client.DialOptions{Token: g.Token})
 		if err == nil {
 			c3.Close()
-			break
+			return true
 		}
-		if !errors.As(err, &de) || de.Status != http.StatusTooManyRequests || time.Now().After(deadline) {
+		if !errors.As(err, &de) || de.Status != http.StatusTooManyRequests {
 			t.Fatalf("dial after closing a socket: got %v, want success", err)
 		}
-		time.Sleep(10 * time.Millisecond) // polling the server's count, as waitFor polls /proc
+		return false
+	})
+}
+
+// openShells opens n shells (80x24) on c and returns their channels.
+func openShells(ctx context.Context, t *testing.T, c *client.Client, n int) []*client.Channel {
+	t.Helper()
+	chs := make([]*client.Channel, n)
+	for i := range chs {
+		ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+		if err != nil {
+			t.Fatalf("open shell %d of %d: %v", i+1, n, err)
+		}
+		chs[i] = ch
 	}
+	return chs
 }
 
 func TestSecurityLimitChannelsPerSocket(t *testing.T) {
@@ -1342,14 +1356,8 @@ func TestSecurityLimitChannelsPerSocket(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	pid := g.cmd.Process.Pid
 	c := g.dial(t)
-	a, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+	a := openShells(ctx, t, c, 2)[0]
+	_, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if e := rpcErr(t, err); e.Kind() != "limit_exceeded" || e.Data["limit"] != "maxChannels" {
 		t.Errorf("third open: got %v %v, want limit_exceeded maxChannels", e, e.Data)
 	}
@@ -1379,15 +1387,9 @@ func TestSecurityLimitSessionsPerPrincipal(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	pid := g.cmd.Process.Pid
 	c := g.dial(t)
-	a, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
-		t.Fatal(err)
-	}
+	a := openShells(ctx, t, c, 2)[0]
 	// The limit holds across sockets of the principal.
-	_, err = g.dial(t).Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+	_, err := g.dial(t).Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if e := rpcErr(t, err); e.Kind() != "limit_exceeded" || e.Data["limit"] != "maxSessions" {
 		t.Errorf("third session: got %v %v, want limit_exceeded maxSessions", e, e.Data)
 	}
