@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -483,18 +484,7 @@ func TestUpgradeKeepsTwentySessionsAndTheirJobs(t *testing.T) {
 	g := launchGatewayBin(t, bin, tok, nil, "--token", tok, "--allow-cmd", "*", "--cgroup-root", root, "--kill-grace", "100ms")
 	c := openMarked(t, g, 20, mark)
 	ctx := ctxT(t, 60*time.Second)
-	ids := func(c *client.Client) []string {
-		list, err := c.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, s := range list {
-			out = append(out, s.Session)
-		}
-		slices.Sort(out)
-		return out
-	}
+	ids := func(c *client.Client) []string { return slices.Sorted(maps.Keys(sessionsByID(t, ctx, c))) }
 	wantIDs, wantPids := ids(c), marked(mark)
 	slices.Sort(wantPids)
 	if len(wantIDs) != 20 || len(wantPids) < 20+len(hardJobs) {
