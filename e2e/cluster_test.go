@@ -462,12 +462,7 @@ func TestClusterPlacementAndResume(t *testing.T) {
 	}
 	offset := rch.Offset()
 	cbr.Close() // the socket drops; a holds the relay's output at what it acknowledged
-	if _, err := sa.Write([]byte("while-away;")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sa.ReadUntil(ctx, "while-away;"); err != nil {
-		t.Fatal(err)
-	}
+	typeUntil(ctx, t, sa, "while-away;", "while-away;")
 	resumed, res, err := cc.Attach(ctx, sa.Session(), &offset)
 	if err != nil {
 		t.Fatalf("resume through c: %v", err)

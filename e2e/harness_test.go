@@ -287,3 +287,17 @@ func readPid(ctx context.Context, t *testing.T, ch *client.Channel, until, tag s
 	pid, _ := strconv.Atoi(m[1])
 	return pid, out
 }
+
+// typeUntil writes in to ch and reads until until, returning what it read; it fails t if
+// either fails.
+func typeUntil(ctx context.Context, t *testing.T, ch *client.Channel, in, until string) string {
+	t.Helper()
+	if _, err := ch.Write([]byte(in)); err != nil {
+		t.Fatalf("write %q: %v", in, err)
+	}
+	out, err := ch.ReadUntil(ctx, until)
+	if err != nil {
+		t.Fatalf("read until %q after writing %q: %v", until, in, err)
+	}
+	return out
+}

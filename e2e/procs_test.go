@@ -446,12 +446,7 @@ func TestUpgradeKeepsCgroupsAndChildren(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("the client did not resume after the upgrade\n%s", g.Logs())
 	}
-	if _, err := ch.Write([]byte("after-upgrade")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.ReadUntil(ctx, "after-upgrade"); err != nil {
-		t.Fatalf("the resumed channel: %v", err)
-	}
+	typeUntil(ctx, t, ch, "after-upgrade", "after-upgrade")
 	if after := cgroupOf(ch.Pid()); after != before {
 		t.Errorf("the session's cgroup: %q before the upgrade, %q after", before, after)
 	}

@@ -209,14 +209,7 @@ func catSession(ctx context.Context, t *testing.T, c *client.Client) *client.Cha
 // catEchoes checks that ch's cat session still echoes tag.
 func catEchoes(ctx context.Context, t *testing.T, ch *client.Channel, tag string) string {
 	t.Helper()
-	if _, err := ch.Write([]byte(tag)); err != nil {
-		t.Fatal(err)
-	}
-	out, err := ch.ReadUntil(ctx, tag)
-	if err != nil {
-		t.Fatalf("the session stopped echoing: %v", err)
-	}
-	return out
+	return typeUntil(ctx, t, ch, tag, tag)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1142,12 +1135,7 @@ func TestSecurityTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.Write([]byte("echo over-''tls\r")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.ReadUntil(ctx, "over-tls"); err != nil {
-		t.Fatal(err)
-	}
+	typeUntil(ctx, t, ch, "echo over-''tls\r", "over-tls")
 
 	// The browser path: /auth sets a Secure cookie; the https origin is the gateway's own.
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf},

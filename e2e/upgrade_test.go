@@ -439,12 +439,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := catCh2.Write([]byte("after-upgrade\n")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := catCh2.ReadUntil(ctx, "after-upgrade"); err != nil {
-		t.Fatal(err)
-	}
+	typeUntil(ctx, t, catCh2, "after-upgrade\n", "after-upgrade")
 	exitCh2, _, err := c.Attach(ctx, exitCh.Session(), nil)
 	if err != nil {
 		t.Fatal(err)
