@@ -267,31 +267,25 @@ func victimIDs(vs []Victim) []string {
 // readUntil reads v until its output contains want.
 func readUntil(t testing.TB, v *session.Viewer, wake <-chan struct{}, want string) []byte {
 	t.Helper()
-	deadline := time.After(waitLong)
-	var got []byte
-	buf := make([]byte, 4096)
-	for {
-		n, _, err := v.Read(buf)
-		got = append(got, buf[:n]...)
-		if bytes.Contains(got, []byte(want)) {
-			return got
-		}
-		if err != nil {
-			t.Fatalf("read: got %q and %v, want %q", got, err, want)
-		}
-		if n > 0 {
-			continue
-		}
-		select {
-		case <-wake:
-		case <-deadline:
-			t.Fatalf("read: got %q within %v, want %q", got, waitLong, want)
-		}
+	got, err := readViewer(t, v, wake, fmt.Sprintf("%q", want), func(got []byte) bool {
+		return bytes.Contains(got, []byte(want))
+	})
+	if !bytes.Contains(got, []byte(want)) {
+		t.Fatalf("read: got %q and %v, want %q", got, err, want)
 	}
+	return got
 }
 
 // readToEnd reads v until Read returns an error and returns the output and that error.
 func readToEnd(t testing.TB, v *session.Viewer, wake <-chan struct{}) ([]byte, error) {
+	t.Helper()
+	return readViewer(t, v, wake, "end of output", func([]byte) bool { return false })
+}
+
+// readViewer reads v, waiting on wake whenever nothing is ready, until done holds for the
+// output so far or Read fails, and returns the output and Read's error; it fails t if waitLong
+// passes first. what names the goal in that failure.
+func readViewer(t testing.TB, v *session.Viewer, wake <-chan struct{}, what string, done func([]byte) bool) ([]byte, error) {
 	t.Helper()
 	deadline := time.After(waitLong)
 	var got []byte
@@ -299,7 +293,7 @@ func readToEnd(t testing.TB, v *session.Viewer, wake <-chan struct{}) ([]byte, e
 	for {
 		n, _, err := v.Read(buf)
 		got = append(got, buf[:n]...)
-		if err != nil {
+		if err != nil || done(got) {
 			return got, err
 		}
 		if n > 0 {
@@ -308,7 +302,7 @@ func readToEnd(t testing.TB, v *session.Viewer, wake <-chan struct{}) ([]byte, e
 		select {
 		case <-wake:
 		case <-deadline:
-			t.Fatalf("read: no end of output within %v (got %q)", waitLong, got)
+			t.Fatalf("read: no %s within %v (got %q)", what, waitLong, got)
 		}
 	}
 }
