@@ -8,7 +8,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -53,22 +52,7 @@ func cliEnv(t *testing.T, g *gateway, extra ...string) []string {
 // code.
 func runCLI(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, cliBinary(t), args...)
-	cmd.Env = env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return stdout.String(), stderr.String(), 0
-	case errors.As(err, &ee) && ctx.Err() == nil:
-		return stdout.String(), stderr.String(), ee.ExitCode()
-	}
-	t.Fatalf("muxterm %q: %v\nstdout: %s\nstderr: %s", args, err, stdout.String(), stderr.String())
-	return "", "", -1
+	return runCmd(t, 30*time.Second, env, cliBinary(t), args...)
 }
 
 // term is muxterm running under a PTY that the test reads as its terminal. With answer set the
@@ -300,6 +284,15 @@ func (tm *term) cooked() bool {
 	return tio.Lflag&unix.ICANON != 0 && tio.Lflag&unix.ECHO != 0
 }
 
+// detach types the detach keys at the start of a line and waits for muxterm to exit 0.
+func (tm *term) detach() {
+	tm.t.Helper()
+	tm.send("\r~.")
+	if code := tm.wait(); code != 0 {
+		tm.t.Fatalf("detach: exit code %d, want 0; output:\n%q", code, tm.output())
+	}
+}
+
 // wait waits for the command to exit and returns its code.
 func (tm *term) wait() int {
 	tm.t.Helper()
@@ -353,10 +346,7 @@ func TestCLIAttachTypeResizeDetachReattach(t *testing.T) {
 	tm.send("stty size\r")
 	tm.expect("33 101")
 
-	tm.send("\r~.")
-	if code := tm.wait(); code != 0 {
-		t.Fatalf("detach: exit code %d, want 0; output:\n%q", code, tm.output())
-	}
+	tm.detach()
 	if !strings.Contains(tm.output(), "muxterm: detached from session "+id+" (work)") {
 		t.Fatalf("no detach line in %q", tm.output())
 	}
@@ -433,10 +423,7 @@ func TestCLIReplayQueriesDoNotReachPTY(t *testing.T) {
 	if after != "\x1b[cZ1" {
 		t.Fatalf("after the replay the terminal shows %q; want the sentinel and Z1 only (a reply reached the PTY)", after)
 	}
-	tm.send("\r~.")
-	if code := tm.wait(); code != 0 {
-		t.Fatalf("detach: exit %d", code)
-	}
+	tm.detach()
 }
 
 func TestCLIExec(t *testing.T) {
@@ -623,10 +610,7 @@ func TestCLIAttachResumesAfterDrop(t *testing.T) {
 	if n := strings.Count(tm.output(), "one-2"); n != 1 {
 		t.Fatalf("the output before the drop shows %d times, want once (resumed from the offset):\n%q", n, tm.output())
 	}
-	tm.send("\r~.")
-	if code := tm.wait(); code != 0 {
-		t.Fatalf("detach: exit %d", code)
-	}
+	tm.detach()
 }
 
 func TestCLIExecStdinAndBrokenPipe(t *testing.T) {

@@ -7,9 +7,11 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -300,4 +302,27 @@ func typeUntil(ctx context.Context, t *testing.T, ch *client.Channel, in, until 
 		t.Fatalf("read until %q after writing %q: %v", until, in, err)
 	}
 	return out
+}
+
+// runCmd runs bin with args and env (nil for this process's) without a terminal (stdin empty)
+// and returns its stdout, stderr and exit code; it fails t if bin cannot run or runs longer
+// than d.
+func runCmd(t *testing.T, d time.Duration, env []string, bin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return stdout.String(), stderr.String(), 0
+	case errors.As(err, &ee) && ctx.Err() == nil:
+		return stdout.String(), stderr.String(), ee.ExitCode()
+	}
+	t.Fatalf("%s %q: %v\nstdout: %s\nstderr: %s", filepath.Base(bin), args, err, stdout.String(), stderr.String())
+	return "", "", -1
 }

@@ -4,12 +4,9 @@ package e2e
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -171,21 +168,7 @@ func TestSessionEnvironment(t *testing.T) {
 // runBinary runs the gateway binary with args and returns its stdout, stderr and exit status.
 func runBinary(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		t.Fatal(err)
-	}
-	return o.String(), e.String(), code
+	return runCmd(t, 20*time.Second, nil, binary(t), args...)
 }
 
 // TestGatewayCLI: --help says what muxterm is, lists every flag with its MUXTERM_* twin and
