@@ -471,9 +471,8 @@ func TestUpgradeKeepsCgroupsAndChildren(t *testing.T) {
 func TestUpgradeKeepsTwentySessionsAndTheirJobs(t *testing.T) {
 	root := testutil.CgroupRoot(t)
 	mark := randomToken()
-	dir := t.TempDir()
-	bin, next := dir+"/gateway", dir+"/gateway.next"
-	copyFile(t, binary(t), bin)
+	dir, bin := binaryCopy(t)
+	next := dir + "/gateway.next"
 	buildGateway(t, next, "-X main.version=9.9.9-twenty")
 	tok := randomToken()
 	g := launchGatewayBin(t, bin, tok, nil, "--token", tok, "--allow-cmd", "*", "--cgroup-root", root, "--kill-grace", "100ms")

@@ -39,15 +39,20 @@ func buildGateway(t *testing.T, out, ldflags string) {
 	}
 }
 
-func copyFile(t *testing.T, src, dst string) {
+// binaryCopy copies the gateway binary into a directory of the test's own, where an upgrade
+// may replace it, and returns the directory and the copy.
+func binaryCopy(t *testing.T) (dir, bin string) {
 	t.Helper()
-	b, err := os.ReadFile(src)
+	b, err := os.ReadFile(binary(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
+	dir = t.TempDir()
+	bin = filepath.Join(dir, "gateway")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return dir, bin
 }
 
 // waitLog waits until the gateway has printed want at least n times.
@@ -246,9 +251,7 @@ func sessionsByID(t *testing.T, ctx context.Context, c *client.Client) map[strin
 // Then two upgrades that must be refused (a build that reads another state version, a missing
 // binary) leave the gateway serving every session on the same socket.
 func TestUpgradeInPlace(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gateway")
-	copyFile(t, binary(t), bin)
+	dir, bin := binaryCopy(t)
 	next := filepath.Join(dir, "gateway-next")
 	buildGateway(t, next, "-X main.version=9.9.9-e2e")
 	other := filepath.Join(dir, "gateway-other-state")
@@ -527,9 +530,7 @@ func reflectEqual(a, b proto.SessionInfo) bool {
 // shutdown would: it kills every process, even one that ignores HUP and TERM, reaps them, says
 // so in its log, and exits non-zero. Nothing is leaked.
 func TestUpgradeUnadoptableStateIsTornDown(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gateway")
-	copyFile(t, binary(t), bin)
+	dir, bin := binaryCopy(t)
 	broken := filepath.Join(dir, "gateway-broken")
 	buildGateway(t, broken, "-X main.breakAdoption=1")
 
