@@ -391,14 +391,22 @@ func randomSessionID() string {
 	return fmt.Sprintf("%x", b)
 }
 
-func TestSecurityOwnershipAcrossPrincipals(t *testing.T) {
-	alice, bob, carol := newToken(), newToken(), newToken()
-	// The tokens file comes through MUXTERM_TOKENS (the flag's environment twin) and is the
-	// only source of tokens: no --token, so no "default" principal and nothing generated.
-	file := writeTokensFile(t, 0o600,
+// threePrincipals writes a tokens file of alice and bob (read-write) and carol (a read-only
+// viewer of alice's sessions) and returns their tokens and the file.
+func threePrincipals(t *testing.T) (alice, bob, carol, file string) {
+	t.Helper()
+	alice, bob, carol = newToken(), newToken(), newToken()
+	file = writeTokensFile(t, 0o600,
 		tokenLine{"alice", "read-write", alice, ""},
 		tokenLine{"bob", "read-write", bob, ""},
 		tokenLine{"carol", "read-only", carol, "alice"})
+	return alice, bob, carol, file
+}
+
+func TestSecurityOwnershipAcrossPrincipals(t *testing.T) {
+	// The tokens file comes through MUXTERM_TOKENS (the flag's environment twin) and is the
+	// only source of tokens: no --token, so no "default" principal and nothing generated.
+	alice, bob, carol, file := threePrincipals(t)
 	g := launchGateway(t, alice, []string{"MUXTERM_TOKENS=" + file})
 	defer func() {
 		g.Stop(10 * time.Second)
@@ -515,11 +523,7 @@ func TestSecurityOwnershipAcrossPrincipals(t *testing.T) {
 }
 
 func TestSecurityReadOnlyViewerReachesNothing(t *testing.T) {
-	alice, carol, bob := newToken(), newToken(), newToken()
-	file := writeTokensFile(t, 0o600,
-		tokenLine{"alice", "read-write", alice, ""},
-		tokenLine{"carol", "read-only", carol, "alice"},
-		tokenLine{"bob", "read-write", bob, ""})
+	alice, bob, carol, file := threePrincipals(t)
 	g := startSecure(t, "--tokens", file, "--allow-cmd", "sh")
 	ctx := ctxT(t, 30*time.Second)
 	ca := dialAs(t, g, alice)
