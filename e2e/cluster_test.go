@@ -486,13 +486,7 @@ func natsServerBin(t *testing.T) string { return natsBin.get(t) }
 func TestClusterExternalNATS(t *testing.T) {
 	port := freePort(t)
 	srv := exec.Command(natsServerBin(t), "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-sd", t.TempDir())
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = srv.Process.Kill()
-		_ = srv.Wait()
-	})
+	startKilledAtEnd(t, srv)
 	tok := newToken()
 	ctok := newToken()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)

@@ -326,3 +326,15 @@ func runCmd(t *testing.T, d time.Duration, env []string, bin string, args ...str
 	t.Fatalf("%s %q: %v\nstdout: %s\nstderr: %s", filepath.Base(bin), args, err, stdout.String(), stderr.String())
 	return "", "", -1
 }
+
+// startKilledAtEnd starts cmd and kills and reaps it when the test ends.
+func startKilledAtEnd(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+}

@@ -366,13 +366,7 @@ func TestCgroupsUnderAPopulatedServiceCgroup(t *testing.T) {
 	// A sibling in the service's cgroup, as a service's helper process would be.
 	sib := exec.Command("sleep", "1000")
 	inSvc(sib)
-	if err := sib.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = sib.Process.Kill()
-		_ = sib.Wait()
-	})
+	startKilledAtEnd(t, sib)
 	tok := randomToken()
 	g := launchGatewayWith(t, tok, nil, inSvc, "--token", tok, "--allow-cmd", "*")
 	testutil.WaitFor(t, 5*time.Second, "the 'cgroups on' log line", func() bool { return strings.Contains(g.Logs(), `msg="cgroups on"`) })
