@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -98,16 +99,16 @@ func fdsOf(t *testing.T, pid int) map[int]bool {
 }
 
 // session.kill of an interactive bash running a foreground job (issue 15 point 9): the job's
-// process group gets each signal with the shell's, so the kill ends at HUP, well within one
-// --kill-grace, and the result counts both groups.
+// process group gets each signal with the shell's, so the kill ends at HUP (the result's
+// signals say so, however slow the host: the grace is long) and the result counts both groups.
 func TestKillInteractiveShellWithForegroundJob(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("bash not installed")
 	}
-	const grace = 2 * time.Second
+	const grace = 10 * time.Second
 	g := startGateway(t, "--allow-cmd", "*", "--cgroup-root", "off", "--kill-grace", grace.String())
 	c := g.dial(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t, 60*time.Second)
 	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"bash", "--norc", "--noprofile", "-i"}})
 	if err != nil {
 		t.Fatal(err)
@@ -122,10 +123,9 @@ func TestKillInteractiveShellWithForegroundJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(start)
-	t.Logf("kill took %v: %+v", took, res)
-	if took >= grace {
-		t.Errorf("kill took %v, want under one --kill-grace (%v)", took, grace)
+	t.Logf("kill took %v: %+v", time.Since(start), res)
+	if !slices.Equal(res.Signals, []string{"HUP"}) {
+		t.Errorf("signals: got %v, want [HUP]: the kill went past HUP", res.Signals)
 	}
 	if res.Groups != 2 || res.Survivors != 0 || res.Unverified != 0 {
 		t.Errorf("groups, survivors, unverified: got %d, %d, %d, want 2, 0, 0", res.Groups, res.Survivors, res.Unverified)
