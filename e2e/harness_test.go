@@ -338,3 +338,11 @@ func startKilledAtEnd(t *testing.T, cmd *exec.Cmd) {
 		_ = cmd.Wait()
 	})
 }
+
+// measurement skips a test that measures figures for the docs unless $env is 1.
+func measurement(t *testing.T, env string) {
+	t.Helper()
+	if os.Getenv(env) != "1" {
+		t.Skipf("a measurement: set %s=1", env)
+	}
+}
