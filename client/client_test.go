@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/testutil"
+	"github.com/muxterm/muxterm/internal/testutil/wstest"
 	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/proto"
 	"github.com/muxterm/muxterm/session"
@@ -42,16 +43,9 @@ func newGateway(t *testing.T, opts mux.ServerOptions) *gateway {
 	t.Helper()
 	g := &gateway{reg: session.NewRegistry(session.Options{Shell: "/bin/sh", KillGrace: 100 * time.Millisecond,
 		ResumeHold: 10 * time.Second}, nil)}
-	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
+	testutil.ShutdownAtEnd(t, "registry", g.reg) // after the sockets' Serve calls returned
 	ctx, cancel := context.WithCancelCause(context.Background())
-	var wg sync.WaitGroup
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		wg.Add(1)
-		defer wg.Done()
+	g.url = wstest.Serve(t, func(ws *websocket.Conn, _ *http.Request) {
 		g.mu.Lock()
 		g.sockets = append(g.sockets, ws)
 		g.mu.Unlock()
@@ -59,18 +53,7 @@ func newGateway(t *testing.T, opts mux.ServerOptions) *gateway {
 		o.Registry, o.Principal = g.reg, "tester"
 		o.AllowCmd = func([]string) bool { return true }
 		_ = mux.Serve(ctx, ws, o)
-	}))
-	g.url = "ws" + strings.TrimPrefix(hs.URL, "http")
-	t.Cleanup(func() {
-		cancel(mux.ErrShutdown)
-		wg.Wait()
-		hs.Close()
-		sctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
-		defer c2()
-		if err := g.reg.Shutdown(sctx); err != nil {
-			t.Errorf("registry shutdown: %v", err)
-		}
-	})
+	}, func() { cancel(mux.ErrShutdown) })
 	return g
 }
 
@@ -178,11 +161,7 @@ func TestReconnectResumesByteExact(t *testing.T) {
 	if _, err := ch.Write([]byte("end\n")); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-ch.Exited():
-	case <-ctx.Done():
-		t.Fatal("no exit after the last input")
-	}
+	testutil.WaitClosedCtx(ctx, t, ch.Exited(), "no exit after the last input")
 	evMu.Lock()
 	defer evMu.Unlock()
 	if len(events) != 4 || events[0].Resumed || !events[1].Resumed || events[2].Resumed || !events[3].Resumed {
@@ -286,16 +265,8 @@ func TestCloseIdempotent(t *testing.T) {
 // fill and a client's write can only time out.
 func silentServer(t *testing.T, afterInit func(ws *websocket.Conn)) string {
 	t.Helper()
-	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
 	release := make(chan struct{})
-	var wg sync.WaitGroup
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		wg.Add(1)
-		defer wg.Done()
+	return wstest.Serve(t, func(ws *websocket.Conn, _ *http.Request) {
 		defer ws.Close()
 		_, b, err := ws.ReadMessage()
 		if err != nil {
@@ -310,13 +281,7 @@ func silentServer(t *testing.T, afterInit func(ws *websocket.Conn)) string {
 			afterInit(ws)
 		}
 		<-release
-	}))
-	t.Cleanup(func() {
-		close(release)
-		wg.Wait()
-		hs.Close()
-	})
-	return "ws" + strings.TrimPrefix(hs.URL, "http")
+	}, func() { close(release) })
 }
 
 // A peer that stops reading cannot block a writer for ever: the write fails after WriteTimeout

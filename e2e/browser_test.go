@@ -10,13 +10,11 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -165,6 +163,15 @@ func (b *browser) waitText(want string, d time.Duration) {
 	b.waitJS(fmt.Sprintf("window.muxterm.bufferText().includes(%q)", want), d)
 }
 
+// echo types "echo word" at the shell and waits for its output at a line start. word holds an
+// empty quoted string (two single quotes) somewhere, so that the typed line never matches the
+// output.
+func (b *browser) echo(word string) {
+	b.t.Helper()
+	b.typeText("echo " + word + "\r")
+	b.waitText("\n"+strings.ReplaceAll(word, "''", ""), 10*time.Second)
+}
+
 // typeText types s as a keyboard does: one key-down carrying the text, then the key-up (two
 // events per key; chromedp's KeyEvent makes xterm.js 6 see every character twice).
 func (b *browser) typeText(s string) {
@@ -218,8 +225,7 @@ func TestBrowserEchoHello(t *testing.T) {
 	g := startGateway(t)
 	b := newBrowser(t, g.Base, g.Token, false)
 	defer b.screenshot("echo-hello")
-	b.typeText("echo hel''lo\r") // the quotes keep the typed line from matching the output
-	b.waitText("\nhello", 10*time.Second)
+	b.echo("hel''lo")
 	if strings.Contains(eval[string](b, "location.href"), g.Token) {
 		t.Errorf("the token stayed in the address bar")
 	}
@@ -228,13 +234,11 @@ func TestBrowserEchoHello(t *testing.T) {
 func TestBrowserTabsKeepTheirOutput(t *testing.T) {
 	g := startGateway(t)
 	b := newBrowser(t, g.Base, g.Token, false)
-	b.typeText("echo first-''tab\r")
-	b.waitText("\nfirst-tab", 10*time.Second)
+	b.echo("first-''tab")
 	eval[string](b, "window.muxterm.newTab()")
 	b.waitJS("window.muxterm.tabs().length === 2 && window.muxterm.activeIndex() === 1", 10*time.Second)
 	b.waitPrompt()
-	b.typeText("echo second-''tab\r")
-	b.waitText("\nsecond-tab", 10*time.Second)
+	b.echo("second-''tab")
 	b.screenshot("two-tabs")
 	t0 := eval[string](b, "window.muxterm.bufferText(0)")
 	t1 := eval[string](b, "window.muxterm.bufferText(1)")
@@ -270,8 +274,7 @@ func TestBrowserCloseTabKillsItsProcess(t *testing.T) {
 func TestBrowserReloadResumesSessions(t *testing.T) {
 	g := startGateway(t)
 	b := newBrowser(t, g.Base, g.Token, false)
-	b.typeText("echo before-''reload\r")
-	b.waitText("\nbefore-reload", 10*time.Second)
+	b.echo("before-''reload")
 	before := eval[[]tabInfo](b, "window.muxterm.tabs()")
 	b.run(20*time.Second, chromedp.Reload())
 	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length > 0", 20*time.Second)
@@ -282,73 +285,11 @@ func TestBrowserReloadResumesSessions(t *testing.T) {
 		t.Fatalf("tabs after reload: got %+v, want the sessions of %+v", after, before)
 	}
 	// It is the same shell, and it still works.
-	b.typeText("echo after-''reload\r")
-	b.waitText("\nafter-reload", 10*time.Second)
+	b.echo("after-''reload")
 	b.screenshot("reload-resume")
 	if n := strings.Count(eval[string](b, "window.muxterm.bufferText()"), "\nbefore-reload"); n != 1 {
 		t.Errorf("the replayed output appears %d times, want once", n)
 	}
-}
-
-// cutProxy forwards loopback TCP to the gateway and can cut every connection at once: from
-// the browser's side that is the server killing its socket.
-type cutProxy struct {
-	ln      net.Listener
-	mu      sync.Mutex // guards conns and holding
-	conns   []net.Conn
-	holding bool
-	wg      sync.WaitGroup
-}
-
-// newCutProxy listens on addr (a port just released by the test) and forwards to target.
-func newCutProxy(t *testing.T, addr, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if p.holdingNow() {
-				c.Close()
-				continue
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			p.wg.Go(func() { _, _ = io.Copy(u, c); u.Close() })
-			p.wg.Go(func() { _, _ = io.Copy(c, u); c.Close() })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-// hold makes the proxy refuse new connections (closing them at once) until resume.
-func (p *cutProxy) hold(on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.holding = on
-}
-
-func (p *cutProxy) holdingNow() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.holding
 }
 
 // startBehindProxy starts a gateway that a browser reaches through a cutProxy. The proxy's
@@ -366,30 +307,16 @@ func startBehindProxy(t *testing.T, args ...string) (*gateway, *cutProxy) {
 	return g, newCutProxy(t, addr, strings.TrimPrefix(g.Base, "http://"))
 }
 
-// base is the proxy's URL.
-func (p *cutProxy) base() string { return "http://" + p.ln.Addr().String() }
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
 func TestBrowserReconnectsAfterServerDropsSocket(t *testing.T) {
 	g, p := startBehindProxy(t)
 	b := newBrowser(t, p.base(), g.Token, false)
-	b.typeText("echo one-''two\r")
-	b.waitText("\none-two", 10*time.Second)
+	b.echo("one-''two")
 	offBefore := eval[map[string]float64](b, "window.muxterm.offsets()")
 	p.cut()
 	b.waitJS("window.muxterm.state() !== 'connected'", 10*time.Second)
 	b.waitJS("window.muxterm.state() === 'connected'", 20*time.Second)
 	b.waitPrompt()
-	b.typeText("echo three-''four\r")
-	b.waitText("\nthree-four", 10*time.Second)
+	b.echo("three-''four")
 	b.screenshot("reconnect")
 	text := eval[string](b, "window.muxterm.bufferText()")
 	if n := strings.Count(text, "\none-two"); n != 1 {
@@ -411,8 +338,7 @@ func TestBrowserWebGLRenderer(t *testing.T) {
 	}
 	probe.close()
 	b := newBrowser(t, g.Base, g.Token, true)
-	b.typeText("echo web''gl\r")
-	b.waitText("\nwebgl", 10*time.Second)
+	b.echo("web''gl")
 	b.screenshot("webgl")
 	if !eval[bool](b, "document.querySelector('.xterm canvas') !== null") {
 		t.Errorf("no canvas: the WebGL renderer did not load")

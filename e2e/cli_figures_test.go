@@ -5,7 +5,6 @@ package e2e
 import (
 	"errors"
 	"io"
-	"os"
 	"os/exec"
 	"slices"
 	"testing"
@@ -23,9 +22,7 @@ import (
 //	make build && MUXTERM_CLI_FIGURES=1 MUXTERM_BIN=$PWD/bin/gateway MUXTERM_CLI_BIN=$PWD/bin/muxterm \
 //	  go test -count=1 -tags e2e -run TestCLIFigures -v ./e2e/
 func TestCLIFigures(t *testing.T) {
-	if os.Getenv("MUXTERM_CLI_FIGURES") != "1" {
-		t.Skip("set MUXTERM_CLI_FIGURES=1 to measure")
-	}
+	measurement(t, "MUXTERM_CLI_FIGURES")
 	const reps = 41
 	g := startGateway(t, "--allow-cmd", "*", "--max-open-rate", "0")
 	env := cliEnv(t, g)

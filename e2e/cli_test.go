@@ -8,10 +8,8 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -29,35 +27,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var (
-	cliOnce sync.Once
-	cliBin  string
-	cliErr  error
-)
+var cliBin = &goBinary{env: "MUXTERM_CLI_BIN", pkg: "github.com/muxterm/muxterm/cmd/muxterm", name: "muxterm"}
 
 // cliBinary returns the muxterm command: $MUXTERM_CLI_BIN, or one built once for this run.
-func cliBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv("MUXTERM_CLI_BIN"); b != "" {
-		return b
-	}
-	cliOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "muxterm-cli-e2e")
-		if err != nil {
-			cliErr = err
-			return
-		}
-		cliBin = filepath.Join(dir, "muxterm")
-		out, err := exec.Command("go", "build", "-o", cliBin, "github.com/muxterm/muxterm/cmd/muxterm").CombinedOutput()
-		if err != nil {
-			cliErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if cliErr != nil {
-		t.Fatal(cliErr)
-	}
-	return cliBin
-}
+func cliBinary(t *testing.T) string { return cliBin.get(t) }
 
 // cliEnv is the environment of a muxterm run against g: its URL and token, an empty config
 // directory, and extra (which wins).
@@ -79,22 +52,7 @@ func cliEnv(t *testing.T, g *gateway, extra ...string) []string {
 // code.
 func runCLI(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, cliBinary(t), args...)
-	cmd.Env = env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return stdout.String(), stderr.String(), 0
-	case errors.As(err, &ee) && ctx.Err() == nil:
-		return stdout.String(), stderr.String(), ee.ExitCode()
-	}
-	t.Fatalf("muxterm %q: %v\nstdout: %s\nstderr: %s", args, err, stdout.String(), stderr.String())
-	return "", "", -1
+	return runCmd(t, 30*time.Second, env, cliBinary(t), args...)
 }
 
 // term is muxterm running under a PTY that the test reads as its terminal. With answer set the
@@ -326,6 +284,15 @@ func (tm *term) cooked() bool {
 	return tio.Lflag&unix.ICANON != 0 && tio.Lflag&unix.ECHO != 0
 }
 
+// detach types the detach keys at the start of a line and waits for muxterm to exit 0.
+func (tm *term) detach() {
+	tm.t.Helper()
+	tm.send("\r~.")
+	if code := tm.wait(); code != 0 {
+		tm.t.Fatalf("detach: exit code %d, want 0; output:\n%q", code, tm.output())
+	}
+}
+
 // wait waits for the command to exit and returns its code.
 func (tm *term) wait() int {
 	tm.t.Helper()
@@ -379,10 +346,7 @@ func TestCLIAttachTypeResizeDetachReattach(t *testing.T) {
 	tm.send("stty size\r")
 	tm.expect("33 101")
 
-	tm.send("\r~.")
-	if code := tm.wait(); code != 0 {
-		t.Fatalf("detach: exit code %d, want 0; output:\n%q", code, tm.output())
-	}
+	tm.detach()
 	if !strings.Contains(tm.output(), "muxterm: detached from session "+id+" (work)") {
 		t.Fatalf("no detach line in %q", tm.output())
 	}
@@ -459,10 +423,7 @@ func TestCLIReplayQueriesDoNotReachPTY(t *testing.T) {
 	if after != "\x1b[cZ1" {
 		t.Fatalf("after the replay the terminal shows %q; want the sentinel and Z1 only (a reply reached the PTY)", after)
 	}
-	tm.send("\r~.")
-	if code := tm.wait(); code != 0 {
-		t.Fatalf("detach: exit %d", code)
-	}
+	tm.detach()
 }
 
 func TestCLIExec(t *testing.T) {
@@ -634,12 +595,10 @@ func TestCLIConfigFile(t *testing.T) {
 // TestCLIAttachResumesAfterDrop cuts muxterm's socket (through a proxy) while attached: it
 // reattaches from its offset, so nothing is replayed twice and typing goes on.
 func TestCLIAttachResumesAfterDrop(t *testing.T) {
-	px := startProxy(t)
-	g := startGateway(t, "--allow-host", px.addr)
-	px.mu.Lock()
-	px.target = strings.TrimPrefix(g.Base, "http://")
-	px.mu.Unlock()
-	env := cliEnv(t, g, "MUXTERM_URL=ws://"+px.addr+"/ws")
+	px := newCutProxy(t, "127.0.0.1:0", "")
+	g := startGateway(t, "--allow-host", px.addr())
+	px.setTarget(strings.TrimPrefix(g.Base, "http://"))
+	env := cliEnv(t, g, "MUXTERM_URL=ws://"+px.addr()+"/ws")
 	id := newSession(t, env)
 	tm := startTerm(t, env, true, "attach", id)
 	tm.send("echo one-$((1+1))\r")
@@ -651,89 +610,7 @@ func TestCLIAttachResumesAfterDrop(t *testing.T) {
 	if n := strings.Count(tm.output(), "one-2"); n != 1 {
 		t.Fatalf("the output before the drop shows %d times, want once (resumed from the offset):\n%q", n, tm.output())
 	}
-	tm.send("\r~.")
-	if code := tm.wait(); code != 0 {
-		t.Fatalf("detach: exit %d", code)
-	}
-}
-
-// proxy forwards TCP connections to target (set before the first one) and can cut them all.
-type proxy struct {
-	addr string
-	// mu guards the fields below.
-	mu      sync.Mutex
-	target  string
-	conns   []net.Conn
-	n       int
-	changed chan struct{}
-}
-
-func startProxy(t *testing.T) *proxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{addr: l.Addr().String(), changed: make(chan struct{}, 1)}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		l.Close()
-		p.cut()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			target := p.target
-			p.mu.Unlock()
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, in, out)
-			p.n++
-			p.mu.Unlock()
-			select {
-			case p.changed <- struct{}{}:
-			default:
-			}
-			wg.Go(func() { _, _ = io.Copy(out, in); out.Close() })
-			wg.Go(func() { _, _ = io.Copy(in, out); in.Close() })
-		}
-	})
-	return p
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) waitConns(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
-		p.mu.Lock()
-		got := p.n
-		p.mu.Unlock()
-		if got >= n {
-			return
-		}
-		select {
-		case <-p.changed:
-		case <-deadline:
-			t.Fatalf("proxy saw %d connections, want %d", got, n)
-		}
-	}
+	tm.detach()
 }
 
 func TestCLIExecStdinAndBrokenPipe(t *testing.T) {

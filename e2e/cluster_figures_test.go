@@ -22,9 +22,7 @@ import (
 // it runs only with MUXTERM_FIGURES=1 (make bench-cluster), and asserts only that each
 // measurement completed and that loss was detected within the TTL.
 func TestClusterFigures(t *testing.T) {
-	if os.Getenv("MUXTERM_FIGURES") != "1" {
-		t.Skip("a measurement: set MUXTERM_FIGURES=1")
-	}
+	measurement(t, "MUXTERM_FIGURES")
 	unlimited := []string{"--max-open-rate", "0", "--max-sessions", "1000"}
 	tc := startClusterWith(t, map[string][]string{"a": unlimited, "b": unlimited, "c": unlimited}, "a", "b", "c")
 	a, b := tc.nodes["a"], tc.nodes["b"]

@@ -11,13 +11,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -465,12 +462,7 @@ func TestClusterPlacementAndResume(t *testing.T) {
 	}
 	offset := rch.Offset()
 	cbr.Close() // the socket drops; a holds the relay's output at what it acknowledged
-	if _, err := sa.Write([]byte("while-away;")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sa.ReadUntil(ctx, "while-away;"); err != nil {
-		t.Fatal(err)
-	}
+	typeUntil(ctx, t, sa, "while-away;", "while-away;")
 	resumed, res, err := cc.Attach(ctx, sa.Session(), &offset)
 	if err != nil {
 		t.Fatalf("resume through c: %v", err)
@@ -483,32 +475,10 @@ func TestClusterPlacementAndResume(t *testing.T) {
 	}
 }
 
-// natsServerBin builds the nats-server of the module's nats-server/v2 once per run.
-func natsServerBin(t *testing.T) string {
-	t.Helper()
-	natsOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "muxterm-nats")
-		if err != nil {
-			natsErr = err
-			return
-		}
-		natsBin = filepath.Join(dir, "nats-server")
-		out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
-		if err != nil {
-			natsErr = fmt.Errorf("go build nats-server: %v\n%s", err, out)
-		}
-	})
-	if natsErr != nil {
-		t.Fatal(natsErr)
-	}
-	return natsBin
-}
+var natsBin = &goBinary{pkg: "github.com/nats-io/nats-server/v2", name: "nats-server"}
 
-var (
-	natsOnce sync.Once
-	natsBin  string
-	natsErr  error
-)
+// natsServerBin builds the nats-server of the module's nats-server/v2 once per run.
+func natsServerBin(t *testing.T) string { return natsBin.get(t) }
 
 // TestClusterExternalNATS: two gateways joined through a separate nats-server process (with
 // JetStream) by --cluster: a session opened on one is listed, attached and typed into through
@@ -516,13 +486,7 @@ var (
 func TestClusterExternalNATS(t *testing.T) {
 	port := freePort(t)
 	srv := exec.Command(natsServerBin(t), "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-sd", t.TempDir())
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = srv.Process.Kill()
-		_ = srv.Wait()
-	})
+	startKilledAtEnd(t, srv)
 	tok := newToken()
 	ctok := newToken()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)

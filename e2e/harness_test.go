@@ -7,14 +7,18 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,35 +28,46 @@ import (
 	"github.com/muxterm/muxterm/client"
 )
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
+// goBinary is a command the suite runs: the file an environment variable names, or else one
+// built from a Go package once per test run.
+type goBinary struct {
+	env, pkg, name string // the variable ("" for none), the package, the built file's name
 
-// binary returns the gateway binary: $MUXTERM_BIN, or one built once for this test run.
-func binary(t *testing.T) string {
+	once sync.Once
+	path string
+	err  error
+}
+
+// get returns the binary's path, building it on the first call, and fails t if it cannot.
+func (b *goBinary) get(t *testing.T) string {
 	t.Helper()
-	if b := os.Getenv("MUXTERM_BIN"); b != "" {
-		return b
+	if b.env != "" {
+		if p := os.Getenv(b.env); p != "" {
+			return p
+		}
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "muxterm-e2e")
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "muxterm-e2e-"+b.name)
 		if err != nil {
-			buildErr = err
+			b.err = fmt.Errorf("build %s: %w", b.name, err)
 			return
 		}
-		builtBin = filepath.Join(dir, "gateway")
-		out, err := exec.Command("go", "build", "-o", builtBin, "github.com/muxterm/muxterm/cmd/gateway").CombinedOutput()
+		b.path = filepath.Join(dir, b.name)
+		out, err := exec.Command("go", "build", "-o", b.path, b.pkg).CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return builtBin
+	return b.path
 }
+
+var gatewayBin = &goBinary{env: "MUXTERM_BIN", pkg: "github.com/muxterm/muxterm/cmd/gateway", name: "gateway"}
+
+// binary returns the gateway binary: $MUXTERM_BIN, or one built once for this test run.
+func binary(t *testing.T) string { return gatewayBin.get(t) }
 
 // gateway is a running gateway process.
 type gateway struct {
@@ -257,4 +272,77 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// readPid reads ch up to until and returns the pid its program printed after tag (the scripts
+// print "JOB $! READY" and the like) with the output read, failing t if there is none.
+func readPid(ctx context.Context, t *testing.T, ch *client.Channel, until, tag string) (int, string) {
+	t.Helper()
+	out, err := ch.ReadUntil(ctx, until)
+	if err != nil {
+		t.Fatalf("read until %q: %v", until, err)
+	}
+	m := regexp.MustCompile(regexp.QuoteMeta(tag) + ` (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no %s pid in %q", tag, out)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	return pid, out
+}
+
+// typeUntil writes in to ch and reads until until, returning what it read; it fails t if
+// either fails.
+func typeUntil(ctx context.Context, t *testing.T, ch *client.Channel, in, until string) string {
+	t.Helper()
+	if _, err := ch.Write([]byte(in)); err != nil {
+		t.Fatalf("write %q: %v", in, err)
+	}
+	out, err := ch.ReadUntil(ctx, until)
+	if err != nil {
+		t.Fatalf("read until %q after writing %q: %v", until, in, err)
+	}
+	return out
+}
+
+// runCmd runs bin with args and env (nil for this process's) without a terminal (stdin empty)
+// and returns its stdout, stderr and exit code; it fails t if bin cannot run or runs longer
+// than d.
+func runCmd(t *testing.T, d time.Duration, env []string, bin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return stdout.String(), stderr.String(), 0
+	case errors.As(err, &ee) && ctx.Err() == nil:
+		return stdout.String(), stderr.String(), ee.ExitCode()
+	}
+	t.Fatalf("%s %q: %v\nstdout: %s\nstderr: %s", filepath.Base(bin), args, err, stdout.String(), stderr.String())
+	return "", "", -1
+}
+
+// startKilledAtEnd starts cmd and kills and reaps it when the test ends.
+func startKilledAtEnd(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+}
+
+// measurement skips a test that measures figures for the docs unless $env is 1.
+func measurement(t *testing.T, env string) {
+	t.Helper()
+	if os.Getenv(env) != "1" {
+		t.Skipf("a measurement: set %s=1", env)
+	}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"regexp"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -41,15 +41,7 @@ func TestKillUnderDescriptorExhaustion(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := ch.ReadUntil(ctx, "READY")
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := regexp.MustCompile(`ESC (\d+) READY`).FindStringSubmatch(out)
-			if m == nil {
-				t.Fatalf("no escapee pid in %q", out)
-			}
-			esc, _ := strconv.Atoi(m[1])
+			esc, _ := readPid(ctx, t, ch, "READY", "ESC")
 			t.Cleanup(func() { _ = syscall.Kill(esc, syscall.SIGKILL) })
 			testutil.WaitFor(t, 5*time.Second, "the escapee to exec sleep", func() bool {
 				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", esc))
@@ -107,16 +99,16 @@ func fdsOf(t *testing.T, pid int) map[int]bool {
 }
 
 // session.kill of an interactive bash running a foreground job (issue 15 point 9): the job's
-// process group gets each signal with the shell's, so the kill ends at HUP, well within one
-// --kill-grace, and the result counts both groups.
+// process group gets each signal with the shell's, so the kill ends at HUP (the result's
+// signals say so, however slow the host: the grace is long) and the result counts both groups.
 func TestKillInteractiveShellWithForegroundJob(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("bash not installed")
 	}
-	const grace = 2 * time.Second
+	const grace = 10 * time.Second
 	g := startGateway(t, "--allow-cmd", "*", "--cgroup-root", "off", "--kill-grace", grace.String())
 	c := g.dial(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t, 60*time.Second)
 	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"bash", "--norc", "--noprofile", "-i"}})
 	if err != nil {
 		t.Fatal(err)
@@ -124,25 +116,16 @@ func TestKillInteractiveShellWithForegroundJob(t *testing.T) {
 	if _, err := ch.Write([]byte("PS1='$ '; sh -c 'echo JOB $$ E''ND; exec sleep 1000'\n")); err != nil {
 		t.Fatal(err)
 	}
-	out, err := ch.ReadUntil(ctx, " END")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`JOB (\d+) END`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no job pid in %q", out)
-	}
-	job, _ := strconv.Atoi(m[1])
+	job, _ := readPid(ctx, t, ch, " END", "JOB")
 	t.Cleanup(func() { _ = syscall.Kill(job, syscall.SIGKILL) })
 	start := time.Now()
 	res, err := c.Kill(ctx, ch.Session())
 	if err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(start)
-	t.Logf("kill took %v: %+v", took, res)
-	if took >= grace {
-		t.Errorf("kill took %v, want under one --kill-grace (%v)", took, grace)
+	t.Logf("kill took %v: %+v", time.Since(start), res)
+	if !slices.Equal(res.Signals, []string{"HUP"}) {
+		t.Errorf("signals: got %v, want [HUP]: the kill went past HUP", res.Signals)
 	}
 	if res.Groups != 2 || res.Survivors != 0 || res.Unverified != 0 {
 		t.Errorf("groups, survivors, unverified: got %d, %d, %d, want 2, 0, 0", res.Groups, res.Survivors, res.Unverified)

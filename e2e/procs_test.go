@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,15 +220,7 @@ func TestKillWithCgroupEndsNohupJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := ch.ReadUntil(ctx, "READY")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`JOB (\d+) READY`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no job pid in %q", out)
-	}
-	job, _ := strconv.Atoi(m[1])
+	job, _ := readPid(ctx, t, ch, "READY", "JOB")
 	if !testutil.Alive(job) {
 		t.Fatalf("the nohup job %d is not running", job)
 	}
@@ -273,15 +266,7 @@ func TestGatewayReapsOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := ch.ReadUntil(ctx, "READY")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`ORPHAN (\d+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no orphan pid in %q", out)
-	}
-	orphan, _ := strconv.Atoi(m[1])
+	orphan, _ := readPid(ctx, t, ch, "READY", "ORPHAN")
 	gw := g.cmd.Process.Pid
 	if ppid := parentOf(orphan); ppid != gw && ppid != 0 {
 		// 0: it already exited and was reaped, which is what the test wants anyway.
@@ -381,13 +366,7 @@ func TestCgroupsUnderAPopulatedServiceCgroup(t *testing.T) {
 	// A sibling in the service's cgroup, as a service's helper process would be.
 	sib := exec.Command("sleep", "1000")
 	inSvc(sib)
-	if err := sib.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = sib.Process.Kill()
-		_ = sib.Wait()
-	})
+	startKilledAtEnd(t, sib)
 	tok := randomToken()
 	g := launchGatewayWith(t, tok, nil, inSvc, "--token", tok, "--allow-cmd", "*")
 	testutil.WaitFor(t, 5*time.Second, "the 'cgroups on' log line", func() bool { return strings.Contains(g.Logs(), `msg="cgroups on"`) })
@@ -402,18 +381,10 @@ func TestCgroupsUnderAPopulatedServiceCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := ch.ReadUntil(ctx, "READY")
-	if err != nil {
-		t.Fatal(err)
-	}
+	job, out := readPid(ctx, t, ch, "READY", "JOB")
 	if !strings.Contains(out, "/muxterm.service/muxterm-sessions/gw-") || !strings.Contains(out, "/"+ch.Session()) {
 		t.Errorf("the session's cgroup: got %q, want one under the service's muxterm-sessions", out)
 	}
-	m := regexp.MustCompile(`JOB (\d+) READY`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no job pid in %q", out)
-	}
-	job, _ := strconv.Atoi(m[1])
 	res, err := c.Kill(ctx, ch.Session())
 	if err != nil || res.Survivors != 0 || testutil.Alive(job) {
 		t.Errorf("kill: %+v, %v; nohup job alive: %v", res, err, testutil.Alive(job))
@@ -451,15 +422,7 @@ func TestUpgradeKeepsCgroupsAndChildren(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := ch.ReadUntil(ctx, "READY")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`JOB (\d+) READY`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no job pid in %q", out)
-	}
-	job, _ := strconv.Atoi(m[1])
+	job, _ := readPid(ctx, t, ch, "READY", "JOB")
 	cgroupOf := func(pid int) string {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 		if err != nil {
@@ -477,12 +440,7 @@ func TestUpgradeKeepsCgroupsAndChildren(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("the client did not resume after the upgrade\n%s", g.Logs())
 	}
-	if _, err := ch.Write([]byte("after-upgrade")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.ReadUntil(ctx, "after-upgrade"); err != nil {
-		t.Fatalf("the resumed channel: %v", err)
-	}
+	typeUntil(ctx, t, ch, "after-upgrade", "after-upgrade")
 	if after := cgroupOf(ch.Pid()); after != before {
 		t.Errorf("the session's cgroup: %q before the upgrade, %q after", before, after)
 	}
@@ -507,26 +465,14 @@ func TestUpgradeKeepsCgroupsAndChildren(t *testing.T) {
 func TestUpgradeKeepsTwentySessionsAndTheirJobs(t *testing.T) {
 	root := testutil.CgroupRoot(t)
 	mark := randomToken()
-	dir := t.TempDir()
-	bin, next := dir+"/gateway", dir+"/gateway.next"
-	copyFile(t, binary(t), bin)
+	dir, bin := binaryCopy(t)
+	next := dir + "/gateway.next"
 	buildGateway(t, next, "-X main.version=9.9.9-twenty")
 	tok := randomToken()
 	g := launchGatewayBin(t, bin, tok, nil, "--token", tok, "--allow-cmd", "*", "--cgroup-root", root, "--kill-grace", "100ms")
 	c := openMarked(t, g, 20, mark)
 	ctx := ctxT(t, 60*time.Second)
-	ids := func(c *client.Client) []string {
-		list, err := c.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, s := range list {
-			out = append(out, s.Session)
-		}
-		slices.Sort(out)
-		return out
-	}
+	ids := func(c *client.Client) []string { return slices.Sorted(maps.Keys(sessionsByID(t, ctx, c))) }
 	wantIDs, wantPids := ids(c), marked(mark)
 	slices.Sort(wantPids)
 	if len(wantIDs) != 20 || len(wantPids) < 20+len(hardJobs) {

@@ -345,12 +345,7 @@ func TestBadInputGetsErrorsAndHarmsNothing(t *testing.T) {
 	}
 	stillWorks := func(t *testing.T, tag string) {
 		t.Helper()
-		if _, err := good.Write([]byte(tag)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := good.ReadUntil(ctx, tag); err != nil {
-			t.Fatalf("the good session stopped working: %v", err)
-		}
+		typeUntil(ctx, t, good, tag, tag)
 	}
 	// Requests with an id: the error comes back as the response.
 	calls := []struct {

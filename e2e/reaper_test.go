@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -42,17 +43,10 @@ func TestDroppedSocketGraceResumeThenReap(t *testing.T) {
 		c1.Close() // the socket drops
 
 		c2 := g.dial(t)
-		list, err := c2.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var listed []string
-		for _, s := range list {
-			listed = append(listed, s.Session)
-		}
+		listed := sessionsByID(t, ctx, c2)
 		for i, id := range ids {
-			if !slices.Contains(listed, id) {
-				t.Fatalf("session %s gone after the drop; list: %v", id, listed)
+			if _, ok := listed[id]; !ok {
+				t.Fatalf("session %s gone after the drop; list: %v", id, slices.Sorted(maps.Keys(listed)))
 			}
 			if !testutil.Alive(pids[i]) {
 				t.Fatalf("shell %d died with the socket", pids[i])

@@ -209,14 +209,7 @@ func catSession(ctx context.Context, t *testing.T, c *client.Client) *client.Cha
 // catEchoes checks that ch's cat session still echoes tag.
 func catEchoes(ctx context.Context, t *testing.T, ch *client.Channel, tag string) string {
 	t.Helper()
-	if _, err := ch.Write([]byte(tag)); err != nil {
-		t.Fatal(err)
-	}
-	out, err := ch.ReadUntil(ctx, tag)
-	if err != nil {
-		t.Fatalf("the session stopped echoing: %v", err)
-	}
-	return out
+	return typeUntil(ctx, t, ch, tag, tag)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -398,14 +391,22 @@ func randomSessionID() string {
 	return fmt.Sprintf("%x", b)
 }
 
-func TestSecurityOwnershipAcrossPrincipals(t *testing.T) {
-	alice, bob, carol := newToken(), newToken(), newToken()
-	// The tokens file comes through MUXTERM_TOKENS (the flag's environment twin) and is the
-	// only source of tokens: no --token, so no "default" principal and nothing generated.
-	file := writeTokensFile(t, 0o600,
+// threePrincipals writes a tokens file of alice and bob (read-write) and carol (a read-only
+// viewer of alice's sessions) and returns their tokens and the file.
+func threePrincipals(t *testing.T) (alice, bob, carol, file string) {
+	t.Helper()
+	alice, bob, carol = newToken(), newToken(), newToken()
+	file = writeTokensFile(t, 0o600,
 		tokenLine{"alice", "read-write", alice, ""},
 		tokenLine{"bob", "read-write", bob, ""},
 		tokenLine{"carol", "read-only", carol, "alice"})
+	return alice, bob, carol, file
+}
+
+func TestSecurityOwnershipAcrossPrincipals(t *testing.T) {
+	// The tokens file comes through MUXTERM_TOKENS (the flag's environment twin) and is the
+	// only source of tokens: no --token, so no "default" principal and nothing generated.
+	alice, bob, carol, file := threePrincipals(t)
 	g := launchGateway(t, alice, []string{"MUXTERM_TOKENS=" + file})
 	defer func() {
 		g.Stop(10 * time.Second)
@@ -522,11 +523,7 @@ func TestSecurityOwnershipAcrossPrincipals(t *testing.T) {
 }
 
 func TestSecurityReadOnlyViewerReachesNothing(t *testing.T) {
-	alice, carol, bob := newToken(), newToken(), newToken()
-	file := writeTokensFile(t, 0o600,
-		tokenLine{"alice", "read-write", alice, ""},
-		tokenLine{"carol", "read-only", carol, "alice"},
-		tokenLine{"bob", "read-write", bob, ""})
+	alice, bob, carol, file := threePrincipals(t)
 	g := startSecure(t, "--tokens", file, "--allow-cmd", "sh")
 	ctx := ctxT(t, 30*time.Second)
 	ca := dialAs(t, g, alice)
@@ -1142,12 +1139,7 @@ func TestSecurityTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.Write([]byte("echo over-''tls\r")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.ReadUntil(ctx, "over-tls"); err != nil {
-		t.Fatal(err)
-	}
+	typeUntil(ctx, t, ch, "echo over-''tls\r", "over-tls")
 
 	// The browser path: /auth sets a Secure cookie; the https origin is the gateway's own.
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf},
@@ -1321,20 +1313,34 @@ func TestSecurityLimitSocketsPerPrincipal(t *testing.T) {
 	if _, err := c2.List(ctx); err != nil {
 		t.Errorf("an open socket broke: %v", err)
 	}
-	// Closing a socket frees its place (the server notices asynchronously: retry the dial).
+	// Closing a socket frees its place (the server notices asynchronously, signalling nothing:
+	// the dial is the probe).
 	c1.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, "a dial after closing a socket", func() bool {
 		c3, err := client.Dial(ctx, g.WS, client.DialOptions{Token: g.Token})
 		if err == nil {
 			c3.Close()
-			break
+			return true
 		}
-		if !errors.As(err, &de) || de.Status != http.StatusTooManyRequests || time.Now().After(deadline) {
+		if !errors.As(err, &de) || de.Status != http.StatusTooManyRequests {
 			t.Fatalf("dial after closing a socket: got %v, want success", err)
 		}
-		time.Sleep(10 * time.Millisecond) // polling the server's count, as waitFor polls /proc
+		return false
+	})
+}
+
+// openShells opens n shells (80x24) on c and returns their channels.
+func openShells(ctx context.Context, t *testing.T, c *client.Client, n int) []*client.Channel {
+	t.Helper()
+	chs := make([]*client.Channel, n)
+	for i := range chs {
+		ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+		if err != nil {
+			t.Fatalf("open shell %d of %d: %v", i+1, n, err)
+		}
+		chs[i] = ch
 	}
+	return chs
 }
 
 func TestSecurityLimitChannelsPerSocket(t *testing.T) {
@@ -1342,14 +1348,8 @@ func TestSecurityLimitChannelsPerSocket(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	pid := g.cmd.Process.Pid
 	c := g.dial(t)
-	a, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+	a := openShells(ctx, t, c, 2)[0]
+	_, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if e := rpcErr(t, err); e.Kind() != "limit_exceeded" || e.Data["limit"] != "maxChannels" {
 		t.Errorf("third open: got %v %v, want limit_exceeded maxChannels", e, e.Data)
 	}
@@ -1379,15 +1379,9 @@ func TestSecurityLimitSessionsPerPrincipal(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	pid := g.cmd.Process.Pid
 	c := g.dial(t)
-	a, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
-		t.Fatal(err)
-	}
+	a := openShells(ctx, t, c, 2)[0]
 	// The limit holds across sockets of the principal.
-	_, err = g.dial(t).Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+	_, err := g.dial(t).Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
 	if e := rpcErr(t, err); e.Kind() != "limit_exceeded" || e.Data["limit"] != "maxSessions" {
 		t.Errorf("third session: got %v %v, want limit_exceeded maxSessions", e, e.Data)
 	}

@@ -15,8 +15,7 @@ import (
 func TestBrowserSurvivesUpgradeInPlace(t *testing.T) {
 	g := startGateway(t)
 	b := newBrowser(t, g.Base, g.Token, false)
-	b.typeText("echo before-''upgrade\r")
-	b.waitText("\nbefore-upgrade", 10*time.Second)
+	b.echo("before-''upgrade")
 	before := eval[[]tabInfo](b, "window.muxterm.tabs()")
 	if err := g.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
@@ -24,8 +23,7 @@ func TestBrowserSurvivesUpgradeInPlace(t *testing.T) {
 	g.waitLog(t, "upgrade complete", 1, 30*time.Second)
 	b.waitJS("window.muxterm.state() === 'connected'", 20*time.Second)
 	b.waitPrompt()
-	b.typeText("echo after-''upgrade\r")
-	b.waitText("\nafter-upgrade", 10*time.Second)
+	b.echo("after-''upgrade")
 	b.screenshot("upgrade-in-place")
 	after := eval[[]tabInfo](b, "window.muxterm.tabs()")
 	if len(after) != len(before) || after[0].Session != before[0].Session || after[0].Exited != nil {

@@ -39,15 +39,20 @@ func buildGateway(t *testing.T, out, ldflags string) {
 	}
 }
 
-func copyFile(t *testing.T, src, dst string) {
+// binaryCopy copies the gateway binary into a directory of the test's own, where an upgrade
+// may replace it, and returns the directory and the copy.
+func binaryCopy(t *testing.T) (dir, bin string) {
 	t.Helper()
-	b, err := os.ReadFile(src)
+	b, err := os.ReadFile(binary(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
+	dir = t.TempDir()
+	bin = filepath.Join(dir, "gateway")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return dir, bin
 }
 
 // waitLog waits until the gateway has printed want at least n times.
@@ -246,9 +251,7 @@ func sessionsByID(t *testing.T, ctx context.Context, c *client.Client) map[strin
 // Then two upgrades that must be refused (a build that reads another state version, a missing
 // binary) leave the gateway serving every session on the same socket.
 func TestUpgradeInPlace(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gateway")
-	copyFile(t, binary(t), bin)
+	dir, bin := binaryCopy(t)
 	next := filepath.Join(dir, "gateway-next")
 	buildGateway(t, next, "-X main.version=9.9.9-e2e")
 	other := filepath.Join(dir, "gateway-other-state")
@@ -283,11 +286,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-doneCh.Exited():
-	case <-ctx.Done():
-		t.Fatal("the exit-3 session did not exit")
-	}
+	testutil.WaitClosedCtx(ctx, t, doneCh.Exited(), "the exit-3 session did not exit")
 	pids := map[string]int{}
 	for _, ch := range []*client.Channel{seqCh, catCh, exitCh, doneCh} {
 		pids[ch.Session()] = ch.Pid()
@@ -443,12 +442,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := catCh2.Write([]byte("after-upgrade\n")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := catCh2.ReadUntil(ctx, "after-upgrade"); err != nil {
-		t.Fatal(err)
-	}
+	typeUntil(ctx, t, catCh2, "after-upgrade\n", "after-upgrade")
 	exitCh2, _, err := c.Attach(ctx, exitCh.Session(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -456,11 +450,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	if _, err := exitCh2.Write([]byte("7\n")); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exitCh2.Exited():
-	case <-ctx.Done():
-		t.Fatal("exit-later did not exit")
-	}
+	testutil.WaitClosedCtx(ctx, t, exitCh2.Exited(), "exit-later did not exit")
 	if e := exitCh2.ExitInfo(); e == nil || e.Code != 7 {
 		t.Fatalf("exit after the upgrade: %+v, want code 7", e)
 	}
@@ -540,9 +530,7 @@ func reflectEqual(a, b proto.SessionInfo) bool {
 // shutdown would: it kills every process, even one that ignores HUP and TERM, reaps them, says
 // so in its log, and exits non-zero. Nothing is leaked.
 func TestUpgradeUnadoptableStateIsTornDown(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gateway")
-	copyFile(t, binary(t), bin)
+	dir, bin := binaryCopy(t)
 	broken := filepath.Join(dir, "gateway-broken")
 	buildGateway(t, broken, "-X main.breakAdoption=1")
 

@@ -4,12 +4,9 @@ package e2e
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,6 +14,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil"
 	"github.com/muxterm/muxterm/internal/testutil/rawmux"
 	"github.com/muxterm/muxterm/proto"
 )
@@ -130,11 +128,7 @@ func TestSessionEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	// session.exit follows the output the program printed: by then it is all buffered.
-	select {
-	case <-ch.Exited():
-	case <-ctx.Done():
-		t.Fatal("env did not exit")
-	}
+	testutil.WaitClosedCtx(ctx, t, ch.Exited(), "env did not exit")
 	var out bytes.Buffer
 	buf := make([]byte, 64<<10)
 	for ch.Buffered() > 0 {
@@ -174,21 +168,7 @@ func TestSessionEnvironment(t *testing.T) {
 // runBinary runs the gateway binary with args and returns its stdout, stderr and exit status.
 func runBinary(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		t.Fatal(err)
-	}
-	return o.String(), e.String(), code
+	return runCmd(t, 20*time.Second, nil, binary(t), args...)
 }
 
 // TestGatewayCLI: --help says what muxterm is, lists every flag with its MUXTERM_* twin and

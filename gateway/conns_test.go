@@ -49,14 +49,36 @@ func guardServer(t *testing.T, o GuardOptions, h http.Handler) (g *ConnGuard, ad
 	return g, ln.Addr().String(), idleCh
 }
 
-// keepAlive dials addr and does one GET /, leaving the connection idle and open.
-func keepAlive(t *testing.T, addr string) net.Conn {
+// dialTCP connects to addr; the connection is closed when the test ends.
+func dialTCP(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// loopbackHandoverListener is a HandoverListener on a loopback port of its own.
+func loopbackHandoverListener(t *testing.T) *HandoverListener {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := NewHandoverListener(raw)
+	if err != nil {
+		raw.Close()
+		t.Fatal(err)
+	}
+	return hl
+}
+
+// keepAlive dials addr and does one GET /, leaving the connection idle and open.
+func keepAlive(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c := dialTCP(t, addr)
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -128,11 +150,7 @@ func TestConnGuardEvictsTheLongestIdle(t *testing.T) {
 	}
 	_ = b
 	// Busy: one connection answering a request that blocks, one idle (c).
-	busy, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
+	busy := dialTCP(t, addr)
 	// Accepting busy evicted b (idle longer than c).
 	fmt.Fprintf(busy, "GET /block HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
 	if !closedByPeer(b) {
@@ -141,19 +159,11 @@ func TestConnGuardEvictsTheLongestIdle(t *testing.T) {
 	waitActive(t, g, 1)
 	// d evicts c, the last idle one; then e finds only busy and d (active or fresh): d, which
 	// sent nothing, goes.
-	d, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := dialTCP(t, addr)
 	if !closedByPeer(c) {
 		t.Fatal("c was not evicted for d")
 	}
-	e, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := dialTCP(t, addr)
 	if !closedByPeer(d) {
 		t.Fatal("d, which sent nothing, was not evicted for e")
 	}
@@ -161,11 +171,7 @@ func TestConnGuardEvictsTheLongestIdle(t *testing.T) {
 	// next one is refused.
 	fmt.Fprintf(e, "GET /block HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
 	waitActive(t, g, 2)
-	f, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := dialTCP(t, addr)
 	_ = f.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(f), nil)
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {

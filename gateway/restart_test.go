@@ -16,14 +16,7 @@ import (
 // connections, and a duplicate taken with ListenerFD serves the queued connection once the Go
 // listener is closed, as the next image does.
 func TestHandoverListenerStopKeepsSocket(t *testing.T) {
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := NewHandoverListener(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hl := loopbackHandoverListener(t)
 	addr := hl.Addr().String()
 	accepted := make(chan net.Conn, 1)
 	acceptErr := make(chan error, 1)
@@ -37,11 +30,7 @@ func TestHandoverListenerStopKeepsSocket(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	c1, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c1.Close()
+	dialTCP(t, addr) // open until the test ends
 	var s1 net.Conn
 	select {
 	case s1 = <-accepted:

@@ -10,14 +10,7 @@ import (
 // TCP_NOTSENT_LOWAT on it: without it a control reply waits behind everything the kernel holds
 // (a merge that left countedConn without NetConn let a reply on a 40 KB/s link take over 15 s).
 func TestAcceptedConnUnwrapsToTCP(t *testing.T) {
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := NewHandoverListener(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hl := loopbackHandoverListener(t)
 	ln := NewConnGuard(GuardOptions{}).Listener(hl)
 	defer ln.Close()
 	go func() {

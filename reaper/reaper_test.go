@@ -241,6 +241,19 @@ func (h *harness) wantGone(s *session.Session) {
 	}
 }
 
+// selectIdleCat opens cat, ages it past the grace and selects: it returns the session, the
+// snapshot Select took of it (its only victim) and the selection's now.
+func (h *harness) selectIdleCat() (*session.Session, Victim, time.Time) {
+	h.t.Helper()
+	s := h.mustOpen("cat")
+	now := h.age(s, testGrace+5*time.Second)
+	victims := h.rp.Select(now)
+	if got := victimIDs(victims); len(got) != 1 || got[0] != s.ID() {
+		h.t.Fatalf("victims: got %v, want [%s]: the session was not even selected", got, s.ID())
+	}
+	return s, victims[0], now
+}
+
 func victimIDs(vs []Victim) []string {
 	ids := make([]string, 0, len(vs))
 	for _, v := range vs {
@@ -251,51 +264,36 @@ func victimIDs(vs []Victim) []string {
 
 // ---- channels and viewers ----
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // readUntil reads v until its output contains want.
 func readUntil(t testing.TB, v *session.Viewer, wake <-chan struct{}, want string) []byte {
 	t.Helper()
-	deadline := time.After(waitLong)
-	var got []byte
-	buf := make([]byte, 4096)
-	for {
-		n, _, err := v.Read(buf)
-		got = append(got, buf[:n]...)
-		if bytes.Contains(got, []byte(want)) {
-			return got
-		}
-		if err != nil {
-			t.Fatalf("read: got %q and %v, want %q", got, err, want)
-		}
-		if n > 0 {
-			continue
-		}
-		select {
-		case <-wake:
-		case <-deadline:
-			t.Fatalf("read: got %q within %v, want %q", got, waitLong, want)
-		}
+	got, err := readViewer(t, v, wake, fmt.Sprintf("%q", want), func(got []byte) bool {
+		return bytes.Contains(got, []byte(want))
+	})
+	if !bytes.Contains(got, []byte(want)) {
+		t.Fatalf("read: got %q and %v, want %q", got, err, want)
 	}
+	return got
 }
 
 // readToEnd reads v until Read returns an error and returns the output and that error.
 func readToEnd(t testing.TB, v *session.Viewer, wake <-chan struct{}) ([]byte, error) {
 	t.Helper()
+	return readViewer(t, v, wake, "end of output", func([]byte) bool { return false })
+}
+
+// readViewer reads v, waiting on wake whenever nothing is ready, until done holds for the
+// output so far or Read fails, and returns the output and Read's error; it fails t if waitLong
+// passes first. what names the goal in that failure.
+func readViewer(t testing.TB, v *session.Viewer, wake <-chan struct{}, what string, done func([]byte) bool) ([]byte, error) {
+	t.Helper()
 	deadline := time.After(waitLong)
 	var got []byte
 	buf := make([]byte, 4096)
 	for {
 		n, _, err := v.Read(buf)
 		got = append(got, buf[:n]...)
-		if err != nil {
+		if err != nil || done(got) {
 			return got, err
 		}
 		if n > 0 {
@@ -304,7 +302,7 @@ func readToEnd(t testing.TB, v *session.Viewer, wake <-chan struct{}) ([]byte, e
 		select {
 		case <-wake:
 		case <-deadline:
-			t.Fatalf("read: no end of output within %v (got %q)", waitLong, got)
+			t.Fatalf("read: no %s within %v (got %q)", what, waitLong, got)
 		}
 	}
 }
@@ -657,13 +655,13 @@ func TestStartRunsOneLoop(t *testing.T) {
 		t.Fatalf("the loop reaped nothing within %v", waitLong)
 	}
 	h.wantGone(s)
-	if isClosed(done) {
+	if testutil.Closed(done) {
 		t.Fatalf("Done: closed while the loop's ctx is live")
 	}
 
 	// Cancelling the second Start's ctx does nothing: it started no loop.
 	cancel2()
-	if isClosed(done) {
+	if testutil.Closed(done) {
 		t.Fatalf("Done: closed by the ctx of a Start that returned false")
 	}
 	cancel()
@@ -685,13 +683,7 @@ func TestStartRunsOneLoop(t *testing.T) {
 // selection would no longer see the session as idle, even with an identity-only claim.
 func TestReconnectBetweenSelectionAndClaimKeepsSession(t *testing.T) {
 	h := newHarness(t, nil)
-	s := h.mustOpen("cat")
-	now := h.age(s, testGrace+5*time.Second)
-
-	victims := h.rp.Select(now)
-	if got := victimIDs(victims); len(got) != 1 || got[0] != s.ID() {
-		t.Fatalf("victims: got %v, want [%s]: the session was not even selected", got, s.ID())
-	}
+	s, victim, now := h.selectIdleCat()
 
 	// The gap: a reconnecting client attaches through the production path.
 	v, wake := h.attach(s)
@@ -699,13 +691,11 @@ func TestReconnectBetweenSelectionAndClaimKeepsSession(t *testing.T) {
 		t.Fatalf("unwatched since after attach: got %v, want the zero time", got)
 	}
 
-	for _, vic := range victims {
-		if reason, ok := h.rp.Claim(vic, now); ok {
-			t.Fatalf("claim of the stale victim: got (%q, true), want false: a watched session was claimed", reason)
-		}
+	if reason, ok := h.rp.Claim(victim, now); ok {
+		t.Fatalf("claim of the stale victim: got (%q, true), want false: a watched session was claimed", reason)
 	}
 	h.wantRegistered(s)
-	if isClosed(s.ReaderDone()) || isClosed(s.Exited()) {
+	if testutil.Closed(s.ReaderDone()) || testutil.Closed(s.Exited()) {
 		t.Fatalf("the kept session's PTY or process ended")
 	}
 
@@ -801,18 +791,13 @@ func TestReapThatClaimsFirstMakesAttachFail(t *testing.T) {
 	})
 	t.Run("between the claim and the teardown", func(t *testing.T) {
 		h := newHarness(t, nil)
-		s := h.mustOpen("cat")
-		now := h.age(s, testGrace+5*time.Second)
-		victims := h.rp.Select(now)
-		if len(victims) != 1 {
-			t.Fatalf("victims: got %v, want [%s]", victimIDs(victims), s.ID())
-		}
-		reason, ok := h.rp.Claim(victims[0], now)
+		s, victim, now := h.selectIdleCat()
+		reason, ok := h.rp.Claim(victim, now)
 		if !ok || reason != session.ReasonReaped {
 			t.Fatalf("claim: got (%q, %v), want (%q, true)", reason, ok, session.ReasonReaped)
 		}
 		// The process still runs: only the teardown will end it.
-		if isClosed(s.Exited()) {
+		if testutil.Closed(s.Exited()) {
 			t.Fatalf("the child exited before the teardown")
 		}
 		v, _, err := h.reg.Attach(s.ID(), owner, 0, nil)
@@ -825,7 +810,7 @@ func TestReapThatClaimsFirstMakesAttachFail(t *testing.T) {
 			t.Fatalf("subscribe to the session: got (%v, %v), want (nil, %v)", v, err, session.ErrSessionClosed)
 		}
 		// A second claim of the same victim is refused: one teardown only.
-		if reason, ok := h.rp.Claim(victims[0], now); ok {
+		if reason, ok := h.rp.Claim(victim, now); ok {
 			t.Fatalf("second claim: got (%q, true), want false", reason)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
@@ -849,12 +834,7 @@ func TestClaimRefusesRefreshedGrace(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, nil)
-			s := h.mustOpen("cat")
-			now := h.age(s, testGrace+5*time.Second)
-			victims := h.rp.Select(now)
-			if got := victimIDs(victims); len(got) != 1 || got[0] != s.ID() {
-				t.Fatalf("victims: got %v, want [%s]", got, s.ID())
-			}
+			s, victim, now := h.selectIdleCat()
 
 			v, _ := h.attach(s)
 			detached := h.clock.Advance(tt.detachAt)
@@ -863,7 +843,7 @@ func TestClaimRefusesRefreshedGrace(t *testing.T) {
 				t.Fatalf("unwatched since: got %v, want %v", got, detached)
 			}
 
-			if reason, ok := h.rp.Claim(victims[0], now); ok {
+			if reason, ok := h.rp.Claim(victim, now); ok {
 				t.Fatalf("claim with the stale snapshot: got (%q, true), want false", reason)
 			}
 			h.wantRegistered(s)
@@ -1058,7 +1038,7 @@ func TestTeardownRunsWithoutRegistryLock(t *testing.T) {
 		if err != nil {
 			t.Fatalf("probe during the teardown: got %v, want nil", err)
 		}
-		if isClosed(stubborn.Exited()) {
+		if testutil.Closed(stubborn.Exited()) {
 			t.Fatalf("the stubborn shell had exited by the end of the probe: the probe did not overlap the teardown")
 		}
 	case res := <-swept:

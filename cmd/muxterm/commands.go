@@ -38,16 +38,15 @@ func (a *app) cmdLs(args []string) error {
 	if len(pos) > 0 {
 		return usageError{"ls takes no arguments"}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	c, err := a.dial(ctx)
+	var list []proto.SessionInfo
+	err = a.withClient(func(ctx context.Context, c *client.Client) error {
+		if list, err = c.List(ctx); err != nil {
+			return fmt.Errorf("list sessions: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	list, err := c.List(ctx)
-	if err != nil {
-		return fmt.Errorf("list sessions: %w", err)
 	}
 	switch {
 	case *asJSON:
@@ -96,6 +95,31 @@ func (a *app) cmdKill(args []string) error {
 	if len(pos) == 0 {
 		return usageError{"kill needs a session id or name"}
 	}
+	return a.withClient(func(ctx context.Context, c *client.Client) error {
+		for _, arg := range pos {
+			s, err := resolveSession(ctx, c, arg)
+			if err != nil {
+				return err
+			}
+			res, err := c.Kill(ctx, s.Session)
+			if err != nil {
+				return fmt.Errorf("kill %s: %w", s.Session, err)
+			}
+			if res.Status == "exited" && res.Exit != nil {
+				fmt.Fprintf(a.stdout, "removed %s (it had %s)\n", s.Session, describeExit(res.Exit))
+			} else {
+				fmt.Fprintf(a.stdout, "killed %s (%s)\n", s.Session, strings.Join(res.Signals, ", "))
+			}
+		}
+		return nil
+	})
+}
+
+// withClient dials the gateway and runs f with a context that bounds its calls (callTimeout),
+// then closes the connection. Where f hands the connection to the attach loop, the loop has
+// closed it already (it closes every client it had when it ends) and the second Close does
+// nothing.
+func (a *app) withClient(f func(ctx context.Context, c *client.Client) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	c, err := a.dial(ctx)
@@ -103,22 +127,7 @@ func (a *app) cmdKill(args []string) error {
 		return err
 	}
 	defer c.Close()
-	for _, arg := range pos {
-		s, err := resolveSession(ctx, c, arg)
-		if err != nil {
-			return err
-		}
-		res, err := c.Kill(ctx, s.Session)
-		if err != nil {
-			return fmt.Errorf("kill %s: %w", s.Session, err)
-		}
-		if res.Status == "exited" && res.Exit != nil {
-			fmt.Fprintf(a.stdout, "removed %s (it had %s)\n", s.Session, describeExit(res.Exit))
-		} else {
-			fmt.Fprintf(a.stdout, "killed %s (%s)\n", s.Session, strings.Join(res.Signals, ", "))
-		}
-	}
-	return nil
+	return f(ctx, c)
 }
 
 // openFlags are the flags of new and exec that shape session.open.
@@ -173,36 +182,31 @@ func (a *app) cmdNew(args []string) (outcome, error) {
 	if err != nil {
 		return outcome{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	c, err := a.dial(ctx)
-	if err != nil {
-		return outcome{}, err
-	}
-	var restore func()
-	if *attach {
-		// Raw before the session prints: the terminal must not echo what it answers.
-		if restore, err = a.rawMode(); err != nil {
-			c.Close()
-			return outcome{}, err
+	var out outcome
+	err = a.withClient(func(ctx context.Context, c *client.Client) error {
+		if *attach {
+			// Raw before the session prints: the terminal must not echo what it answers.
+			restore, err := a.rawMode()
+			if err != nil {
+				return err
+			}
+			defer restore()
 		}
-		defer restore()
-	}
-	ch, err := c.Open(ctx, a.openOptions(o, cmd))
-	if err != nil {
-		c.Close()
-		return outcome{}, explainOpen(err, cmd)
-	}
-	if !*attach {
-		fmt.Fprintln(a.stdout, ch.Session())
-		err := ch.Detach(ctx)
-		c.Close()
+		ch, err := c.Open(ctx, a.openOptions(o, cmd))
 		if err != nil {
-			return outcome{}, fmt.Errorf("detach from the new session %s: %w", ch.Session(), err)
+			return explainOpen(err, cmd)
 		}
-		return outcome{}, nil
-	}
-	return a.interactive(c, ch, label(ch.Session(), o.name), 0, keys), nil
+		if !*attach {
+			fmt.Fprintln(a.stdout, ch.Session())
+			if err := ch.Detach(ctx); err != nil {
+				return fmt.Errorf("detach from the new session %s: %w", ch.Session(), err)
+			}
+			return nil
+		}
+		out = a.interactive(c, ch, label(ch.Session(), o.name), 0, keys)
+		return nil
+	})
+	return out, err
 }
 
 func (a *app) cmdAttach(args []string) (outcome, error) {
@@ -219,30 +223,26 @@ func (a *app) cmdAttach(args []string) (outcome, error) {
 	if err != nil {
 		return outcome{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	c, err := a.dial(ctx)
-	if err != nil {
-		return outcome{}, err
-	}
-	s, err := resolveSession(ctx, c, pos[0])
-	if err != nil {
-		c.Close()
-		return outcome{}, err
-	}
-	// Raw before the replay: the terminal must not echo what it answers.
-	restore, err := a.rawMode()
-	if err != nil {
-		c.Close()
-		return outcome{}, err
-	}
-	defer restore()
-	ch, res, err := c.Attach(ctx, s.Session, nil)
-	if err != nil {
-		c.Close()
-		return outcome{}, fmt.Errorf("attach %s: %w", s.Session, err)
-	}
-	return a.interactive(c, ch, label(s.Session, s.Name), res.Live, keys), nil
+	var out outcome
+	err = a.withClient(func(ctx context.Context, c *client.Client) error {
+		s, err := resolveSession(ctx, c, pos[0])
+		if err != nil {
+			return err
+		}
+		// Raw before the replay: the terminal must not echo what it answers.
+		restore, err := a.rawMode()
+		if err != nil {
+			return err
+		}
+		defer restore()
+		ch, res, err := c.Attach(ctx, s.Session, nil)
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", s.Session, err)
+		}
+		out = a.interactive(c, ch, label(s.Session, s.Name), res.Live, keys)
+		return nil
+	})
+	return out, err
 }
 
 func label(id, name string) string {

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -51,4 +52,36 @@ func WakeChan() (chan struct{}, func()) {
 func Alive(pid int) bool {
 	s, err := procfs.ReadStat(pid)
 	return err == nil && !s.Zombie()
+}
+
+// Closed reports, without blocking, whether ch is closed (or holds a value).
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// ShutdownAtEnd calls s.Shutdown when the test ends, giving it 10 s, and fails the test on its
+// error; what names s in the failure.
+func ShutdownAtEnd(t testing.TB, what string, s interface{ Shutdown(context.Context) error }) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("%s shutdown: %v", what, err)
+		}
+	})
+}
+
+// WaitClosedCtx is WaitClosed bounded by ctx instead of a timeout.
+func WaitClosedCtx(ctx context.Context, t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatalf("%s: not before %v", what, context.Cause(ctx))
+	}
 }

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"testing"
@@ -16,6 +17,9 @@ func TestWaitForAndWaitClosed(t *testing.T) {
 		t.Fatalf("cond called %d times, want 3", n)
 	}
 	ch, wake := WakeChan()
+	if Closed(ch) {
+		t.Fatal("an empty channel is closed")
+	}
 	wake()
 	wake() // merges with the first
 	WaitClosed(t, ch, 10*time.Second, "wake")
@@ -23,6 +27,11 @@ func TestWaitForAndWaitClosed(t *testing.T) {
 	case <-ch:
 		t.Fatal("two wakes delivered twice")
 	default:
+	}
+	done := make(chan struct{})
+	close(done)
+	if !Closed(done) {
+		t.Fatal("a closed channel is not closed")
 	}
 }
 
@@ -44,5 +53,20 @@ func TestAlive(t *testing.T) {
 	_ = cmd.Wait()
 	if Alive(cmd.Process.Pid) {
 		t.Fatal("a reaped child is alive")
+	}
+}
+
+type shutdowner struct{ called bool }
+
+func (s *shutdowner) Shutdown(context.Context) error { s.called = true; return nil }
+
+func TestWaitClosedCtxAndShutdownAtEnd(t *testing.T) {
+	done := make(chan struct{})
+	close(done)
+	WaitClosedCtx(context.Background(), t, done, "a closed channel")
+	s := &shutdowner{}
+	t.Run("sub", func(t *testing.T) { ShutdownAtEnd(t, "s", s) })
+	if !s.called {
+		t.Fatal("Shutdown not called when the subtest ended")
 	}
 }
