@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -316,11 +319,16 @@ func (s *Session) startReading() {
 	}
 }
 
-// Adopt registers the sessions of a state the previous image handed over. A session it cannot
+// maxAdopters bounds the goroutines that adopt sessions at once.
+const maxAdopters = 4
+
+// Adopt registers the sessions of a state the previous image handed over, on up to
+// min(GOMAXPROCS, maxAdopters) goroutines (each session's adoption is a dozen system calls,
+// independent of the others'; the shared tables it enters are locked). A session it cannot
 // adopt (a descriptor that is not what the state says it is) is torn down as a shutdown would,
-// and the failure is logged and returned; the others are adopted.
+// and the failure is logged and returned; the others are adopted. It returns once every session
+// is adopted or torn down.
 func (r *Registry) Adopt(st *HandoverState) (adopted int, err error) {
-	var errs []error
 	for _, h := range st.Gone {
 		r.mu.Lock()
 		if len(r.goneFIFO) < tombstones {
@@ -329,26 +337,44 @@ func (r *Registry) Adopt(st *HandoverState) (adopted int, err error) {
 		}
 		r.mu.Unlock()
 	}
-	for _, h := range st.Sessions {
-		s, aerr := r.adoptOne(h, st.Taken)
-		if aerr != nil {
-			aerr = fmt.Errorf("adopt session %s (pid %d): %w", h.ID, h.Pid, aerr)
-			r.opts.Logger.Error("handover: session not adopted, tearing it down", "session", h.ID, "pid", h.Pid, "err", aerr)
-			errs = append(errs, aerr)
-			if s != nil {
-				res := r.Teardown(context.Background(), s)
-				r.opts.Logger.Info("handover: session torn down", "session", h.ID, "status", res.Status,
-					"survivors", res.Survivors, "signals", res.Signals)
+	errs := make([]error, len(st.Sessions))
+	var next, count atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), maxAdopters, len(st.Sessions)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(st.Sessions) {
+					return
+				}
+				if errs[i] = r.adoptAndRegister(st.Sessions[i], st.Taken); errs[i] == nil {
+					count.Add(1)
+				}
 			}
-			continue
-		}
-		r.mu.Lock()
-		r.sessions[s.id] = s
-		r.observe(s, true) // a cluster's directory lists it again (the node swept its entries at start)
-		r.mu.Unlock()
-		adopted++
+		})
 	}
-	return adopted, errors.Join(errs...)
+	wg.Wait()
+	return int(count.Load()), errors.Join(errs...)
+}
+
+// adoptAndRegister adopts h and registers it, or tears down what of it could be built.
+func (r *Registry) adoptAndRegister(h HandedSession, taken time.Time) error {
+	s, err := r.adoptOne(h, taken)
+	if err != nil {
+		err = fmt.Errorf("adopt session %s (pid %d): %w", h.ID, h.Pid, err)
+		r.opts.Logger.Error("handover: session not adopted, tearing it down", "session", h.ID, "pid", h.Pid, "err", err)
+		if s != nil {
+			res := r.Teardown(context.Background(), s)
+			r.opts.Logger.Info("handover: session torn down", "session", h.ID, "status", res.Status,
+				"survivors", res.Survivors, "signals", res.Signals)
+		}
+		return err
+	}
+	r.mu.Lock()
+	r.sessions[s.id] = s
+	r.observe(s, true) // a cluster's directory lists it again (the node swept its entries at start)
+	r.mu.Unlock()
+	return nil
 }
 
 // adoptOne builds a session from h. On error it returns the session as far as it could be

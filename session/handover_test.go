@@ -340,3 +340,84 @@ func TestHandoverListsDyingSessions(t *testing.T) {
 	}
 	<-killed
 }
+
+// TestAdoptInParallel: many sessions adopted at once (Adopt's workers), a few of them with a
+// master that is not a PTY: every good one is registered and reads its PTY again, every bad one
+// is named in the error and its child killed and reaped, none is registered.
+func TestAdoptInParallel(t *testing.T) {
+	opts := testOptions()
+	opts.KillGrace = 50 * time.Millisecond
+	r1 := NewRegistry(opts, nil)
+	const n, badEvery = 24, 6
+	var ss []*Session
+	for range n {
+		s, _, err := r1.Open(Spec{Argv: []string{"cat"}, Cols: 80, Rows: 24, Dir: os.TempDir(), Owner: "a"}, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := r1.Handover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]int{}
+	for i := range st.Sessions { // the adopter gets its own descriptors, as across an exec
+		h := &st.Sessions[i]
+		if i%badEvery == 0 {
+			bad[h.ID] = h.Pid
+			h.Master, _ = unix.FcntlInt(devnull.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		} else {
+			h.Master, _ = unix.FcntlInt(uintptr(h.Master), unix.F_DUPFD_CLOEXEC, 0)
+		}
+	}
+	devnull.Close()
+	for _, s := range ss {
+		s.ptmx.Close()
+	}
+	r2 := NewRegistry(opts, nil)
+	adopted, err := r2.Adopt(st)
+	if adopted != n-len(bad) || err == nil {
+		t.Fatalf("Adopt: %d adopted, err %v; want %d and an error", adopted, err, n-len(bad))
+	}
+	for id, pid := range bad {
+		if !strings.Contains(err.Error(), id) {
+			t.Errorf("the error does not name the bad session %s: %v", id, err)
+		}
+		if _, gerr := r2.Get(id, "a"); gerr == nil {
+			t.Errorf("the bad session %s was registered", id)
+		}
+		testutil.WaitFor(t, 10*time.Second, "the bad session's child to be killed and reaped", func() bool {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+			return err != nil
+		})
+	}
+	if got := r2.Len(); got != n-len(bad) {
+		t.Fatalf("registry holds %d sessions, want %d", got, n-len(bad))
+	}
+	for _, s1 := range ss {
+		if _, isBad := bad[s1.ID()]; isBad {
+			continue
+		}
+		s2, err := r2.Get(s1.ID(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cleanupSession(t, s2)
+		wake, w := testutil.WakeChan()
+		v, _, err := r2.Attach(s2.ID(), "a", s2.Info().End, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s2.Write([]byte("ping-" + s2.ID() + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		collect(t, v, wake, nil).waitOutput(t, "ping-"+s2.ID(), 10*time.Second)
+	}
+}

@@ -233,6 +233,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer ho.tearDownUnlessAdopted(log, c.killGrace)
+	ho.mark("decode")
 	generated := false
 	if c.token == "" && c.sec.tokensFile == "" && ho != nil && ho.Token != "" {
 		c.token, generated = ho.Token, true
@@ -255,6 +256,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	listeners := map[string]*gateway.HandoverListener{"main": hl}
+	ho.mark("listener")
 	var ln net.Listener = hl
 	addr := ln.Addr().String()
 	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
@@ -281,11 +283,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Warn("telemetry flush", "err", err)
 		}
 	}()
+	ho.mark("telemetry")
 	cgroups, err := openCgroups(ctx, c.cgroupRoot, log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
+	ho.mark("cgroups")
 	var reg *session.Registry
 	var node *cluster.Node
 	var observer func(session.Event)
@@ -374,19 +378,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reapCtx, stopReaper := context.WithCancel(context.Background())
 	defer stopReaper()
 	rp.Start(reapCtx)
+	ho.mark("setup")
+
+	// After an upgrade the listener serves before the sessions are adopted: what needs them
+	// (WebSocket upgrades, /readyz) waits for the adoption (adoptionGate, upgrade.go).
+	srv := newServer(ho.gate(gw), c.sec.httpIdle)
+	srv.ConnState = guard.ConnState
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	ho.mark("serve")
 	if ho != nil {
+		holdForTest(log) // upgrade.go; nothing unless built for that test
 		adoptHandover(ho, reg, log)
 		// Only now: every adopted child is registered as ours (see main).
 		if err := session.AdoptOrphans(log); err != nil {
 			log.Warn("child subreaper", "err", err)
 		}
+		ho.openGate()
+		ho.mark("adopt")
+		ho.logTimeline(log)
 	}
-
-	srv := newServer(gw, c.sec.httpIdle)
-	srv.ConnState = guard.ConnState
-	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
 
 	base := "http://" + addr
 	if useTLS {

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/gateway"
@@ -45,6 +46,11 @@ var stateVersion = ""
 // breakAdoption, when set with -ldflags "-X main.breakAdoption=1", makes this build pass the
 // dry run but fail to read the state after the exec. For the test of the teardown that follows.
 var breakAdoption = ""
+
+// holdAdoption, when set with -ldflags "-X main.holdAdoption=PATH" (a FIFO), makes this build,
+// once it serves after an upgrade, open PATH for reading before it adopts the sessions: it
+// waits there until a test opens the FIFO for writing. For the test of the adoption gate.
+var holdAdoption = ""
 
 // drainWait bounds how long an upgrade waits for HTTP connections accepted before it stopped
 // accepting to send their request and get the answer (a browser's speculative connection may
@@ -141,8 +147,58 @@ type upgradeState struct {
 	// Terminate: SIGTERM or SIGINT arrived during the upgrade, after the point of no return;
 	// the new image shuts down as soon as it has adopted everything.
 	Terminate bool
+	// Stopped is when the old image's listeners stopped accepting (from then on connections
+	// wait in the backlog until the new image serves); Quiesced is when the sessions' snapshot
+	// was complete (the state's encoding and the exec follow). Wall clock: they cross the exec.
+	// Zero in a state from an image without them.
+	Stopped, Quiesced time.Time
 
-	adopted bool // set by adoptHandover; not part of the state
+	adopted bool          // set by adoptHandover; not part of the state
+	marks   []mark        // the new image's start, for the "upgrade timeline" log line
+	ready   chan struct{} // closed by openGate once the sessions are adopted (adoptionGate)
+}
+
+// mark is one moment of the new image's start.
+type mark struct {
+	name string
+	at   time.Time
+}
+
+// mark records that the new image reached the step name (nothing when started fresh).
+func (st *upgradeState) mark(name string) {
+	if st != nil {
+		st.marks = append(st.marks, mark{name, time.Now()})
+	}
+}
+
+// logTimeline logs where the upgrade's time went, each step as the time since the one before
+// (wall clock across the exec, monotonic after it): from the signal to the listeners' stop (the
+// dry run), the quiesce (sockets closed, connections drained, sessions snapshotted), the exec
+// (the state's encoding, the exec, the runtime's start up to internal/earlysignal's init), then
+// each step of run; no_accept is the window from the listeners' stop to the new image's Serve,
+// in which connections wait in the backlog, and adopted the time from the signal to the last
+// step.
+func (st *upgradeState) logTimeline(log *slog.Logger) {
+	if st == nil || st.Stopped.IsZero() || st.Quiesced.IsZero() {
+		return
+	}
+	ms := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
+	attrs := []any{"stop", ms(st.Stopped.Sub(st.Signalled)), "quiesce", ms(st.Quiesced.Sub(st.Stopped)),
+		"exec", ms(earlysignal.Started.Sub(st.Quiesced))}
+	prev := earlysignal.Started
+	var serving time.Time
+	for _, m := range st.marks {
+		attrs = append(attrs, m.name, ms(m.at.Sub(prev)))
+		prev = m.at
+		if m.name == "serve" {
+			serving = m.at
+		}
+	}
+	if !serving.IsZero() {
+		attrs = append(attrs, "no_accept", ms(serving.Sub(st.Stopped)))
+	}
+	attrs = append(attrs, "adopted", ms(prev.Sub(st.Signalled)))
+	log.Info("upgrade timeline", attrs...)
 }
 
 // tearDownUnlessAdopted is deferred by run: if run fails after the state was read and before
@@ -318,12 +374,14 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	for _, ln := range u.listeners {
 		ln.Stop()
 	}
+	stopped := time.Now()
 	for _, srv := range u.servers {
 		srv.SetKeepAlivesEnabled(false)
 	}
 	if err := u.gw.Restart(ctx); err != nil {
 		u.log.Warn("upgrade: sockets did not end in time; their viewers hold no resume", "err", err)
 	}
+	restarted := time.Now()
 	dctx, dcancel := context.WithTimeout(ctx, drainWait)
 	for name, ln := range u.listeners {
 		if err := ln.Drain(dctx); err != nil {
@@ -336,13 +394,16 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		wg.Go(func() { _ = srv.Shutdown(ctx) }) // closes what is left; idle by now
 	}
 	wg.Wait()
+	drained := time.Now()
 	st, err := u.reg.Handover(ctx)
 	if err != nil {
 		u.log.Error("upgrade: quiescing failed", "err", err)
 		return u.abort(nil, fds)
 	}
+	quiesced := time.Now()
 	state := &upgradeState{FromVersion: version, Signalled: signalled, Token: u.token,
-		Listeners: fds, Sessions: st, Terminate: u.terminating != nil && u.terminating()}
+		Listeners: fds, Sessions: st, Terminate: u.terminating != nil && u.terminating(),
+		Stopped: stopped, Quiesced: quiesced}
 	memfd, err := session.WriteHandoverMemfd(handoverVersion(), state)
 	if err != nil {
 		u.log.Error("upgrade: writing the state failed", "err", err)
@@ -353,8 +414,10 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		keep = append(keep, fd)
 	}
 	env := append(os.Environ(), handoverEnv+"="+strconv.Itoa(memfd))
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 	u.log.Info("upgrade: executing", "binary", u.bin, "sessions", len(st.Sessions),
-		"quiesce", time.Since(signalled).Round(time.Microsecond))
+		"quiesce", r(time.Since(signalled)), "sockets", r(restarted.Sub(stopped)), "drain", r(drained.Sub(restarted)),
+		"handover", r(quiesced.Sub(drained)), "encode", r(time.Since(quiesced)))
 	err = execKeeping(u.bin, os.Args, env, keep)
 	// Still here: the exec failed. The running image can always read its own state.
 	u.log.Error("upgrade: exec failed; re-executing the running image", "binary", u.bin, "err", err)
@@ -453,6 +516,73 @@ func newUpgrader(log *slog.Logger, wait time.Duration, listeners map[string]*gat
 // (internal/earlysignal): its default action would end the gateway, and orphan every session,
 // if one arrived before run is ready, in particular in a new image still adopting.
 var upgradeSignals = earlysignal.Upgrade
+
+// adoptWait bounds how long a request that needs the sessions waits for their adoption.
+const adoptWait = 30 * time.Second
+
+// gate returns h wrapped in an adoptionGate until the sessions are adopted, or h itself when
+// started fresh.
+func (st *upgradeState) gate(h http.Handler) http.Handler {
+	if st == nil {
+		return h
+	}
+	st.ready = make(chan struct{})
+	return &adoptionGate{next: h, ready: st.ready}
+}
+
+// adoptionGate lets a new image serve its listener before it has adopted the sessions, so that
+// the time in which it accepts no connection ends with its setup instead of with the adoption
+// (linear in the sessions): /healthz, /auth, the UI's files are answered at once, while a
+// WebSocket upgrade (any path: the gateway refuses the wrong ones itself) and /readyz wait until
+// every session is adopted (at most adoptWait, then 503), so that no client ever sees a registry
+// without the sessions it resumes.
+type adoptionGate struct {
+	next  http.Handler
+	ready chan struct{} // closed by upgradeState.openGate
+}
+
+func (g *adoptionGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if websocket.IsWebSocketUpgrade(r) || r.URL.Path == "/readyz" {
+		select {
+		case <-g.ready:
+		default:
+			t := time.NewTimer(adoptWait)
+			defer t.Stop()
+			select {
+			case <-g.ready:
+			case <-r.Context().Done():
+				return
+			case <-t.C:
+				w.Header().Set("Connection", "close")
+				http.Error(w, "adopting sessions after an upgrade; try again", http.StatusServiceUnavailable)
+				return
+			}
+		}
+	}
+	g.next.ServeHTTP(w, r)
+}
+
+// holdForTest waits on the FIFO holdAdoption names, in a build made for that test.
+func holdForTest(log *slog.Logger) {
+	if holdAdoption == "" {
+		return
+	}
+	log.Info("upgrade: adoption held until " + holdAdoption + " is opened (a test build)")
+	if f, err := os.Open(holdAdoption); err == nil {
+		f.Close()
+	} else {
+		log.Warn("upgrade: hold", "err", err)
+	}
+}
+
+// openGate lets the requests the adoption gate holds through (once the sessions are adopted
+// and the orphan reaper started).
+func (st *upgradeState) openGate() {
+	if st != nil && st.ready != nil {
+		close(st.ready)
+		st.ready = nil
+	}
+}
 
 // adoptHandover registers the handed-over sessions and closes what this image does not use.
 func adoptHandover(st *upgradeState, reg *session.Registry, log *slog.Logger) {
