@@ -423,10 +423,10 @@ func (b *bench) upgradeRows(n int, reps []upgradeRep) {
 	b.addRow(newRow("upgrade", "accept delay p99", "ms", col(func(r upgradeRep) float64 { return r.AcceptP99ms }), nil, nil, nil, ""))
 	maxRow := newRow("upgrade", "accept delay max per upgrade", "ms", col(func(r upgradeRep) float64 { return r.AcceptMaxms }), nil, nil,
 		&Target{Desc: fmt.Sprintf("p99 ≤ 200 ms (over %d upgrades: the worst)", len(reps)), Of: "value", Op: "<=", Value: 200},
-		"the slowest answer in each upgrade: a connection that waited in the backlog while no image accepted")
+		"the slowest answer in each upgrade (when it was sent is in the JSON details, accept_max_started_ms: normally at the listeners' stop, so it waited in the backlog while no image accepted)")
 	b.addRow(worst(maxRow))
 	b.addRow(newRow("upgrade", "gateway's own window without accept (listeners stopped → new image serves)", "ms",
-		col(func(r upgradeRep) float64 { return r.NoAcceptms }), nil, nil, nil, "from the new image's `upgrade timeline` log line (-1: line missing)"))
+		col(func(r upgradeRep) float64 { return r.NoAcceptms }), nil, nil, nil, "from the new image's `upgrade timeline` log line (no_accept; -1: line missing, a binary without it)"))
 	b.addRow(newRow("upgrade", "SIGUSR2 → client socket resumed, p50 over sockets", "ms", col(func(r upgradeRep) float64 { return r.ResumedP50ms }), nil, nil, nil, ""))
 	b.addRow(newRow("upgrade", "SIGUSR2 → client socket resumed, p99 over sockets", "ms", col(func(r upgradeRep) float64 { return r.ResumedP99ms }), nil, nil, nil,
 		"each client reconnects after its 1012 and re-attaches every channel from its offset in one round trip (client.DialOptions.Reconnect)"))
@@ -435,7 +435,7 @@ func (b *bench) upgradeRows(n int, reps []upgradeRep) {
 		verified = reps[len(reps)-1].Verified
 	}
 	b.addRow(worst(newRow("upgrade", "bytes lost per upgrade (announced by a gap or attach's lost)", "", col(func(r upgradeRep) float64 { return float64(r.BytesLost) }), nil, nil, zero,
-		fmt.Sprintf("cumulative over the upgrades; besides, %d bytes of the %d streams were checked against seq's output at their offset, and %.0f did not match",
+		fmt.Sprintf("besides, %d bytes of the %d streams were checked against seq's output at their offset, and %.0f did not match",
 			verified, upgradeStreams, sum(col(func(r upgradeRep) float64 { return float64(r.BytesBad) }))))))
 	b.addRow(worst(newRow("upgrade", "sessions lost per upgrade", "", col(func(r upgradeRep) float64 { return float64(r.SessionsLost) }), nil, nil, zero,
 		"held before and not live after (session.list), plus channels a resume found gone")))
