@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -150,5 +151,103 @@ func TestUpgradeServesBeforeAdoption(t *testing.T) {
 	}
 	if got != "after\r\n" {
 		t.Fatalf("read %q after the upgrade, want exactly the new echo", got)
+	}
+}
+
+// TestUpgradeThatCannotExecServesAgain: an upgrade that gets past the point of no return (the
+// sockets told and closed with 1012, the sessions quiesced) and then cannot exec (a build whose
+// every exec fails, the fallback's too) puts the sessions back and serves again from the same
+// image on the same socket: no connection is refused meanwhile, a client that reconnects by
+// itself resumes its stream byte-exact, the sessions keep their processes, new sessions open,
+// and a later SIGTERM stops it as usual with every session process ended.
+func TestUpgradeThatCannotExecServesAgain(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gateway")
+	buildGateway(t, bin, "-X main.breakExec=1")
+	tok := randomToken()
+	g := launchGatewayBin(t, bin, tok, nil, "--token", tok, "--allow-cmd", "sh", "--allow-cmd", "cat",
+		"--resume-hold", "60s")
+	ctx := ctxT(t, 90*time.Second)
+	resumed := make(chan struct{}, 1)
+	c, err := client.Dial(ctx, g.WS, client.DialOptions{Token: tok, Reconnect: &client.ReconnectOptions{
+		OnEvent: func(e client.ReconnectEvent) {
+			if e.Resumed {
+				select {
+				case resumed <- struct{}{}:
+				default:
+				}
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seqCh, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c",
+		`stty raw -echo; i=0; while :; do i=$((i+1)); echo $i; [ $((i % 25)) -eq 0 ] && sleep 0.02; done`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	catCh, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := map[string]int{seqCh.Session(): seqCh.Pid(), catCh.Session(): catCh.Pid()}
+	t.Cleanup(func() {
+		g.Stop(15 * time.Second)
+		for id, pid := range pids {
+			if testutil.Alive(pid) {
+				t.Errorf("session %s's process %d outlived the gateway", id, pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	st := &stream{id: seqCh.Session()}
+	st.follow(seqCh)
+	st.waitGrowth(t, 5000, 20*time.Second)
+
+	d := startDialer(g.Base, 60*time.Second)
+	if err := g.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	g.waitLog(t, "this image serves again", 1, 30*time.Second)
+	select {
+	case <-resumed:
+	case <-ctx.Done():
+		t.Fatalf("the client did not resume:\n%s", g.Logs())
+	}
+	mark := st.len()
+	st.waitGrowth(t, mark+5000, 20*time.Second)
+	d.finish()
+	if len(d.errs) > 0 {
+		t.Fatalf("dialer: %d of %d requests failed, first %v", len(d.errs), d.tries, d.errs[0])
+	}
+	st.checkExact(t)
+	if seqCh.Lost() != 0 {
+		t.Fatalf("the stream announced %d bytes lost", seqCh.Lost())
+	}
+	got := sessionsByID(t, ctx, c)
+	for id, pid := range pids {
+		if s, ok := got[id]; !ok || s.Pid != pid || s.Exit != nil {
+			t.Fatalf("session %s after the failed upgrade: %+v (listed %v), want pid %d running", id, s, ok, pid)
+		}
+	}
+	// The cat session still echoes, and a new session opens.
+	if _, err := catCh.Write([]byte("still-here\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catCh.ReadUntil(ctx, "still-here"); err != nil {
+		t.Fatal(err)
+	}
+	extra, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"cat"}})
+	if err != nil {
+		t.Fatalf("open after the failed upgrade: %v", err)
+	}
+	pids[extra.Session()] = extra.Pid()
+	if strings.Contains(g.Logs(), "upgrade complete") {
+		t.Fatal("an upgrade completed in a build whose exec fails")
+	}
+	g.Stop(15 * time.Second)
+	if g.err != nil {
+		t.Fatalf("gateway exit after SIGTERM: %v\n%s", g.err, g.Logs())
 	}
 }

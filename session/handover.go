@@ -105,7 +105,9 @@ const reapSettle = 2 * time.Second
 // byte is read from a master after its ring was snapshotted: what the program prints from here
 // on waits in the PTY for the next image. The caller must have stopped everything that kills
 // or attaches (the reaper, the sockets) first. After Handover the sessions are inert until
-// ResumeHandover or the exec.
+// ResumeHandover or the exec. A Handover that fails (a reader that does not stop within ctx)
+// undoes itself before it returns: the registry is open again and every session reads again
+// (nothing had left the waiter yet).
 func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 	r.mu.Lock()
 	if r.closed {
@@ -136,6 +138,7 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 		select {
 		case <-s.readStopped:
 		case <-ctx.Done():
+			r.ResumeHandover(&HandoverState{})
 			return nil, fmt.Errorf("handover: reader of %s did not stop: %w", s.id, ctx.Err())
 		}
 	}
@@ -262,7 +265,8 @@ func (w *waiter) detach(want map[int]bool) map[int]int {
 }
 
 // ResumeHandover undoes Handover in this image (the exec failed): every session's child goes
-// back to the waiter and its master back to the readers, and the registry opens again.
+// back to the waiter and its master back to the readers, and the registry opens again. A
+// reader still in its turn re-arms at its end as usual.
 func (r *Registry) ResumeHandover(st *HandoverState) {
 	byID := make(map[string]HandedSession, len(st.Sessions))
 	for _, h := range st.Sessions {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -419,5 +420,60 @@ func TestAdoptInParallel(t *testing.T) {
 			t.Fatal(err)
 		}
 		collect(t, v, wake, nil).waitOutput(t, "ping-"+s2.ID(), 10*time.Second)
+	}
+}
+
+// TestFailedHandoverUndoesItself: a Handover whose reader does not stop within its context (a
+// worker held in its turn) fails and leaves the registry as it was: Open works, every session
+// reads its PTY again (the held one too, once released), and a child's exit still reaches its
+// session (it never left the waiter).
+func TestFailedHandoverUndoesItself(t *testing.T) {
+	opts := testOptions()
+	hold := make(chan struct{})
+	var once sync.Once
+	entered := make(chan struct{})
+	opts.testHookBeforeIngest = func(p []byte) {
+		if bytes.Contains(p, []byte("stuck")) {
+			once.Do(func() { close(entered) })
+			<-hold
+		}
+	}
+	r := NewRegistry(opts, nil)
+	wake, w := testutil.WakeChan()
+	stuck, v := openT(t, r, "alice", w, "sh", "-c", "stty raw -echo; echo stuck; read x; echo got-$x; read y; exit 6")
+	c := collect(t, v, wake, nil)
+	wake2, w2 := testutil.WakeChan()
+	other, v2 := openT(t, r, "alice", w2, "sh", "-c", "stty raw -echo; read x; echo other-$x")
+	c2 := collect(t, v2, wake2, nil)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader did not reach the hook")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := r.Handover(ctx); err == nil || !strings.Contains(err.Error(), stuck.ID()) {
+		t.Fatalf("Handover with a reader held in its turn: %v, want an error naming %s", err, stuck.ID())
+	}
+	s3, _, err := r.Open(Spec{Argv: []string{"true"}, Cols: 80, Rows: 24, Dir: os.TempDir()}, 0, nil)
+	if err != nil {
+		t.Fatalf("Open after a failed Handover: %v", err)
+	}
+	cleanupSession(t, s3)
+	if _, err := other.Write([]byte("b\n")); err != nil {
+		t.Fatal(err)
+	}
+	c2.waitOutput(t, "other-b\n", 10*time.Second)
+	close(hold)
+	if _, err := stuck.Write([]byte("a\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitOutput(t, "stuck\ngot-a\n", 10*time.Second)
+	if _, err := stuck.Write([]byte("y\n")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitClosed(t, stuck.Exited(), 10*time.Second, "exit after a failed Handover")
+	if e, _ := stuck.Exit(); e.Code != 6 {
+		t.Fatalf("exit %+v, want code 6", e)
 	}
 }

@@ -323,17 +323,36 @@ type upgrader struct {
 	stopReaper func()
 	// terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived.
 	terminating func() bool
-	busy        atomic.Bool
+	// resume serves again in this image, on new listeners made from duplicates of the sockets
+	// (fds by name), with a new reaper loop, after an upgrade past the point of no return that
+	// could not exec; it replaces listeners and servers. nil: the gateway shuts down instead.
+	resume func(fds map[string]int) error
+	busy   atomic.Bool
 }
 
-// errUpgradeAborted: the upgrade got past the point of no return and could not exec; the
-// sessions are back in this image but nothing serves them, so the caller shuts down.
-var errUpgradeAborted = errors.New("upgrade aborted after quiescing")
+// serveResult is the end of one http.Server's Serve.
+type serveResult struct {
+	srv *http.Server
+	err error
+}
+
+// errUpgradeAborted: the upgrade got past the point of no return, could not exec, and this
+// image could not serve again either: the sessions are back in this image but nothing serves
+// them, so the caller shuts down. errUpgradeFailed: the same, but this image serves again.
+var (
+	errUpgradeAborted = errors.New("upgrade aborted after quiescing")
+	errUpgradeFailed  = errors.New("upgrade failed after quiescing; serving again")
+)
+
+// breakExec, when set with -ldflags "-X main.breakExec=1", makes every exec of an upgrade fail
+// (the fallback's too). For the test of an upgrade that serves again.
+var breakExec = ""
 
 // upgrade asks the binary whether it can adopt this state, then quiesces everything and execs
-// it. It returns only when the upgrade was refused (nothing changed: the gateway serves on) or,
-// with errUpgradeAborted, when even the fallback exec failed or the quiesce failed after the
-// sockets were closed (docs/operations.md: the gateway then shuts down).
+// it. It returns only when the upgrade was refused (nothing changed: the gateway serves on),
+// or when the quiesce failed after the sockets were closed or even the fallback exec failed:
+// then the sessions go back to this image, which serves again (errUpgradeFailed), or, if that
+// fails too, errUpgradeAborted (docs/operations.md: the gateway then shuts down).
 func (u *upgrader) upgrade(signalled time.Time) error {
 	if !u.busy.CompareAndSwap(false, true) {
 		u.log.Warn("upgrade refused: an upgrade is running")
@@ -427,15 +446,55 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	return u.abort(st, fds)
 }
 
-// abort puts the sessions back in this image after a failed exec; the caller shuts down.
+// abort puts the sessions back in this image after a failed exec (st; nil after a failed
+// quiesce, which undid itself) and serves again; errUpgradeAborted if it cannot, and the
+// caller shuts down.
 func (u *upgrader) abort(st *session.HandoverState, fds map[string]int) error {
 	if st != nil {
 		u.reg.ResumeHandover(st)
 	}
-	for _, fd := range fds {
-		unix.Close(fd)
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	if u.resume == nil {
+		return errUpgradeAborted
 	}
-	return errUpgradeAborted
+	if err := u.resume(fds); err != nil {
+		u.log.Error("upgrade: serving again failed; shutting down", "err", err)
+		return errUpgradeAborted
+	}
+	u.log.Warn("upgrade failed after the sockets were closed; this image serves again, with every session",
+		"sessions", u.reg.Len())
+	return errUpgradeFailed
+}
+
+// relisten makes Go listeners of duplicates of the listening sockets fds (by name), which stay
+// open for the caller to close.
+func relisten(fds map[string]int) (map[string]*gateway.HandoverListener, error) {
+	lns := make(map[string]*gateway.HandoverListener, len(fds))
+	for name, fd := range fds {
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		var ln net.Listener
+		if err == nil {
+			ln, err = gateway.InheritListener(dup) // closes dup
+		}
+		var hl *gateway.HandoverListener
+		if err == nil {
+			if hl, err = gateway.NewHandoverListener(ln); err != nil {
+				ln.Close()
+			}
+		}
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("listen again on %s: %w", name, err)
+		}
+		lns[name] = hl
+	}
+	return lns, nil
 }
 
 // check runs the new binary's dry run with the state version.
@@ -475,6 +534,9 @@ func truncate(b []byte, n int) string {
 // execKeeping execs bin with close-on-exec cleared on keep, and only for the exec: the fork
 // lock keeps any concurrent fork from inheriting them, and a failed exec sets it again.
 func execKeeping(bin string, argv, env []string, keep []int) error {
+	if breakExec != "" {
+		return fmt.Errorf("exec %s: broken by this build (-X main.breakExec)", bin)
+	}
 	syscall.ForkLock.Lock()
 	defer syscall.ForkLock.Unlock()
 	for _, fd := range keep {
