@@ -382,7 +382,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ho.mark("setup")
 
 	// After an upgrade the listener serves before the sessions are adopted: what needs them
-	// (WebSocket upgrades, /readyz) waits for the adoption (adoptionGate, upgrade.go).
+	// (WebSocket upgrades, /readyz) waits for the adoption (adoptionGate, upgrade_adopt.go).
 	handler := ho.gate(gw)
 	newMainServer := func() *http.Server {
 		s := newServer(handler, c.sec.httpIdle)
@@ -398,7 +398,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	serve(srv, ln)
 	ho.mark("serve")
 	if ho != nil {
-		holdForTest(log) // upgrade.go; nothing unless built for that test
+		holdForTest(log) // upgrade_adopt.go; nothing unless built for that test
 		adoptHandover(ho, reg, log)
 		// Only now: every adopted child is registered as ours (see main).
 		if err := session.AdoptOrphans(log); err != nil {
