@@ -227,7 +227,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	// An upgrade in place hands over listeners, sessions and a generated token (upgrade.go).
+	// An upgrade in place hands over listeners, sessions and a generated token (upgrade_adopt.go).
 	ho, err := takeHandover(log, c.killGrace)
 	if err != nil {
 		return err
