@@ -377,7 +377,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rp := reaper.New(reaper.Options{Registry: reg, Grace: c.idleGrace, Interval: c.reapInterval,
 		Logger: log, Telemetry: tel})
 	reapCtx, stopReaper := context.WithCancel(context.Background())
-	defer func() { stopReaper() }() // the one current at the return (resumeServing replaces it)
+	defer func() { stopReaper() }() // the one current at the return (up.resume replaces it)
 	rp.Start(reapCtx)
 	ho.mark("setup")
 
