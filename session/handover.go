@@ -326,9 +326,11 @@ func (s *Session) startReading() {
 // maxAdopters bounds the goroutines that adopt sessions at once.
 const maxAdopters = 4
 
-// Adopt registers the sessions of a state the previous image handed over, on up to
-// min(GOMAXPROCS, maxAdopters) goroutines (each session's adoption is a dozen system calls,
-// independent of the others'; the shared tables it enters are locked). A session it cannot
+// Adopt registers the sessions of a state the previous image handed over, on
+// GOMAXPROCS-1 goroutines, at least one and at most maxAdopters (each session's adoption is a
+// dozen system calls, independent of the others'; the shared tables it enters are locked). One
+// processor is left to the rest: the new image serves while it adopts, and on a busy machine
+// adopters on every processor delayed its answers by tens of milliseconds. A session it cannot
 // adopt (a descriptor that is not what the state says it is) is torn down as a shutdown would,
 // and the failure is logged and returned; the others are adopted. It returns once every session
 // is adopted or torn down.
@@ -344,7 +346,7 @@ func (r *Registry) Adopt(st *HandoverState) (adopted int, err error) {
 	errs := make([]error, len(st.Sessions))
 	var next, count atomic.Int64
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), maxAdopters, len(st.Sessions)) {
+	for range min(max(runtime.GOMAXPROCS(0)-1, 1), maxAdopters, len(st.Sessions)) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
