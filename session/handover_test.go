@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -346,6 +347,8 @@ func TestHandoverListsDyingSessions(t *testing.T) {
 // master that is not a PTY: every good one is registered and reads its PTY again, every bad one
 // is named in the error and its child killed and reaped, none is registered.
 func TestAdoptInParallel(t *testing.T) {
+	// Three adopters whatever the machine (Adopt runs GOMAXPROCS-1 of them).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	opts := testOptions()
 	opts.KillGrace = 50 * time.Millisecond
 	r1 := NewRegistry(opts, nil)
