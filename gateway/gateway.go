@@ -115,7 +115,8 @@ type Gateway struct {
 	e        *echo.Echo
 	upgrader websocket.Upgrader
 
-	// baseCtx is every socket's parent; cancelled with mux.ErrShutdown by Shutdown.
+	// baseCtx is every socket's parent; cancelled with mux.ErrShutdown by Shutdown (with
+	// mux.ErrRestart by Restart, and replaced by Resume). Both are guarded by drainMu.
 	baseCtx    context.Context
 	cancelBase context.CancelCauseFunc
 	conns      sync.WaitGroup // sockets being served
@@ -436,7 +437,8 @@ func (g *Gateway) serveWS(c echo.Context) error {
 		}
 		defer g.socketsOf.release(p.Name)
 	}
-	if !g.enter() {
+	base, ok := g.enter()
+	if !ok {
 		refuse(w, http.StatusServiceUnavailable, "shutting down")
 		return nil
 	}
@@ -463,7 +465,7 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	}
 	// After a successful upgrade the handler returns nil: Echo must not write to a hijacked
 	// connection.
-	if err := mux.Serve(g.baseCtx, ws, opts); err != nil {
+	if err := mux.Serve(base, ws, opts); err != nil {
 		opts.Logger.Debug("socket ended", "err", err)
 	}
 	return nil
@@ -478,15 +480,16 @@ func (g *Gateway) allowCmd(argv []string) bool {
 	return false
 }
 
-// enter counts a socket in conns unless the gateway is draining.
-func (g *Gateway) enter() bool {
+// enter counts a socket in conns unless the gateway is draining, and returns the sockets'
+// base context.
+func (g *Gateway) enter() (context.Context, bool) {
 	g.drainMu.Lock()
 	defer g.drainMu.Unlock()
 	if g.draining.Load() {
-		return false
+		return nil, false
 	}
 	g.conns.Add(1)
-	return true
+	return g.baseCtx, true
 }
 
 // ErrSocketsOpen is Shutdown's error when every session was killed but some socket had not
@@ -502,8 +505,9 @@ var ErrSocketsOpen = errors.New("sockets still open")
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.drainMu.Lock()
 	g.draining.Store(true)
+	cancel := g.cancelBase
 	g.drainMu.Unlock()
-	g.cancelBase(mux.ErrShutdown)
+	cancel(mux.ErrShutdown)
 	regErr := make(chan error, 1)
 	// Ends when every kill has ended, which may be after Shutdown returned (ctx ended first):
 	// the caller then waits for the kills itself with a second Registry.Shutdown.

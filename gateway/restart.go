@@ -22,8 +22,9 @@ import (
 func (g *Gateway) Restart(ctx context.Context) error {
 	g.drainMu.Lock()
 	g.draining.Store(true)
+	cancel := g.cancelBase
 	g.drainMu.Unlock()
-	g.cancelBase(mux.ErrRestart)
+	cancel(mux.ErrRestart)
 	done := make(chan struct{})
 	go func() {
 		g.conns.Wait()
@@ -35,6 +36,16 @@ func (g *Gateway) Restart(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("restart: sockets still open: %w", ctx.Err())
 	}
+}
+
+// Resume undoes Restart when the upgrade it was for cannot exec: the gateway accepts sockets
+// again, under a new base context (Restart cancelled the old one for good). The sockets Restart
+// closed are gone; their clients reconnect and resume.
+func (g *Gateway) Resume() {
+	g.drainMu.Lock()
+	defer g.drainMu.Unlock()
+	g.baseCtx, g.cancelBase = context.WithCancelCause(context.Background())
+	g.draining.Store(false)
 }
 
 // ListenerFD returns a duplicate of ln's socket descriptor (close-on-exec, like every other fd

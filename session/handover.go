@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -102,7 +105,9 @@ const reapSettle = 2 * time.Second
 // byte is read from a master after its ring was snapshotted: what the program prints from here
 // on waits in the PTY for the next image. The caller must have stopped everything that kills
 // or attaches (the reaper, the sockets) first. After Handover the sessions are inert until
-// ResumeHandover or the exec.
+// ResumeHandover or the exec. A Handover that fails (a reader that does not stop within ctx)
+// undoes itself before it returns: the registry is open again and every session reads again
+// (nothing had left the waiter yet).
 func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 	r.mu.Lock()
 	if r.closed {
@@ -133,6 +138,7 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 		select {
 		case <-s.readStopped:
 		case <-ctx.Done():
+			r.ResumeHandover(&HandoverState{})
 			return nil, fmt.Errorf("handover: reader of %s did not stop: %w", s.id, ctx.Err())
 		}
 	}
@@ -259,7 +265,8 @@ func (w *waiter) detach(want map[int]bool) map[int]int {
 }
 
 // ResumeHandover undoes Handover in this image (the exec failed): every session's child goes
-// back to the waiter and its master back to the readers, and the registry opens again.
+// back to the waiter and its master back to the readers, and the registry opens again. A
+// reader still in its turn re-arms at its end as usual.
 func (r *Registry) ResumeHandover(st *HandoverState) {
 	byID := make(map[string]HandedSession, len(st.Sessions))
 	for _, h := range st.Sessions {
@@ -316,11 +323,18 @@ func (s *Session) startReading() {
 	}
 }
 
-// Adopt registers the sessions of a state the previous image handed over. A session it cannot
+// maxAdopters bounds the goroutines that adopt sessions at once.
+const maxAdopters = 4
+
+// Adopt registers the sessions of a state the previous image handed over, on
+// GOMAXPROCS-1 goroutines, at least one and at most maxAdopters (each session's adoption is a
+// dozen system calls, independent of the others'; the shared tables it enters are locked). One
+// processor is left to the rest: the new image serves while it adopts, and on a busy machine
+// adopters on every processor delayed its answers by tens of milliseconds. A session it cannot
 // adopt (a descriptor that is not what the state says it is) is torn down as a shutdown would,
-// and the failure is logged and returned; the others are adopted.
+// and the failure is logged and returned; the others are adopted. It returns once every session
+// is adopted or torn down.
 func (r *Registry) Adopt(st *HandoverState) (adopted int, err error) {
-	var errs []error
 	for _, h := range st.Gone {
 		r.mu.Lock()
 		if len(r.goneFIFO) < tombstones {
@@ -329,26 +343,44 @@ func (r *Registry) Adopt(st *HandoverState) (adopted int, err error) {
 		}
 		r.mu.Unlock()
 	}
-	for _, h := range st.Sessions {
-		s, aerr := r.adoptOne(h, st.Taken)
-		if aerr != nil {
-			aerr = fmt.Errorf("adopt session %s (pid %d): %w", h.ID, h.Pid, aerr)
-			r.opts.Logger.Error("handover: session not adopted, tearing it down", "session", h.ID, "pid", h.Pid, "err", aerr)
-			errs = append(errs, aerr)
-			if s != nil {
-				res := r.Teardown(context.Background(), s)
-				r.opts.Logger.Info("handover: session torn down", "session", h.ID, "status", res.Status,
-					"survivors", res.Survivors, "signals", res.Signals)
+	errs := make([]error, len(st.Sessions))
+	var next, count atomic.Int64
+	var wg sync.WaitGroup
+	for range min(max(runtime.GOMAXPROCS(0)-1, 1), maxAdopters, len(st.Sessions)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(st.Sessions) {
+					return
+				}
+				if errs[i] = r.adoptAndRegister(st.Sessions[i], st.Taken); errs[i] == nil {
+					count.Add(1)
+				}
 			}
-			continue
-		}
-		r.mu.Lock()
-		r.sessions[s.id] = s
-		r.observe(s, true) // a cluster's directory lists it again (the node swept its entries at start)
-		r.mu.Unlock()
-		adopted++
+		})
 	}
-	return adopted, errors.Join(errs...)
+	wg.Wait()
+	return int(count.Load()), errors.Join(errs...)
+}
+
+// adoptAndRegister adopts h and registers it, or tears down what of it could be built.
+func (r *Registry) adoptAndRegister(h HandedSession, taken time.Time) error {
+	s, err := r.adoptOne(h, taken)
+	if err != nil {
+		err = fmt.Errorf("adopt session %s (pid %d): %w", h.ID, h.Pid, err)
+		r.opts.Logger.Error("handover: session not adopted, tearing it down", "session", h.ID, "pid", h.Pid, "err", err)
+		if s != nil {
+			res := r.Teardown(context.Background(), s)
+			r.opts.Logger.Info("handover: session torn down", "session", h.ID, "status", res.Status,
+				"survivors", res.Survivors, "signals", res.Signals)
+		}
+		return err
+	}
+	r.mu.Lock()
+	r.sessions[s.id] = s
+	r.observe(s, true) // a cluster's directory lists it again (the node swept its entries at start)
+	r.mu.Unlock()
+	return nil
 }
 
 // adoptOne builds a session from h. On error it returns the session as far as it could be

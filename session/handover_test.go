@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -339,4 +341,142 @@ func TestHandoverListsDyingSessions(t *testing.T) {
 		t.Fatalf("handed %d sessions, dying %v; want none and [%d]", len(st.Sessions), st.Dying, s.Pid())
 	}
 	<-killed
+}
+
+// TestAdoptInParallel: many sessions adopted at once (Adopt's workers), a few of them with a
+// master that is not a PTY: every good one is registered and reads its PTY again, every bad one
+// is named in the error and its child killed and reaped, none is registered.
+func TestAdoptInParallel(t *testing.T) {
+	// Three adopters whatever the machine (Adopt runs GOMAXPROCS-1 of them).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	opts := testOptions()
+	opts.KillGrace = 50 * time.Millisecond
+	r1 := NewRegistry(opts, nil)
+	const n, badEvery = 24, 6
+	var ss []*Session
+	for range n {
+		s, _, err := r1.Open(Spec{Argv: []string{"cat"}, Cols: 80, Rows: 24, Dir: os.TempDir(), Owner: "a"}, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := r1.Handover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]int{}
+	for i := range st.Sessions { // the adopter gets its own descriptors, as across an exec
+		h := &st.Sessions[i]
+		if i%badEvery == 0 {
+			bad[h.ID] = h.Pid
+			h.Master, _ = unix.FcntlInt(devnull.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		} else {
+			h.Master, _ = unix.FcntlInt(uintptr(h.Master), unix.F_DUPFD_CLOEXEC, 0)
+		}
+	}
+	devnull.Close()
+	for _, s := range ss {
+		s.ptmx.Close()
+	}
+	r2 := NewRegistry(opts, nil)
+	adopted, err := r2.Adopt(st)
+	if adopted != n-len(bad) || err == nil {
+		t.Fatalf("Adopt: %d adopted, err %v; want %d and an error", adopted, err, n-len(bad))
+	}
+	for id, pid := range bad {
+		if !strings.Contains(err.Error(), id) {
+			t.Errorf("the error does not name the bad session %s: %v", id, err)
+		}
+		if _, gerr := r2.Get(id, "a"); gerr == nil {
+			t.Errorf("the bad session %s was registered", id)
+		}
+		testutil.WaitFor(t, 10*time.Second, "the bad session's child to be killed and reaped", func() bool {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+			return err != nil
+		})
+	}
+	if got := r2.Len(); got != n-len(bad) {
+		t.Fatalf("registry holds %d sessions, want %d", got, n-len(bad))
+	}
+	for _, s1 := range ss {
+		if _, isBad := bad[s1.ID()]; isBad {
+			continue
+		}
+		s2, err := r2.Get(s1.ID(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cleanupSession(t, s2)
+		wake, w := testutil.WakeChan()
+		v, _, err := r2.Attach(s2.ID(), "a", s2.Info().End, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s2.Write([]byte("ping-" + s2.ID() + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		collect(t, v, wake, nil).waitOutput(t, "ping-"+s2.ID(), 10*time.Second)
+	}
+}
+
+// TestFailedHandoverUndoesItself: a Handover whose reader does not stop within its context (a
+// worker held in its turn) fails and leaves the registry as it was: Open works, every session
+// reads its PTY again (the held one too, once released), and a child's exit still reaches its
+// session (it never left the waiter).
+func TestFailedHandoverUndoesItself(t *testing.T) {
+	opts := testOptions()
+	hold := make(chan struct{})
+	var once sync.Once
+	entered := make(chan struct{})
+	opts.testHookBeforeIngest = func(p []byte) {
+		if bytes.Contains(p, []byte("stuck")) {
+			once.Do(func() { close(entered) })
+			<-hold
+		}
+	}
+	r := NewRegistry(opts, nil)
+	wake, w := testutil.WakeChan()
+	stuck, v := openT(t, r, "alice", w, "sh", "-c", "stty raw -echo; echo stuck; read x; echo got-$x; read y; exit 6")
+	c := collect(t, v, wake, nil)
+	wake2, w2 := testutil.WakeChan()
+	other, v2 := openT(t, r, "alice", w2, "sh", "-c", "stty raw -echo; read x; echo other-$x")
+	c2 := collect(t, v2, wake2, nil)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader did not reach the hook")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := r.Handover(ctx); err == nil || !strings.Contains(err.Error(), stuck.ID()) {
+		t.Fatalf("Handover with a reader held in its turn: %v, want an error naming %s", err, stuck.ID())
+	}
+	s3, _, err := r.Open(Spec{Argv: []string{"true"}, Cols: 80, Rows: 24, Dir: os.TempDir()}, 0, nil)
+	if err != nil {
+		t.Fatalf("Open after a failed Handover: %v", err)
+	}
+	cleanupSession(t, s3)
+	if _, err := other.Write([]byte("b\n")); err != nil {
+		t.Fatal(err)
+	}
+	c2.waitOutput(t, "other-b\n", 10*time.Second)
+	close(hold)
+	if _, err := stuck.Write([]byte("a\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitOutput(t, "stuck\ngot-a\n", 10*time.Second)
+	if _, err := stuck.Write([]byte("y\n")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitClosed(t, stuck.Exited(), 10*time.Second, "exit after a failed Handover")
+	if e, _ := stuck.Exit(); e.Code != 6 {
+		t.Fatalf("exit %+v, want code 6", e)
+	}
 }

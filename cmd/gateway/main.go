@@ -227,12 +227,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	// An upgrade in place hands over listeners, sessions and a generated token (upgrade.go).
+	// An upgrade in place hands over listeners, sessions and a generated token (upgrade_adopt.go).
 	ho, err := takeHandover(log, c.killGrace)
 	if err != nil {
 		return err
 	}
 	defer ho.tearDownUnlessAdopted(log, c.killGrace)
+	ho.mark("decode")
 	generated := false
 	if c.token == "" && c.sec.tokensFile == "" && ho != nil && ho.Token != "" {
 		c.token, generated = ho.Token, true
@@ -255,6 +256,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	listeners := map[string]*gateway.HandoverListener{"main": hl}
+	ho.mark("listener")
 	var ln net.Listener = hl
 	addr := ln.Addr().String()
 	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
@@ -281,11 +283,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Warn("telemetry flush", "err", err)
 		}
 	}()
+	ho.mark("telemetry")
 	cgroups, err := openCgroups(ctx, c.cgroupRoot, log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
+	ho.mark("cgroups")
 	var reg *session.Registry
 	var node *cluster.Node
 	var observer func(session.Event)
@@ -322,7 +326,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
 	}
 	var metricsOnMain http.Handler
-	var msrv *http.Server
+	var msrv *http.Server         // replaced when an upgrade that cannot exec serves again
+	var metricsMux *http.ServeMux // msrv's handler
 	if c.metricsAddr != "" {
 		mln, err := listenOrInherit(ho, "metrics", c.metricsAddr)
 		if err != nil {
@@ -334,11 +339,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			// Metrics reveal no terminal content, but they are unauthenticated here.
 			log.Warn("serving /metrics without auth on a non-loopback address", "metrics-listen", mln.Addr().String())
 		}
-		mm := http.NewServeMux()
-		mm.Handle("GET /metrics", tel.Metrics)
-		msrv = newServer(mm, c.sec.httpIdle)
+		metricsMux = http.NewServeMux()
+		metricsMux.Handle("GET /metrics", tel.Metrics)
+		msrv = newServer(metricsMux, c.sec.httpIdle)
 		go func() { _ = msrv.Serve(mln) }()
-		defer msrv.Close()
+		defer func() { msrv.Close() }()
 		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
 	} else if c.metrics {
 		metricsOnMain = tel.Metrics
@@ -372,21 +377,37 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rp := reaper.New(reaper.Options{Registry: reg, Grace: c.idleGrace, Interval: c.reapInterval,
 		Logger: log, Telemetry: tel})
 	reapCtx, stopReaper := context.WithCancel(context.Background())
-	defer stopReaper()
+	defer func() { stopReaper() }() // the one current at the return (up.resume replaces it)
 	rp.Start(reapCtx)
+	ho.mark("setup")
+
+	// After an upgrade the listener serves before the sessions are adopted: what needs them
+	// (WebSocket upgrades, /readyz) waits for the adoption (adoptionGate, upgrade_adopt.go).
+	handler := ho.gate(gw)
+	newMainServer := func() *http.Server {
+		s := newServer(handler, c.sec.httpIdle)
+		s.ConnState = guard.ConnState
+		s.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+		return s
+	}
+	serveErr := make(chan serveResult, 1)
+	serve := func(s *http.Server, l net.Listener) {
+		go func() { serveErr <- serveResult{s, s.Serve(l)} }()
+	}
+	srv := newMainServer()
+	serve(srv, ln)
+	ho.mark("serve")
 	if ho != nil {
+		holdForTest(log) // upgrade_adopt.go; nothing unless built for that test
 		adoptHandover(ho, reg, log)
 		// Only now: every adopted child is registered as ours (see main).
 		if err := session.AdoptOrphans(log); err != nil {
 			log.Warn("child subreaper", "err", err)
 		}
+		ho.openGate()
+		ho.mark("adopt")
+		ho.logTimeline(log)
 	}
-
-	srv := newServer(gw, c.sec.httpIdle)
-	srv.ConnState = guard.ConnState
-	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
 
 	base := "http://" + addr
 	if useTLS {
@@ -414,12 +435,44 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		up.token = c.token
 	}
 	up.terminating = func() bool { return ctx.Err() != nil }
+	// An upgrade that stopped serving and then could not exec serves again in this image, on
+	// the same sockets (upgrade.go, relisten).
+	up.resume = func(fds map[string]int) error {
+		lns, err := relisten(fds)
+		if err != nil {
+			return err
+		}
+		mainLn, _, err := c.sec.secureListener(guard.Listener(lns["main"]), log)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return err
+		}
+		reapCtx, stopReaper = context.WithCancel(context.Background())
+		rp.Start(reapCtx)
+		gw.Resume()
+		srv = newMainServer()
+		serve(srv, mainLn)
+		up.servers = []*http.Server{srv}
+		if mln := lns["metrics"]; mln != nil {
+			msrv = newServer(metricsMux, c.sec.httpIdle)
+			go func() { _ = msrv.Serve(mln) }()
+			up.servers = append(up.servers, msrv)
+		}
+		up.listeners = lns
+		return nil
+	}
 wait:
 	for !ho.terminate(log) {
 		select {
 		case <-ctx.Done():
 			break wait
-		case err := <-serveErr:
+		case r := <-serveErr:
+			if r.srv != srv {
+				continue // a server an upgrade shut down before this image served again
+			}
+			err := r.err
 			// Still end every session: the processes must not outlive the gateway.
 			log.Error("serve failed; shutting down", "err", err)
 			if serr := shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups, cl); serr != nil {
@@ -427,7 +480,8 @@ wait:
 			}
 			return fmt.Errorf("serve: %w", err)
 		case <-upgradeSignals:
-			// Returns only if refused (nothing changed) or aborted (shut down below).
+			// Returns if refused (nothing changed), failed (this image serves again) or aborted
+			// (shut down below).
 			if err := up.upgrade(time.Now()); errors.Is(err, errUpgradeAborted) {
 				break wait
 			}

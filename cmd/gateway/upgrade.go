@@ -141,100 +141,15 @@ type upgradeState struct {
 	// Terminate: SIGTERM or SIGINT arrived during the upgrade, after the point of no return;
 	// the new image shuts down as soon as it has adopted everything.
 	Terminate bool
+	// Stopped is when the old image's listeners stopped accepting (from then on connections
+	// wait in the backlog until the new image serves); Quiesced is when the sessions' snapshot
+	// was complete (the state's encoding and the exec follow). Wall clock: they cross the exec.
+	// Zero in a state from an image without them.
+	Stopped, Quiesced time.Time
 
-	adopted bool // set by adoptHandover; not part of the state
-}
-
-// tearDownUnlessAdopted is deferred by run: if run fails after the state was read and before
-// its sessions were adopted (a listener or a TLS key that no longer loads), the sessions'
-// processes must not outlive this process: they are torn down as a shutdown would.
-func (st *upgradeState) tearDownUnlessAdopted(log *slog.Logger, killGrace time.Duration) {
-	if st == nil || st.adopted {
-		return
-	}
-	ended := session.KillOrphans(log, killGrace)
-	log.Error("upgrade: the new image could not start; the handed-over sessions were torn down", "ended", ended)
-}
-
-// terminate reports whether the previous image was asked to stop during the upgrade.
-func (st *upgradeState) terminate(log *slog.Logger) bool {
-	if st == nil || !st.Terminate {
-		return false
-	}
-	log.Info("upgrade: a stop signal arrived during the upgrade; shutting down")
-	st.Terminate = false // once
-	return true
-}
-
-// takeHandover reads and decodes the state the previous image handed over; nil when started
-// fresh. A state that cannot be read is torn down as a shutdown would (every child of this
-// process killed, every descriptor it carried closed) and reported as an error.
-func takeHandover(log *slog.Logger, killGrace time.Duration) (*upgradeState, error) {
-	if inheritedErr != nil || inheritedFD < 0 {
-		if inheritedErr == nil {
-			return nil, nil
-		}
-		err := inheritedErr
-		ended := session.KillOrphans(log, killGrace)
-		log.Error("upgrade: handover state unreadable; previous sessions torn down", "err", err, "ended", ended)
-		return nil, err
-	}
-	data, err := session.ReadHandoverFD(inheritedFD)
-	st := &upgradeState{}
-	if err == nil {
-		err = session.DecodeHandover(data, handoverVersion(), st)
-	}
-	if err == nil && breakAdoption != "" {
-		err = errors.New("adoption broken by this build (-X main.breakAdoption)")
-	}
-	if err == nil && st.Sessions == nil {
-		st.Sessions = &session.HandoverState{}
-	}
-	if err != nil {
-		ended := session.KillOrphans(log, killGrace)
-		log.Error("upgrade: handover state cannot be adopted; previous sessions torn down", "err", err, "ended", ended)
-		return nil, fmt.Errorf("adopt handover state: %w", err)
-	}
-	return st, nil
-}
-
-// listenOrInherit returns the listener the previous image handed over under name, or a new
-// one on addr, wrapped so an upgrade can stop it without closing its socket.
-func listenOrInherit(st *upgradeState, name, addr string) (*gateway.HandoverListener, error) {
-	var ln net.Listener
-	var err error
-	if fd, ok := st.listener(name); ok {
-		ln, err = gateway.InheritListener(fd)
-	} else if ln, err = net.Listen("tcp", addr); err != nil {
-		err = fmt.Errorf("listen %s: %w", addr, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	hl, err := gateway.NewHandoverListener(ln)
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return hl, nil
-}
-
-// listener takes the handed-over listener name out of st.
-func (st *upgradeState) listener(name string) (int, bool) {
-	if st == nil {
-		return -1, false
-	}
-	fd, ok := st.Listeners[name]
-	delete(st.Listeners, name)
-	return fd, ok
-}
-
-// closeUnused closes handed-over listeners this image does not use (a flag removed).
-func (st *upgradeState) closeUnused(log *slog.Logger) {
-	for name, fd := range st.Listeners {
-		log.Warn("upgrade: handed-over listener not used; closing it", "listener", name)
-		unix.Close(fd)
-	}
+	adopted bool          // set by adoptHandover; not part of the state
+	marks   []mark        // the new image's start, for the "upgrade timeline" log line
+	ready   chan struct{} // closed by openGate once the sessions are adopted (adoptionGate)
 }
 
 // binaryPath is the binary an upgrade executes: the path this process was started from
@@ -267,17 +182,36 @@ type upgrader struct {
 	stopReaper func()
 	// terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived.
 	terminating func() bool
-	busy        atomic.Bool
+	// resume serves again in this image, on new listeners made from duplicates of the sockets
+	// (fds by name), with a new reaper loop, after an upgrade past the point of no return that
+	// could not exec; it replaces listeners and servers. nil: the gateway shuts down instead.
+	resume func(fds map[string]int) error
+	busy   atomic.Bool
 }
 
-// errUpgradeAborted: the upgrade got past the point of no return and could not exec; the
-// sessions are back in this image but nothing serves them, so the caller shuts down.
-var errUpgradeAborted = errors.New("upgrade aborted after quiescing")
+// serveResult is the end of one http.Server's Serve.
+type serveResult struct {
+	srv *http.Server
+	err error
+}
+
+// errUpgradeAborted: the upgrade got past the point of no return, could not exec, and this
+// image could not serve again either: the sessions are back in this image but nothing serves
+// them, so the caller shuts down. errUpgradeFailed: the same, but this image serves again.
+var (
+	errUpgradeAborted = errors.New("upgrade aborted after quiescing")
+	errUpgradeFailed  = errors.New("upgrade failed after quiescing; serving again")
+)
+
+// breakExec, when set with -ldflags "-X main.breakExec=1", makes every exec of an upgrade fail
+// (the fallback's too). For the test of an upgrade that serves again.
+var breakExec = ""
 
 // upgrade asks the binary whether it can adopt this state, then quiesces everything and execs
-// it. It returns only when the upgrade was refused (nothing changed: the gateway serves on) or,
-// with errUpgradeAborted, when even the fallback exec failed or the quiesce failed after the
-// sockets were closed (docs/operations.md: the gateway then shuts down).
+// it. It returns only when the upgrade was refused (nothing changed: the gateway serves on),
+// or when the quiesce failed after the sockets were closed or even the fallback exec failed:
+// then the sessions go back to this image, which serves again (errUpgradeFailed), or, if that
+// fails too, errUpgradeAborted (docs/operations.md: the gateway then shuts down).
 func (u *upgrader) upgrade(signalled time.Time) error {
 	if !u.busy.CompareAndSwap(false, true) {
 		u.log.Warn("upgrade refused: an upgrade is running")
@@ -318,12 +252,14 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	for _, ln := range u.listeners {
 		ln.Stop()
 	}
+	stopped := time.Now()
 	for _, srv := range u.servers {
 		srv.SetKeepAlivesEnabled(false)
 	}
 	if err := u.gw.Restart(ctx); err != nil {
 		u.log.Warn("upgrade: sockets did not end in time; their viewers hold no resume", "err", err)
 	}
+	restarted := time.Now()
 	dctx, dcancel := context.WithTimeout(ctx, drainWait)
 	for name, ln := range u.listeners {
 		if err := ln.Drain(dctx); err != nil {
@@ -336,13 +272,16 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		wg.Go(func() { _ = srv.Shutdown(ctx) }) // closes what is left; idle by now
 	}
 	wg.Wait()
+	drained := time.Now()
 	st, err := u.reg.Handover(ctx)
 	if err != nil {
 		u.log.Error("upgrade: quiescing failed", "err", err)
 		return u.abort(nil, fds)
 	}
+	quiesced := time.Now()
 	state := &upgradeState{FromVersion: version, Signalled: signalled, Token: u.token,
-		Listeners: fds, Sessions: st, Terminate: u.terminating != nil && u.terminating()}
+		Listeners: fds, Sessions: st, Terminate: u.terminating != nil && u.terminating(),
+		Stopped: stopped, Quiesced: quiesced}
 	memfd, err := session.WriteHandoverMemfd(handoverVersion(), state)
 	if err != nil {
 		u.log.Error("upgrade: writing the state failed", "err", err)
@@ -353,8 +292,10 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		keep = append(keep, fd)
 	}
 	env := append(os.Environ(), handoverEnv+"="+strconv.Itoa(memfd))
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 	u.log.Info("upgrade: executing", "binary", u.bin, "sessions", len(st.Sessions),
-		"quiesce", time.Since(signalled).Round(time.Microsecond))
+		"quiesce", r(time.Since(signalled)), "sockets", r(restarted.Sub(stopped)), "drain", r(drained.Sub(restarted)),
+		"handover", r(quiesced.Sub(drained)), "encode", r(time.Since(quiesced)))
 	err = execKeeping(u.bin, os.Args, env, keep)
 	// Still here: the exec failed. The running image can always read its own state.
 	u.log.Error("upgrade: exec failed; re-executing the running image", "binary", u.bin, "err", err)
@@ -364,15 +305,55 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	return u.abort(st, fds)
 }
 
-// abort puts the sessions back in this image after a failed exec; the caller shuts down.
+// abort puts the sessions back in this image after a failed exec (st; nil after a failed
+// quiesce, which undid itself) and serves again; errUpgradeAborted if it cannot, and the
+// caller shuts down.
 func (u *upgrader) abort(st *session.HandoverState, fds map[string]int) error {
 	if st != nil {
 		u.reg.ResumeHandover(st)
 	}
-	for _, fd := range fds {
-		unix.Close(fd)
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	if u.resume == nil {
+		return errUpgradeAborted
 	}
-	return errUpgradeAborted
+	if err := u.resume(fds); err != nil {
+		u.log.Error("upgrade: serving again failed; shutting down", "err", err)
+		return errUpgradeAborted
+	}
+	u.log.Warn("upgrade failed after the sockets were closed; this image serves again, with every session",
+		"sessions", u.reg.Len())
+	return errUpgradeFailed
+}
+
+// relisten makes Go listeners of duplicates of the listening sockets fds (by name), which stay
+// open for the caller to close.
+func relisten(fds map[string]int) (map[string]*gateway.HandoverListener, error) {
+	lns := make(map[string]*gateway.HandoverListener, len(fds))
+	for name, fd := range fds {
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		var ln net.Listener
+		if err == nil {
+			ln, err = gateway.InheritListener(dup) // closes dup
+		}
+		var hl *gateway.HandoverListener
+		if err == nil {
+			if hl, err = gateway.NewHandoverListener(ln); err != nil {
+				ln.Close()
+			}
+		}
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("listen again on %s: %w", name, err)
+		}
+		lns[name] = hl
+	}
+	return lns, nil
 }
 
 // check runs the new binary's dry run with the state version.
@@ -412,6 +393,9 @@ func truncate(b []byte, n int) string {
 // execKeeping execs bin with close-on-exec cleared on keep, and only for the exec: the fork
 // lock keeps any concurrent fork from inheriting them, and a failed exec sets it again.
 func execKeeping(bin string, argv, env []string, keep []int) error {
+	if breakExec != "" {
+		return fmt.Errorf("exec %s: broken by this build (-X main.breakExec)", bin)
+	}
 	syscall.ForkLock.Lock()
 	defer syscall.ForkLock.Unlock()
 	for _, fd := range keep {
@@ -453,18 +437,3 @@ func newUpgrader(log *slog.Logger, wait time.Duration, listeners map[string]*gat
 // (internal/earlysignal): its default action would end the gateway, and orphan every session,
 // if one arrived before run is ready, in particular in a new image still adopting.
 var upgradeSignals = earlysignal.Upgrade
-
-// adoptHandover registers the handed-over sessions and closes what this image does not use.
-func adoptHandover(st *upgradeState, reg *session.Registry, log *slog.Logger) {
-	st.adopted = true
-	st.closeUnused(log)
-	start := time.Now()
-	n, err := reg.Adopt(st.Sessions)
-	if err != nil {
-		log.Error("upgrade: sessions not adopted (torn down)", "adopted", n, "err", err)
-	}
-	log.Info("upgrade: sessions adopted", "adopted", n, "handed", len(st.Sessions.Sessions),
-		"took", time.Since(start).Round(time.Microsecond), "since_signal", time.Since(st.Signalled).Round(time.Microsecond))
-	reg.EndStrays(st.Sessions.Dying)
-	st.Sessions = nil // the rings' copies: run keeps st for as long as it runs
-}

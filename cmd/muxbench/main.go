@@ -55,6 +55,8 @@ type config struct {
 	MD            string        `json:"md,omitempty"`   // Markdown path (also printed)
 	CPUProfile    string        `json:"cpuprofile,omitempty"`
 	GatewayArgs   []string      `json:"gateway_args,omitempty"` // extra flags for every gateway
+
+	UpgradeSessions int `json:"upgrade_sessions"` // sessions held across each upgrade in place (upgrade.go)
 }
 
 // sectionTimeout bounds each section, so that a gateway that stops answering fails the section
@@ -62,7 +64,7 @@ type config struct {
 const sectionTimeout = 30 * time.Minute
 
 // sectionNames in run order.
-var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume"}
+var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume", "upgrade"}
 
 func parseFlags(args []string) (config, error) {
 	var c config
@@ -83,6 +85,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.Churn, "churn", 10000, "open → echo → kill cycles")
 	fs.IntVar(&c.ChurnWorkers, "churn-workers", 4, "concurrent churn cycles on the one socket")
 	fs.IntVar(&c.Resume, "resume", 1000, "detach/reattach cycles")
+	fs.IntVar(&c.UpgradeSessions, "upgrade-sessions", 1000, "sessions held across each upgrade in place (SIGUSR2), 8 of them streaming")
 	fs.StringVar(&only, "only", "", "comma-separated sections to run: "+strings.Join(sectionNames, ","))
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed for the resume points")
 	fs.StringVar(&c.JSON, "json", "bench-results/muxbench.json", "write the report as JSON here (empty: don't)")
@@ -133,7 +136,7 @@ func parseFlags(args []string) (config, error) {
 		}
 	}
 	if c.Reps < 1 || c.EchoN < 1 || c.EchoIdleN < 1 || c.ConnectN < 1 || c.ScaleSessions < 1 ||
-		c.KillN < 1 || c.KillTrapN < 1 || c.Churn < 1 || c.ChurnWorkers < 1 || c.Resume < 1 || c.Bytes < 1 {
+		c.KillN < 1 || c.KillTrapN < 1 || c.Churn < 1 || c.ChurnWorkers < 1 || c.Resume < 1 || c.Bytes < 1 || c.UpgradeSessions < upgradeStreams {
 		return c, errors.New("counts must be positive")
 	}
 	return c, nil
@@ -314,6 +317,8 @@ func (b *bench) section(ctx context.Context, name string) error {
 		return b.runChurn(ctx)
 	case "resume":
 		return b.runResume(ctx)
+	case "upgrade":
+		return b.runUpgrade(ctx)
 	}
 	return fmt.Errorf("unknown section %q", name)
 }

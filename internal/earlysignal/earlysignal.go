@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 var (
@@ -17,6 +18,9 @@ var (
 	Upgrade = make(chan os.Signal, 1)
 	// Stop receives SIGTERM and SIGINT.
 	Stop = make(chan os.Signal, 1)
+	// Started is when this package was initialized: close to the process's (or the new
+	// image's) start, for the upgrade's timeline.
+	Started = time.Now()
 )
 
 func init() {
