@@ -9,6 +9,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -76,6 +77,9 @@ type Config struct {
 	Name, URL string
 	// Token is the node-to-node credential a relay presents to the owner.
 	Token string
+	// RelayTLS, if set, is the TLS configuration a relay dials a wss:// node URL with (a
+	// private CA: --cluster-ca); nil uses the system roots.
+	RelayTLS *tls.Config
 	// TTL: a node whose heartbeat was not heard for this long is lost. Default DefaultTTL.
 	TTL time.Duration
 	// Replicas of the directory bucket (1 to 5; at most the JetStream servers). Default 3.

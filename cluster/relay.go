@@ -2,11 +2,15 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
 	"github.com/muxterm/muxterm/mux"
@@ -74,7 +78,11 @@ func (n *Node) dial(ctx context.Context, url, principal string, readOnly bool, o
 	if readOnly {
 		h.Set(proto.HeaderReadOnly, "1")
 	}
-	c, err := client.Dial(ctx, url, client.DialOptions{Token: n.cfg.Token, Header: h,
+	var d *websocket.Dialer
+	if n.cfg.RelayTLS != nil {
+		d = &websocket.Dialer{TLSClientConfig: n.cfg.RelayTLS, HandshakeTimeout: opTimeout}
+	}
+	c, err := client.Dial(ctx, url, client.DialOptions{Token: n.cfg.Token, Header: h, Dialer: d,
 		Name: "muxterm-relay/" + n.cfg.Name, ManualAck: true, OnServerError: onErr})
 	if err != nil {
 		return nil, fmt.Errorf("relay: dial %s: %w", url, err)
@@ -106,8 +114,14 @@ func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p pr
 	return n.startRelay(r, node, p.Session, c, ch), res, nil
 }
 
-// dialErr: an owner that cannot be reached is reported as lost.
+// dialErr: an owner that cannot be reached is reported as lost; one whose TLS certificate this
+// node does not trust is a configuration error, said as such (the node is not lost).
 func (n *Node) dialErr(node, id string, err error) error {
+	var cv *tls.CertificateVerificationError
+	if errors.As(err, &cv) {
+		n.log.Error("relay: the owner's TLS certificate is not trusted (check --cluster-ca)", "owner", node, "session", id, "err", err)
+		return proto.ErrInternal(fmt.Sprintf("relay to node %s: its TLS certificate is not trusted by this node (--cluster-ca): %v", node, cv.Err))
+	}
 	n.log.Warn("relay: owner unreachable", "owner", node, "session", id, "err", err)
 	return proto.ErrSessionClosed(id, ReasonNodeLost)
 }
