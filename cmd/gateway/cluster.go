@@ -163,9 +163,17 @@ func (c *clusterConfig) newNode(addr string, tls bool, sessions func() int, log 
 		Replicas: replicas, Placement: cluster.Placement(c.placement), Sessions: sessions, Logger: log})
 }
 
-// start runs the embedded server if asked, then starts node.
-func (c *clusterConfig) start(ctx context.Context, node *cluster.Node) (*joined, error) {
+// start runs the embedded server if asked, then starts node. ho, an upgrade in place's
+// handover (nil without one): its sessions keep their directory entries through the start.
+func (c *clusterConfig) start(ctx context.Context, node *cluster.Node, ho *upgradeState) (*joined, error) {
 	j := &joined{node: node}
+	if ho != nil && ho.Sessions != nil {
+		ids := make([]string, 0, len(ho.Sessions.Sessions))
+		for _, s := range ho.Sessions.Sessions {
+			ids = append(ids, s.ID)
+		}
+		node.KeepOnStart(ids)
+	}
 	natsURL := c.url
 	if c.embedded {
 		client, route, _ := strings.Cut(c.listen, ",")
