@@ -62,7 +62,7 @@ type config struct {
 const sectionTimeout = 30 * time.Minute
 
 // sectionNames in run order.
-var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume"}
+var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume", "cluster"}
 
 func parseFlags(args []string) (config, error) {
 	var c config
@@ -314,6 +314,8 @@ func (b *bench) section(ctx context.Context, name string) error {
 		return b.runChurn(ctx)
 	case "resume":
 		return b.runResume(ctx)
+	case "cluster":
+		return b.runCluster(ctx) // cluster.go
 	}
 	return fmt.Errorf("unknown section %q", name)
 }
