@@ -122,8 +122,8 @@ bench-full: build
 	$(GO) run ./cmd/muxbench -gateway $(BIN) -json bench-results/muxbench-full.json -md bench-results/muxbench-full.md
 
 bench-cluster: build
-	@echo "==> cluster figures: three nodes with embedded NATS, relayed against local; the directory's write rate (about 1 minute)"
-	MUXTERM_FIGURES=1 MUXTERM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -tags e2e -run 'TestClusterFigures' ./e2e/ | grep -E 'FIGURE|^(ok|FAIL|---)'
+	@echo "==> cluster figures: three nodes with embedded NATS, relayed against local (muxbench -only cluster); the directory's write rate (about 1 minute)"
+	$(GO) run ./cmd/muxbench -only cluster -reps 7 -gateway $(BIN) -json bench-results/muxbench-cluster.json -md bench-results/muxbench-cluster.md
 	MUXTERM_FIGURES=1 $(GO) test -count=1 -v -run 'TestDirectoryFigures' ./cluster/ | grep -E 'FIGURE|^(ok|FAIL|---)'
 
 lint: frontend

@@ -9,19 +9,23 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/muxterm/muxterm/internal/procfs"
 	"github.com/muxterm/muxterm/session"
 )
 
@@ -76,6 +80,9 @@ type Config struct {
 	Name, URL string
 	// Token is the node-to-node credential a relay presents to the owner.
 	Token string
+	// RelayTLS, if set, is the TLS configuration a relay dials a wss:// node URL with (a
+	// private CA: --cluster-ca); nil uses the system roots.
+	RelayTLS *tls.Config
 	// TTL: a node whose heartbeat was not heard for this long is lost. Default DefaultTTL.
 	TTL time.Duration
 	// Replicas of the directory bucket (1 to 5; at most the JetStream servers). Default 3.
@@ -121,10 +128,13 @@ type Node struct {
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	dir       jetstream.KeyValue
+	keep      map[string]bool // session ids the sweep keeps (KeepOnStart)
 	ctx       context.Context // ends with Close
 	stop      context.CancelFunc
 	wg        sync.WaitGroup // the node's goroutines and relay teardowns
 	closeOnce sync.Once
+	// publishing is set once Start has started the publisher (Close flushes only then).
+	publishing atomic.Bool
 
 	// mu guards entries, peers and relays. It is a leaf: nothing is taken under it and no I/O
 	// is done with it held (a relay is told it lost its node after mu is released).
@@ -167,11 +177,32 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), boot: hex.EncodeToString(b[:]),
+	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), boot: bootID(),
 		entries: make(map[string]Entry), peers: make(map[string]*peer), relays: make(map[*relay]struct{}),
 		pubWake: make(chan struct{}, 1), pubIdle: make(chan struct{})}, nil
+}
+
+// bootID names this process for the other nodes: a node whose boot changes restarted, and the
+// relays to it are lost. It is the pid and the process's start time, which an upgrade in place
+// (an exec in the same process) keeps, so the sessions that cross the exec keep their relays;
+// random if /proc cannot tell.
+func bootID() string {
+	if st, err := procfs.ReadStat(os.Getpid()); err == nil {
+		return fmt.Sprintf("%d-%d", st.PID, st.StartTime)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// KeepOnStart names this node's sessions that Start's sweep must not delete: those an upgrade in
+// place handed over, which the registry adopts (and writes again) once Start returns. Called
+// before Start.
+func (n *Node) KeepOnStart(ids []string) {
+	n.keep = make(map[string]bool, len(ids))
+	for _, id := range ids {
+		n.keep[id] = true
+	}
 }
 
 // SetNATS sets Config.NATS before Start (an embedded server's URL is known only once it runs).
@@ -208,6 +239,16 @@ func (n *Node) Start(ctx context.Context) error {
 		nc.Close()
 		return fmt.Errorf("cluster: jetstream: %w", err)
 	}
+	// Heard first: the directory may take seconds to come up (a JetStream server that just
+	// restarted, as an upgrade in place restarts an embedded one), and the other nodes must
+	// not declare this one lost meanwhile; relays that dial it wait in the listen backlog.
+	n.ctx, n.stop = context.WithCancel(context.Background())
+	n.wg.Go(n.heartbeatLoop)
+	abort := func() {
+		n.stop()
+		n.wg.Wait()
+		nc.Close()
+	}
 	cfg := jetstream.KeyValueConfig{Bucket: DirectoryBucket, History: 1, Replicas: n.cfg.Replicas, LimitMarkerTTL: markerTTL,
 		Description: "muxterm session directory: s.<node>.<session> → owner, principal, name, created, state"}
 	for {
@@ -220,14 +261,13 @@ func (n *Node) Start(ctx context.Context) error {
 		n.log.Debug("cluster: directory bucket not ready", "err", err)
 		select {
 		case <-ctx.Done():
-			nc.Close()
+			abort()
 			return fmt.Errorf("cluster: directory bucket %s (replicas %d): %w", DirectoryBucket, cfg.Replicas, err)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	n.ctx, n.stop = context.WithCancel(context.Background())
 	if err := n.sweep(ctx); err != nil {
-		n.Close()
+		abort()
 		return err
 	}
 	sub, err := nc.Subscribe(heartbeatSubj+"*", n.onHeartbeat)
@@ -262,21 +302,27 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return fmt.Errorf("cluster: load directory: %w", ctx.Err())
 	}
-	n.wg.Go(n.heartbeatLoop)
 	n.wg.Go(n.monitor)
+	n.publishing.Store(true)
 	n.wg.Go(n.publisher)
 	n.log.Info("cluster joined", "nats", n.cfg.NATS, "url", n.cfg.URL, "ttl", n.cfg.TTL, "replicas", n.cfg.Replicas)
 	return nil
 }
 
-// sweep deletes this node's entries left by a previous run: their PTYs died with it.
+// sweep deletes this node's entries left by a previous run (their PTYs died with it), except
+// those KeepOnStart named.
 func (n *Node) sweep(ctx context.Context) error {
 	kl, err := n.dir.ListKeysFiltered(ctx, "s."+n.cfg.Name+".*")
 	if err != nil {
 		return fmt.Errorf("cluster: list stale entries: %w", err)
 	}
 	var keys []string
+	kept := 0
 	for k := range kl.Keys() {
+		if parts := strings.Split(k, "."); len(parts) == 3 && n.keep[parts[2]] {
+			kept++ // handed over by an upgrade in place: still running
+			continue
+		}
 		keys = append(keys, k)
 	}
 	for _, k := range keys {
@@ -284,8 +330,8 @@ func (n *Node) sweep(ctx context.Context) error {
 			return fmt.Errorf("cluster: delete stale entry %s: %w", k, err)
 		}
 	}
-	if len(keys) > 0 {
-		n.log.Info("cluster: swept stale entries", "count", len(keys))
+	if len(keys) > 0 || kept > 0 {
+		n.log.Info("cluster: swept stale entries", "count", len(keys), "kept_handed_over", kept)
 	}
 	return nil
 }
@@ -521,6 +567,13 @@ func (n *Node) close(ctx context.Context) {
 		if n.nc != nil {
 			n.nc.Close()
 		}
+		return
+	}
+	if !n.publishing.Load() {
+		// Start failed before the publisher ran: nothing was written.
+		n.stop()
+		n.wg.Wait()
+		n.nc.Close()
 		return
 	}
 	if err := n.flush(ctx); err != nil {

@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
 	"sort"
-	"sync"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
 	"github.com/muxterm/muxterm/mux"
@@ -74,7 +76,11 @@ func (n *Node) dial(ctx context.Context, url, principal string, readOnly bool, o
 	if readOnly {
 		h.Set(proto.HeaderReadOnly, "1")
 	}
-	c, err := client.Dial(ctx, url, client.DialOptions{Token: n.cfg.Token, Header: h,
+	var d *websocket.Dialer
+	if n.cfg.RelayTLS != nil {
+		d = &websocket.Dialer{TLSClientConfig: n.cfg.RelayTLS, HandshakeTimeout: opTimeout}
+	}
+	c, err := client.Dial(ctx, url, client.DialOptions{Token: n.cfg.Token, Header: h, Dialer: d,
 		Name: "muxterm-relay/" + n.cfg.Name, ManualAck: true, OnServerError: onErr})
 	if err != nil {
 		return nil, fmt.Errorf("relay: dial %s: %w", url, err)
@@ -88,7 +94,7 @@ func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p pr
 	if err != nil {
 		return nil, proto.AttachResult{}, err
 	}
-	r := &relay{n: n, notify: notify}
+	r := &relay{n: n, notify: notify, principal: principal, readOnly: readOnly}
 	c, err := n.dial(ctx, url, principal, readOnly, r.onServerError)
 	if err != nil {
 		return nil, proto.AttachResult{}, n.dialErr(node, p.Session, err)
@@ -106,8 +112,14 @@ func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p pr
 	return n.startRelay(r, node, p.Session, c, ch), res, nil
 }
 
-// dialErr: an owner that cannot be reached is reported as lost.
+// dialErr: an owner that cannot be reached is reported as lost; one whose TLS certificate this
+// node does not trust is a configuration error, said as such (the node is not lost).
 func (n *Node) dialErr(node, id string, err error) error {
+	var cv *tls.CertificateVerificationError
+	if errors.As(err, &cv) {
+		n.log.Error("relay: the owner's TLS certificate is not trusted (check --cluster-ca)", "owner", node, "session", id, "err", err)
+		return proto.ErrInternal(fmt.Sprintf("relay to node %s: its TLS certificate is not trusted by this node (--cluster-ca): %v", node, cv.Err))
+	}
 	n.log.Warn("relay: owner unreachable", "owner", node, "session", id, "err", err)
 	return proto.ErrSessionClosed(id, ReasonNodeLost)
 }
@@ -136,7 +148,7 @@ func (n *Node) Open(ctx context.Context, principal string, p proto.OpenParams, n
 	if best == "" {
 		return nil, proto.OpenResult{}, false, nil
 	}
-	r := &relay{n: n, notify: notify}
+	r := &relay{n: n, notify: notify, principal: principal}
 	c, err := n.dial(ctx, bestURL, principal, false, r.onServerError)
 	if err != nil {
 		return nil, proto.OpenResult{}, false, nil // placement is a preference: open here
@@ -177,160 +189,4 @@ func (n *Node) Lease(ctx context.Context, principal, id string, ttlMs int64) (pr
 	var res proto.LeaseResult
 	err = c.Call(ctx, "session.lease", map[string]any{"session": id, "ttl_ms": ttlMs}, &res)
 	return res, err
-}
-
-// relay is one channel relayed to its owner: a client socket to the owner acting for the
-// principal, with ManualAck, so the owner gets acks only for what the relay's own client
-// acknowledged: the bytes in flight from the owner (on the wire, buffered here, on the wire to
-// the client) never exceed the owner's window.
-type relay struct {
-	n      *Node
-	node   string
-	id     string
-	c      *client.Client
-	ch     *client.Channel
-	notify func()
-
-	// mu guards lost, closing and errs.
-	mu      sync.Mutex
-	lost    bool // the owner node was declared lost
-	closing bool
-	errs    []*proto.Error // id-less errors from the owner, not yet passed on
-}
-
-// maxRelayErrors bounds the owner's errors kept for the writer; beyond it they are dropped
-// (the client is told of the first ones; they repeat the same refusal).
-const maxRelayErrors = 64
-
-func (r *relay) onServerError(e *proto.Error) {
-	r.mu.Lock()
-	if len(r.errs) < maxRelayErrors {
-		r.errs = append(r.errs, e)
-	}
-	r.mu.Unlock()
-	if r.notify != nil {
-		r.notify()
-	}
-}
-
-func (r *relay) Errors() []*proto.Error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	es := r.errs
-	r.errs = nil
-	return es
-}
-
-// startRelay completes r (made before the dial, for its error hook) and registers it.
-func (n *Node) startRelay(r *relay, node, id string, c *client.Client, ch *client.Channel) *relay {
-	r.node, r.id, r.c, r.ch = node, id, c, ch
-	n.mu.Lock()
-	n.relays[r] = struct{}{}
-	_, alive := n.aliveLocked(node)
-	n.mu.Unlock()
-	ch.SetNotify(r.notify)
-	if !alive {
-		r.nodeLost()
-	}
-	return r
-}
-
-func (r *relay) Session() string { return r.id }
-
-func (r *relay) Read(p []byte) (int, int64) {
-	if len(p) == 0 {
-		return 0, 0
-	}
-	if r.ch.Buffered() == 0 {
-		return 0, 0 // (a gap with no data behind it yet is reported with the data that follows)
-	}
-	// Only this goroutine reads: with data buffered, Read returns at once.
-	before := r.ch.Offset()
-	nr, _ := r.ch.Read(p)
-	lost := r.ch.Offset() - before - int64(nr)
-	return nr, lost
-}
-
-func (r *relay) State() (bool, *proto.ExitInfo, string) {
-	if r.ch.Buffered() > 0 {
-		return true, r.ch.ExitInfo(), ""
-	}
-	select {
-	case <-r.ch.Closed():
-	default:
-		return false, r.ch.ExitInfo(), ""
-	}
-	reason := r.ch.Reason()
-	r.mu.Lock()
-	if r.lost || reason == "" {
-		reason = ReasonNodeLost // the owner's socket ended without session.closed
-	}
-	r.mu.Unlock()
-	return false, r.ch.ExitInfo(), reason
-}
-
-func (r *relay) Size() (int, int, uint64) { return r.ch.SizeGen() }
-
-func (r *relay) Ack(n int) {
-	if err := r.ch.Ack(n); err != nil {
-		r.n.log.Debug("relay: ack", "session", r.id, "err", err)
-	}
-}
-
-func (r *relay) Write(p []byte) error {
-	_, err := r.ch.Write(p)
-	if err != nil {
-		var pe *proto.Error
-		if errors.As(err, &pe) {
-			return pe
-		}
-		return proto.ErrSessionClosed(r.id, ReasonNodeLost)
-	}
-	return nil
-}
-
-func (r *relay) Resize(ctx context.Context, cols, rows int) (proto.ResizeResult, error) {
-	var res proto.ResizeResult
-	err := r.c.Call(ctx, "session.resize", map[string]any{"channel": r.ch.ID, "cols": cols, "rows": rows}, &res)
-	return res, err
-}
-
-func (r *relay) Signal(ctx context.Context, sig string) error {
-	return r.ch.Signal(ctx, sig)
-}
-
-// Close ends the relay off the caller's goroutine (a detach is a round trip to the owner).
-func (r *relay) Close(detach bool) {
-	r.mu.Lock()
-	if r.closing {
-		r.mu.Unlock()
-		return
-	}
-	r.closing = true
-	r.mu.Unlock()
-	r.n.mu.Lock()
-	delete(r.n.relays, r)
-	r.n.mu.Unlock()
-	r.n.wg.Go(func() {
-		select {
-		case <-r.ch.Closed():
-			detach = false // the owner already ended the binding
-		default:
-		}
-		if detach {
-			ctx, cancel := context.WithTimeout(r.n.ctx, opTimeout) // Close cuts it short
-			_ = r.ch.Detach(ctx)
-			cancel()
-		}
-		r.c.Close()
-	})
-}
-
-// nodeLost ends the relay's socket: its client is told session.closed {reason: node_lost}
-// once what was buffered is delivered.
-func (r *relay) nodeLost() {
-	r.mu.Lock()
-	r.lost = true
-	r.mu.Unlock()
-	r.c.Close() // ends the channel: the notify wakes the writer
 }

@@ -582,6 +582,8 @@ func TestClusterBadConfigRefusedAtStart(t *testing.T) {
 		{[]string{"--cluster-embedded", "--cluster-token", ctok, "--placement", "nowhere"}, "--placement \"nowhere\""},
 		{[]string{"--cluster-embedded", "--cluster-token", ctok, "--node-name", "a.b"}, "--node-name"},
 		{[]string{"--cluster-embedded", "--cluster-token", ctok, "--cluster-ttl", "10ms"}, "--cluster-ttl must be at least 100ms"},
+		{[]string{"--cluster-embedded", "--cluster-token", ctok, "--cluster-ca", "/nonexistent.pem"}, "--cluster-ca: open /nonexistent.pem"},
+		{[]string{"--cluster-embedded", "--cluster-token", ctok, "--cluster-ca", "/dev/null"}, "--cluster-ca /dev/null: no PEM certificate in it"},
 	} {
 		out := runRefused(t, nil, append(slices.Clone(base), tc.args...)...)
 		if !strings.Contains(out, tc.want) {

@@ -44,13 +44,17 @@ type Relay interface {
 	// Size is the session's size from the owner's latest session.size, and how many the relay
 	// received (0: none since the attach).
 	Size() (cols, rows int, changes uint64)
-	// Ack passes on n bytes the client acknowledged.
+	// Ack passes on n bytes the client acknowledged. Ack and Write run on the client socket's
+	// read loop and never block on the owner (invariant 4): they queue, and the relay writes
+	// upstream on its own goroutine.
 	Ack(n int)
 	// Errors returns, and forgets, the errors the owner sent about this channel without a
 	// request id (input refused: a full input queue, a rate limit); they are passed on to the
 	// client with this socket's channel number.
 	Errors() []*proto.Error
-	// Write sends input.
+	// Write sends input, or refuses all of it with a *proto.Error: limit_exceeded inputQueue
+	// when the input the owner has not taken yet would pass the bound a session's own input
+	// queue has, session_closed when the binding ended.
 	Write(p []byte) error
 	Resize(ctx context.Context, cols, rows int) (proto.ResizeResult, error)
 	Signal(ctx context.Context, sig string) error

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +29,7 @@ type clusterConfig struct {
 	node      string
 	nodeURL   string
 	token     string
+	ca        string
 	ttl       time.Duration
 	replicas  int
 	placement string
@@ -42,6 +45,7 @@ func (c *clusterConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.node, "node-name", sanitizeNode(host), "this node's `name` in the cluster (A-Z a-z 0-9 _ -, unique)")
 	fs.StringVar(&c.nodeURL, "node-url", "", "`url` at which other nodes reach this node's /ws")
 	fs.StringVar(&c.token, "cluster-token", "", "node-to-node `token` relays present to the owner of a session (the same on every node; MUXTERM_CLUSTER_TOKEN keeps it out of ps)")
+	fs.StringVar(&c.ca, "cluster-ca", "", "PEM `file` of the CA certificates a relay trusts when it dials another node's wss:// node URL (a private CA; default: the system roots)")
 	fs.DurationVar(&c.ttl, "cluster-ttl", cluster.DefaultTTL, "a node not heard from for this long is lost: its relayed channels close with node_lost")
 	fs.IntVar(&c.replicas, "cluster-replicas", cluster.DefaultReplicas, "replicas of the session directory (at most the JetStream servers; 1 for an embedded node without routes)")
 	fs.StringVar(&c.placement, "placement", string(cluster.PlaceLocal), "where session.open runs: `local` (this node) or least-sessions (the live node with the fewest)")
@@ -151,13 +155,25 @@ func (c *clusterConfig) newNode(addr string, tls bool, sessions func() int, log 
 	if c.embedded && len(c.routes) == 0 {
 		replicas = 1 // a lone embedded server
 	}
-	return cluster.New(cluster.Config{Name: c.node, URL: url, Token: c.token, TTL: c.ttl,
+	relayTLS, err := c.relayTLS()
+	if err != nil {
+		return nil, err
+	}
+	return cluster.New(cluster.Config{Name: c.node, URL: url, Token: c.token, RelayTLS: relayTLS, TTL: c.ttl,
 		Replicas: replicas, Placement: cluster.Placement(c.placement), Sessions: sessions, Logger: log})
 }
 
-// start runs the embedded server if asked, then starts node.
-func (c *clusterConfig) start(ctx context.Context, node *cluster.Node) (*joined, error) {
+// start runs the embedded server if asked, then starts node. ho, an upgrade in place's
+// handover (nil without one): its sessions keep their directory entries through the start.
+func (c *clusterConfig) start(ctx context.Context, node *cluster.Node, ho *upgradeState) (*joined, error) {
 	j := &joined{node: node}
+	if ho != nil && ho.Sessions != nil {
+		ids := make([]string, 0, len(ho.Sessions.Sessions))
+		for _, s := range ho.Sessions.Sessions {
+			ids = append(ids, s.ID)
+		}
+		node.KeepOnStart(ids)
+	}
 	natsURL := c.url
 	if c.embedded {
 		client, route, _ := strings.Cut(c.listen, ",")
@@ -189,4 +205,21 @@ func (c *clusterConfig) start(ctx context.Context, node *cluster.Node) (*joined,
 		return nil, err
 	}
 	return j, nil
+}
+
+// relayTLS is the relays' TLS configuration from --cluster-ca: only its CAs are trusted (nil
+// without the flag: the system roots).
+func (c *clusterConfig) relayTLS() (*tls.Config, error) {
+	if c.ca == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(c.ca)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("--cluster-ca %s: no PEM certificate in it", c.ca)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }

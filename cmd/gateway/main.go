@@ -309,7 +309,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var clusterToken, nodeName string
 	if node != nil {
 		clusterToken, nodeName = c.cl.token, c.cl.node
-		if cl, err = c.cl.start(ctx, node); err != nil {
+		if cl, err = c.cl.start(ctx, node, ho); err != nil {
 			ln.Close()
 			return err
 		}

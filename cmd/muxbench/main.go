@@ -64,7 +64,7 @@ type config struct {
 const sectionTimeout = 30 * time.Minute
 
 // sectionNames in run order.
-var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume", "upgrade"}
+var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume", "upgrade", "cluster"}
 
 func parseFlags(args []string) (config, error) {
 	var c config
@@ -318,7 +318,9 @@ func (b *bench) section(ctx context.Context, name string) error {
 	case "resume":
 		return b.runResume(ctx)
 	case "upgrade":
-		return b.runUpgrade(ctx)
+		return b.runUpgrade(ctx) // upgrade.go
+	case "cluster":
+		return b.runCluster(ctx) // cluster.go
 	}
 	return fmt.Errorf("unknown section %q", name)
 }

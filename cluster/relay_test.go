@@ -1,0 +1,374 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/muxterm/muxterm/proto"
+)
+
+// stallingOwner is a fake owner node: it answers initialize and session.attach as a gateway
+// does, then stops reading its socket (an owner that stalled). Closing release ends its socket.
+func stallingOwner(t *testing.T, release <-chan struct{}) string {
+	t.Helper()
+	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		for answered := 0; answered < 2; {
+			typ, b, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			if typ != websocket.TextMessage {
+				continue
+			}
+			req, perr := proto.ParseRequest(b)
+			if perr != nil {
+				return
+			}
+			var res any
+			switch req.Method {
+			case "initialize":
+				res = proto.InitializeResult{Protocol: proto.Subprotocol,
+					Limits: proto.Limits{MaxInputBytes: 4096}, Flow: proto.Flow{Window: 65536, AckBytes: 16384}}
+			case "session.attach":
+				var p proto.AttachParams
+				_ = json.Unmarshal(req.Params, &p)
+				res = proto.AttachResult{Session: p.Session, Channel: p.Channel, Cols: 80, Rows: 24}
+			default:
+				continue
+			}
+			answered++
+			if err := ws.WriteMessage(websocket.TextMessage, proto.MarshalResponse(req.ID, res, nil)); err != nil {
+				return
+			}
+		}
+		<-release // reads nothing more: what the relay writes piles up in the socket buffers
+	}))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
+}
+
+// TestRelayUpstreamNeverBlocks: a relay's Write and Ack run on the client socket's read loop,
+// so against an owner that stopped reading each returns at once (invariant 4); the input held
+// for the owner is bounded by a session's own input queue, beyond which a Write is refused whole
+// with limit_exceeded inputQueue; once the owner's socket ends, the channel closes node_lost and
+// a Write gets session_closed node_lost.
+func TestRelayUpstreamNeverBlocks(t *testing.T) {
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	url := stallingOwner(t, release)
+	t.Cleanup(free) // before the server's Close, which waits for its handler
+	n, err := New(Config{Name: "here", Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.ctx, n.stop = context.WithCancel(context.Background())
+	n.peers["owner"] = &peer{url: url, alive: true, seen: time.Now()}
+	defer func() { n.stop(); n.wg.Wait() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	notified := make(chan struct{}, 1)
+	r := &relay{n: n, notify: func() {
+		select {
+		case notified <- struct{}{}:
+		default:
+		}
+	}}
+	c, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _, err := c.Attach(ctx, id1, nil)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	n.startRelay(r, "owner", id1, c, ch)
+	defer r.Close(false)
+
+	// Write until refused and the queue stays full: the socket buffers fill, the flusher blocks
+	// on the owner, the queue fills; no call waits for the owner.
+	frame := make([]byte, 4096)
+	var slowest time.Duration
+	var refused *proto.Error
+	total, atRefusal := 0, 0
+	queued := func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.inputBytes
+	}
+	for total < 256<<20 {
+		start := time.Now()
+		r.Ack(1)
+		err := r.Write(frame)
+		slowest = max(slowest, time.Since(start))
+		if err == nil {
+			total += len(frame)
+			continue
+		}
+		if !errors.As(err, &refused) {
+			t.Fatalf("write after %d bytes: %v, want a *proto.Error", total, err)
+		}
+		if refused.Kind() != proto.KindLimitExceeded {
+			break
+		}
+		// Full: does room come back within a second (the flusher took some), or is the
+		// flusher stuck on the owner?
+		room := time.After(time.Second)
+		for stuck := false; !stuck; {
+			select {
+			case <-room:
+				stuck = true
+				continue
+			case <-time.After(5 * time.Millisecond):
+			}
+			if queued()+len(frame) <= maxRelayInput {
+				break
+			}
+		}
+		if queued()+len(frame) > maxRelayInput {
+			atRefusal = queued()
+			break
+		}
+	}
+	if refused == nil {
+		t.Fatalf("256 MiB of input to an owner that reads nothing was all accepted: the relay's queue is unbounded")
+	}
+	if refused.Kind() != proto.KindLimitExceeded || refused.Data["limit"] != "inputQueue" {
+		t.Fatalf("refusal: got %v (data %v), want limit_exceeded inputQueue", refused, refused.Data)
+	}
+	if slowest > 500*time.Millisecond {
+		t.Fatalf("the slowest Write/Ack took %v: they must not wait for the owner", slowest)
+	}
+	if q := atRefusal; q > maxRelayInput || q+len(frame) <= maxRelayInput {
+		t.Fatalf("queued input %d bytes when refused: want within one frame of the bound %d", q, maxRelayInput)
+	}
+	if total <= maxRelayInput {
+		t.Fatalf("accepted %d bytes: the flusher never wrote to the owner", total)
+	}
+	t.Logf("accepted %d KiB (socket buffers and %d KiB queued) before the owner stalled the flusher; slowest call %v", total>>10, atRefusal>>10, slowest)
+
+	// The owner's socket ends: the binding closes node_lost; input now is session_closed.
+	free()
+	deadline := time.After(10 * time.Second)
+	for {
+		if _, _, closed := r.State(); closed != "" {
+			if closed != ReasonNodeLost {
+				t.Fatalf("closed %q, want %s", closed, ReasonNodeLost)
+			}
+			break
+		}
+		select {
+		case <-notified:
+		case <-deadline:
+			t.Fatal("the relay did not close within 10 s of its owner's socket ending")
+		}
+	}
+	err = r.Write([]byte("x"))
+	var pe *proto.Error
+	if !errors.As(err, &pe) || pe.Kind() != proto.KindSessionClosed || pe.Data["reason"] != ReasonNodeLost {
+		t.Fatalf("write after the end: got %v, want session_closed node_lost", err)
+	}
+}
+
+// restartingOwner is a fake owner node that restarts in place once: on its first socket it
+// answers the attach, sends 100 bytes of 'a' and, once it has an ack, closes with 1012; on its
+// second it answers the attach (reporting the from it got on froms), sends 50 bytes of 'b' and
+// reports each ack it reads on acks.
+func restartingOwner(t *testing.T, froms chan<- int64, firstAck, acks chan<- int) string {
+	t.Helper()
+	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
+	var mu sync.Mutex
+	conns := 0
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		mu.Lock()
+		conns++
+		second := conns > 1
+		mu.Unlock()
+		var channel uint32
+		for answered := 0; answered < 2; {
+			_, b, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			req, perr := proto.ParseRequest(b)
+			if perr != nil {
+				continue
+			}
+			var res any
+			switch req.Method {
+			case "initialize":
+				res = proto.InitializeResult{Protocol: proto.Subprotocol,
+					Limits: proto.Limits{MaxInputBytes: 4096}, Flow: proto.Flow{Window: 65536, AckBytes: 16384}}
+			case "session.attach":
+				var p proto.AttachParams
+				_ = json.Unmarshal(req.Params, &p)
+				channel = p.Channel
+				from := int64(0)
+				if p.From != nil {
+					from = *p.From
+				}
+				if second {
+					froms <- from
+				}
+				res = proto.AttachResult{Session: p.Session, Channel: p.Channel, Offset: from, Cols: 80, Rows: 24}
+			default:
+				continue
+			}
+			answered++
+			if err := ws.WriteMessage(websocket.TextMessage, proto.MarshalResponse(req.ID, res, nil)); err != nil {
+				return
+			}
+		}
+		out, n := byte('a'), 100
+		if second {
+			out, n = 'b', 50
+		}
+		if err := ws.WriteMessage(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameOutput, channel, bytes.Repeat([]byte{out}, n))); err != nil {
+			return
+		}
+		for {
+			typ, b, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			f, ferr := proto.ParseFrame(b)
+			if typ != websocket.BinaryMessage || ferr != nil || f.Type != proto.FrameAck {
+				continue
+			}
+			if !second {
+				firstAck <- int(f.AckCount())
+				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseServiceRestart, "upgrade"), time.Now().Add(time.Second))
+				return
+			}
+			select {
+			case acks <- int(f.AckCount()):
+			case <-done:
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(done) })
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
+}
+
+// TestRelayResumesAfterOwnerRestart: an owner that closes the relay's socket with 1012 (an
+// upgrade in place) is dialled again and attached from the offset the relay had received (read
+// plus buffered); the channel stays bound; the old binding's buffered bytes are read before the
+// new binding's; acks for the old binding's bytes are not passed to the new one (so its credit
+// stays exact), and the first ack past them is.
+func TestRelayResumesAfterOwnerRestart(t *testing.T) {
+	froms, firstAck, acks := make(chan int64, 1), make(chan int, 1), make(chan int, 4)
+	url := restartingOwner(t, froms, firstAck, acks)
+	n, err := New(Config{Name: "here", Token: "t", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.ctx, n.stop = context.WithCancel(context.Background())
+	n.peers["owner"] = &peer{url: url, alive: true, seen: time.Now()}
+	defer func() { n.stop(); n.wg.Wait() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	notified := make(chan struct{}, 1)
+	r := &relay{n: n, principal: "alice", notify: func() {
+		select {
+		case notified <- struct{}{}:
+		default:
+		}
+	}}
+	c, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _, err := c.Attach(ctx, id1, nil)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	n.startRelay(r, "owner", id1, c, ch)
+	defer r.Close(false)
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-notified:
+			case <-time.After(50 * time.Millisecond): // a notify may have come before the check
+			case <-ctx.Done():
+				t.Fatalf("%s: %v", what, ctx.Err())
+			}
+		}
+	}
+	wait("the first binding's 100 bytes", func() bool { pending, _, _ := r.State(); return pending && ch.Buffered() == 100 })
+
+	// The writer sends 60 to its client; the client acknowledges 40; the owner restarts.
+	buf := make([]byte, 60)
+	if k, lost := r.Read(buf); k != 60 || lost != 0 {
+		t.Fatalf("read: %d bytes, lost %d", k, lost)
+	}
+	r.Ack(40)
+	if got := <-firstAck; got != 40 {
+		t.Fatalf("the first binding got an ack of %d, want 40", got)
+	}
+	select {
+	case from := <-froms:
+		if from != 100 {
+			t.Fatalf("resumed from %d, want 100 (60 read and 40 buffered)", from)
+		}
+	case <-ctx.Done():
+		t.Fatal("the relay did not attach again after the 1012")
+	}
+	var got []byte
+	big := make([]byte, 256)
+	wait("the old binding's 40 bytes, then the new one's 50", func() bool {
+		k, lost := r.Read(big)
+		if lost != 0 {
+			t.Fatalf("lost %d across the resume", lost)
+		}
+		got = append(got, big[:k]...)
+		return len(got) >= 90
+	})
+	if want := strings.Repeat("a", 40) + strings.Repeat("b", 50); string(got) != want {
+		t.Fatalf("after the resume read %q, want %q", got, want)
+	}
+	if _, _, closed := r.State(); closed != "" {
+		t.Fatalf("the channel closed (%q) across the owner's restart", closed)
+	}
+	// The client acknowledges the rest of the old binding (60) and the new binding's 50: only
+	// the 50 reach the new binding.
+	r.Ack(60)
+	r.Ack(50)
+	select {
+	case got := <-acks:
+		if got != 50 {
+			t.Fatalf("the new binding got an ack of %d, want 50 (the old binding's 60 absorbed)", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("no ack reached the new binding")
+	}
+	select {
+	case extra := <-acks:
+		t.Fatalf("the new binding got a further ack of %d", extra)
+	default:
+	}
+}
