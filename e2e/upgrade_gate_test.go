@@ -20,9 +20,7 @@ import (
 // answered, while /readyz and a WebSocket dial wait; once the adoption runs, both complete and
 // the session is there, same pid, its output byte-exact from where the client left it.
 func TestUpgradeServesBeforeAdoption(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gateway")
-	copyFile(t, binary(t), bin)
+	dir, bin := binaryCopy(t)
 	fifo := filepath.Join(dir, "hold")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
