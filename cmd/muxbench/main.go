@@ -55,6 +55,8 @@ type config struct {
 	MD            string        `json:"md,omitempty"`   // Markdown path (also printed)
 	CPUProfile    string        `json:"cpuprofile,omitempty"`
 	GatewayArgs   []string      `json:"gateway_args,omitempty"` // extra flags for every gateway
+	Variants      []string      `json:"variants,omitempty"`     // -variant: compare these gateways (compare.go)
+	TraceGateway  string        `json:"trace_gateway,omitempty"`
 
 	UpgradeSessions int `json:"upgrade_sessions"` // sessions held across each upgrade in place (upgrade.go)
 }
@@ -94,6 +96,11 @@ func parseFlags(args []string) (config, error) {
 		c.GatewayArgs = append(c.GatewayArgs, v)
 		return nil
 	})
+	fs.Func("variant", "compare gateways instead of the sections: name=BIN [--flag=value ...] (repeatable); echo, throughput and aggregate, interleaved with the baselines", func(v string) error {
+		c.Variants = append(c.Variants, v)
+		return nil
+	})
+	fs.StringVar(&c.TraceGateway, "trace-gateway", "", "with -variant: save a 2 s execution trace of each variant's gateway during echo into PREFIX.<variant>.<mode>.trace")
 	fs.StringVar(&c.CPUProfile, "cpuprofile-gateway", "", "profile the main gateway's CPU into PATH.1, PATH.2, … (5 s each, through its --pprof-listen; perf record into PATH for a binary without it)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -129,7 +136,7 @@ func parseFlags(args []string) (config, error) {
 	if only != "" {
 		for _, s := range strings.Split(only, ",") {
 			s = strings.TrimSpace(s)
-			if !slices.Contains(sectionNames, s) {
+			if !slices.Contains(sectionNames, s) || len(c.Variants) > 0 && !slices.Contains(compareSections, s) {
 				return c, fmt.Errorf("-only: unknown section %q (have %s)", s, strings.Join(sectionNames, ","))
 			}
 			c.Only = append(c.Only, s)
@@ -207,6 +214,9 @@ func (b *bench) logf(format string, args ...any) {
 }
 
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
+	if len(cfg.Variants) > 0 {
+		return runVariants(ctx, cfg, stdout, stderr)
+	}
 	if _, err := os.Stat(cfg.Gateway); err != nil {
 		return fmt.Errorf("gateway binary %s: %w (build it with: go build -o bin/gateway ./cmd/gateway)", cfg.Gateway, err)
 	}

@@ -117,3 +117,15 @@ func TestPassthroughProcess(t *testing.T) {
 	}
 	ws.Close()
 }
+
+func TestParseVariant(t *testing.T) {
+	v, err := parseVariant("fast=/tmp/gw --window=64KiB  --x=1")
+	if err != nil || v.Name != "fast" || v.Bin != "/tmp/gw" || len(v.Args) != 2 || v.Args[0] != "--window=64KiB" {
+		t.Fatalf("parseVariant = %+v, %v", v, err)
+	}
+	for _, bad := range []string{"fast", "=bin", "fast=", "raw=/tmp/gw", "pass=/tmp/gw"} {
+		if _, err := parseVariant(bad); err == nil {
+			t.Errorf("parseVariant(%q) accepted it", bad)
+		}
+	}
+}

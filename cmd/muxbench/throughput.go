@@ -6,6 +6,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/muxterm/muxterm/client"
 )
 
 const mib = 1 << 20
@@ -45,7 +47,6 @@ func (b *bench) runThroughput(ctx context.Context) error {
 	defer c.Close()
 	script := streamScript(b.cfg.Bytes)
 	want := base64Len(b.cfg.Bytes)
-	gib := float64(want) / (1 << 30)
 	buf := make([]byte, 64<<10)
 	var raw, pass, muxv, rawCPU, gwCPU, clientCPU []float64
 	for rep := range b.cfg.Reps {
@@ -55,68 +56,26 @@ func (b *bench) runThroughput(ctx context.Context) error {
 			}
 			switch v {
 			case "raw":
-				self0 := selfCPU()
-				t0 := time.Now()
-				r, err := b.startRaw(script)
+				rate, cpu, err := b.rawStream(script, want, buf)
 				if err != nil {
 					return err
 				}
-				n, err := r.readAll(buf[:32<<10])
-				d := time.Since(t0)
-				if err != nil {
-					r.close()
-					return fmt.Errorf("raw stream: %w", err)
-				}
-				if err := r.wait(); err != nil {
-					return fmt.Errorf("raw stream: %w", err)
-				}
-				if n != want {
-					return fmt.Errorf("raw stream: got %d bytes, want %d", n, want)
-				}
-				raw = append(raw, float64(n)/mib/d.Seconds())
-				rawCPU = append(rawCPU, (selfCPU()-self0)/gib)
+				raw = append(raw, rate)
+				rawCPU = append(rawCPU, cpu)
 			case "pass":
-				t0 := time.Now()
-				ws, err := pt.dial(ctx, script)
+				rate, err := passStream(ctx, pt, script, want)
 				if err != nil {
 					return err
 				}
-				n, err := ptReadAtLeast(ws, want)
-				d := time.Since(t0)
-				ws.Close()
-				if err != nil {
-					return err
-				}
-				if n != want {
-					return fmt.Errorf("pass-through stream: got %d bytes, want %d", n, want)
-				}
-				pass = append(pass, float64(n)/mib/d.Seconds())
+				pass = append(pass, rate)
 			case "mux":
-				cpu0, self0 := gw.cpu(), selfCPU()
-				t0 := time.Now()
-				ch, err := b.openSh(ctx, c, script)
+				rate, gcpu, ccpu, err := b.muxStream(ctx, gw, c, script, want, buf)
 				if err != nil {
 					return err
 				}
-				n, err := readAtLeast(ctx, c, ch, want, buf)
-				d := time.Since(t0)
-				cpu1, self1 := gw.cpu(), selfCPU()
-				if err != nil {
-					return err
-				}
-				res, err := c.Kill(ctx, ch.Session())
-				if err != nil {
-					return fmt.Errorf("kill stream session: %w", err)
-				}
-				if err := waitClosed(ch); err != nil {
-					return err
-				}
-				if n != want || res.Offset != want {
-					return fmt.Errorf("muxterm stream: read %d bytes, session printed %d, want %d", n, res.Offset, want)
-				}
-				muxv = append(muxv, float64(n)/mib/d.Seconds())
-				gwCPU = append(gwCPU, (cpu1-cpu0)/gib)
-				clientCPU = append(clientCPU, (self1-self0)/gib)
+				muxv = append(muxv, rate)
+				gwCPU = append(gwCPU, gcpu)
+				clientCPU = append(clientCPU, ccpu)
 			}
 		}
 		b.logf("   rep %d: raw %.0f, pass %.0f, muxterm %.0f MiB/s", rep+1, last(raw), last(pass), last(muxv))
@@ -130,6 +89,81 @@ func (b *bench) runThroughput(ctx context.Context) error {
 	b.addRow(newRow("throughput", "1 session, client CPU s/GiB", "s/GiB", clientCPU, nil, nil, nil,
 		"muxbench's own CPU (the muxterm/mux Go client) per GiB, for context"))
 	return nil
+}
+
+// rawStream runs script on a PTY read in this process until its end and returns MiB/s from
+// spawn to the last byte and this process's CPU seconds per GiB.
+func (b *bench) rawStream(script string, want int64, buf []byte) (rate, cpuGiB float64, err error) {
+	gib := float64(want) / (1 << 30)
+	self0 := selfCPU()
+	t0 := time.Now()
+	r, err := b.startRaw(script)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := r.readAll(buf[:32<<10])
+	d := time.Since(t0)
+	if err != nil {
+		r.close()
+		return 0, 0, fmt.Errorf("raw stream: %w", err)
+	}
+	if err := r.wait(); err != nil {
+		return 0, 0, fmt.Errorf("raw stream: %w", err)
+	}
+	if n != want {
+		return 0, 0, fmt.Errorf("raw stream: got %d bytes, want %d", n, want)
+	}
+	return float64(n) / mib / d.Seconds(), (selfCPU() - self0) / gib, nil
+}
+
+// passStream reads script's output through the pass-through to its end and returns MiB/s from
+// the dial to the last byte.
+func passStream(ctx context.Context, pt *passthrough, script string, want int64) (float64, error) {
+	t0 := time.Now()
+	ws, err := pt.dial(ctx, script)
+	if err != nil {
+		return 0, err
+	}
+	n, err := ptReadAtLeast(ws, want)
+	d := time.Since(t0)
+	ws.Close()
+	if err != nil {
+		return 0, err
+	}
+	if n != want {
+		return 0, fmt.Errorf("pass-through stream: got %d bytes, want %d", n, want)
+	}
+	return float64(n) / mib / d.Seconds(), nil
+}
+
+// muxStream opens script as a session on c, reads it to the end and checks the count against
+// the kill's final offset. It returns MiB/s from session.open to the last byte, and the
+// gateway's and this process's CPU seconds per GiB.
+func (b *bench) muxStream(ctx context.Context, gw *gatewayProc, c *client.Client, script string, want int64, buf []byte) (rate, gwCPU, clientCPU float64, err error) {
+	gib := float64(want) / (1 << 30)
+	cpu0, self0 := gw.cpu(), selfCPU()
+	t0 := time.Now()
+	ch, err := b.openSh(ctx, c, script)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	n, err := readAtLeast(ctx, c, ch, want, buf)
+	d := time.Since(t0)
+	cpu1, self1 := gw.cpu(), selfCPU()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	res, err := c.Kill(ctx, ch.Session())
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("kill stream session: %w", err)
+	}
+	if err := waitClosed(ch); err != nil {
+		return 0, 0, 0, err
+	}
+	if n != want || res.Offset != want {
+		return 0, 0, 0, fmt.Errorf("muxterm stream: read %d bytes, session printed %d, want %d", n, res.Offset, want)
+	}
+	return float64(n) / mib / d.Seconds(), (cpu1 - cpu0) / gib, (self1 - self0) / gib, nil
 }
 
 func last(v []float64) float64 {
