@@ -103,13 +103,6 @@ type Entry struct {
 	State     string    `json:"state"` // "running"
 }
 
-type heartbeat struct {
-	Node     string `json:"node"`
-	URL      string `json:"url"`
-	Boot     string `json:"boot"` // random per process: a restart is a new boot
-	Sessions int    `json:"sessions"`
-}
-
 // peer is what this node knows of another node.
 type peer struct {
 	url      string
@@ -438,113 +431,6 @@ func (n *Node) publish(e session.Event) error {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
 	return nil
-}
-
-// heartbeatLoop publishes this node's heartbeat every TTL/5.
-func (n *Node) heartbeatLoop() {
-	t := time.NewTicker(n.cfg.TTL / 5)
-	defer t.Stop()
-	for {
-		n.beat()
-		select {
-		case <-t.C:
-		case <-n.ctx.Done():
-			return
-		}
-	}
-}
-
-// beat publishes one heartbeat.
-func (n *Node) beat() {
-	b, _ := json.Marshal(heartbeat{Node: n.cfg.Name, URL: n.cfg.URL, Boot: n.boot, Sessions: n.cfg.Sessions()})
-	if err := n.nc.Publish(heartbeatSubj+n.cfg.Name, b); err != nil {
-		n.log.Warn("cluster: heartbeat", "err", err)
-	}
-}
-
-func (n *Node) onHeartbeat(m *nats.Msg) {
-	var hb heartbeat
-	if json.Unmarshal(m.Data, &hb) != nil || hb.Node == "" || hb.Node == n.cfg.Name {
-		return
-	}
-	n.mu.Lock()
-	p := n.peers[hb.Node]
-	if p == nil {
-		p = &peer{}
-		n.peers[hb.Node] = p
-	}
-	rebooted := p.boot != "" && p.boot != hb.Boot
-	p.url, p.boot, p.sessions, p.seen, p.alive = hb.URL, hb.Boot, hb.Sessions, time.Now(), true
-	var lost []*relay
-	if rebooted {
-		lost = n.relaysOfLocked(hb.Node) // their sessions died with the previous run
-	}
-	n.mu.Unlock()
-	for _, r := range lost {
-		r.nodeLost()
-	}
-}
-
-// monitor marks a node lost once its heartbeat was not heard for 3/4 of the TTL (silence), and
-// ends the relays to it.
-func (n *Node) monitor() {
-	tick := max(n.cfg.TTL/20, 10*time.Millisecond)
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-t.C:
-		case <-n.ctx.Done():
-			return
-		}
-		now := time.Now()
-		var lost []*relay
-		n.mu.Lock()
-		if now.Sub(last) > n.silence()/2 {
-			// This process did not run for a while (stopped, starved): the silence is ours,
-			// not the peers'. Judge them afresh from now.
-			for _, p := range n.peers {
-				p.seen = now
-			}
-		}
-		last = now
-		for name, p := range n.peers {
-			if p.alive && now.Sub(p.seen) > n.silence() {
-				p.alive = false
-				n.log.Warn("cluster: node lost", "lost", name, "silent", now.Sub(p.seen).Round(time.Millisecond))
-				lost = append(lost, n.relaysOfLocked(name)...)
-			}
-		}
-		n.mu.Unlock()
-		for _, r := range lost {
-			r.nodeLost()
-		}
-	}
-}
-
-// silence is how long a node may go unheard before it is lost: three heartbeats (TTL/5 apart)
-// missed, so a node that dies is noticed within 0.8 TTL (3/4 TTL plus the monitor's tick).
-func (n *Node) silence() time.Duration { return n.cfg.TTL * 3 / 4 }
-
-func (n *Node) relaysOfLocked(node string) []*relay {
-	var out []*relay
-	for r := range n.relays {
-		if r.node == node {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// aliveLocked reports whether node is alive: heard within the TTL, or, never heard, named by
-// the directory less than a TTL after this node started (its heartbeat may not have come yet).
-func (n *Node) aliveLocked(node string) (url string, ok bool) {
-	p := n.peers[node]
-	if p == nil {
-		return "", time.Since(n.started) <= n.silence()
-	}
-	return p.url, p.alive
 }
 
 // Close stops the heartbeat and the watchers, waits for the relays' teardowns and closes the

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/muxterm/muxterm/mux"
+	"github.com/muxterm/muxterm/session"
+)
+
+// config is every flag, each with a MUXTERM_* environment twin.
+type config struct {
+	listen       string
+	token        string
+	shell        string
+	scrollback   byteSize
+	window       byteSize
+	idleGrace    time.Duration
+	reapInterval time.Duration
+	killGrace    time.Duration
+	resumeHold   time.Duration
+	allowOrigin  listFlag
+	allowHost    listFlag
+	allowCmd     listFlag
+	maxSessions  int
+	maxChannels  int
+	shutdownWait time.Duration
+	logLevel     string
+	metrics      bool
+	metricsAddr  string
+	pprofAddr    string
+	windowSize   windowSizeFlag
+	envDeny      envDenyFlag
+	showVersion  bool
+	cgroupRoot   string
+	sec          securityConfig // security.go
+	cl           clusterConfig  // cluster.go
+}
+
+// defaultText describes the defaults that are not a flag's zero-value text, for --help.
+var defaultText = map[string]string{
+	"token":           "generated and printed",
+	"shell":           "$SHELL, else /bin/sh",
+	"max-input-burst": "one second of --max-input-rate, at least 64KiB",
+	"cgroup-root":     "muxterm-sessions under the gateway's own cgroup when writable, else off",
+}
+
+// parse reads the environment twins, then args. --help and --version print to stdout and
+// return flag.ErrHelp or errVersion; a command line the flag set refuses is a *usageError.
+func parse(args []string, getenv func(string) string, stdout io.Writer) (*config, error) {
+	c := &config{scrollback: 1 << 20, window: mux.DefaultWindow}
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // main prints one error line and a hint; --help prints usage
+	fs.Usage = func() {}
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8222", "address to listen on (`host:port`)")
+	fs.StringVar(&c.token, "token", "", "access `token` of principal default, read-write (MUXTERM_TOKEN keeps it out of ps)")
+	fs.StringVar(&c.shell, "shell", "", "`shell` for new sessions")
+	fs.Var(&c.scrollback, "scrollback", "scrollback ring per session, `bytes` (suffixes KiB, MiB)")
+	fs.Var(&c.window, "window", "flow-control window per channel, `bytes` (suffixes KiB, MiB)")
+	fs.DurationVar(&c.idleGrace, "idle-grace", 15*time.Minute, "reap sessions unwatched for longer than this")
+	fs.DurationVar(&c.reapInterval, "reap-interval", 30*time.Second, "time between reaper sweeps")
+	fs.DurationVar(&c.killGrace, "kill-grace", 250*time.Millisecond, "kill escalation step: HUP, wait, TERM, wait, KILL")
+	fs.DurationVar(&c.resumeHold, "resume-hold", 10*time.Second, "after a socket drops, hold each read-write session's output this long at the offset its client acknowledged, for a byte-exact reattach (0: off)")
+	fs.Var(&c.allowOrigin, "allow-origin", "extra `origin` allowed to open sockets (repeatable)")
+	fs.Var(&c.allowHost, "allow-host", "extra `host` accepted in the Host header (repeatable)")
+	fs.Var(&c.allowCmd, "allow-cmd", "`command` session.open may run besides the shell, or * for any (repeatable)")
+	fs.IntVar(&c.maxSessions, "max-sessions", mux.DefaultMaxSessions, "sessions per principal")
+	fs.IntVar(&c.maxChannels, "max-channels", mux.DefaultMaxChannels, "channels per socket")
+	fs.DurationVar(&c.shutdownWait, "shutdown-timeout", 5*time.Second, "bound on graceful shutdown")
+	fs.StringVar(&c.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
+	fs.BoolVar(&c.metrics, "metrics", false, "serve Prometheus metrics at /metrics to admin principals (--token, or admin in --tokens)")
+	fs.StringVar(&c.metricsAddr, "metrics-listen", "", "serve /metrics on this `address` instead, without auth (implies --metrics)")
+	fs.StringVar(&c.cgroupRoot, "cgroup-root", "", "cgroup v2 `directory` under which each session gets a cgroup (a kill ends with cgroup.kill; a start sweeps what a dead gateway left); off: none")
+	fs.StringVar(&c.pprofAddr, "pprof-listen", "", "serve net/http/pprof at /debug/pprof/ on this loopback `address`, without auth")
+	fs.Var(&c.windowSize, "window-size", "a session's size follows its read-write viewers by this `policy`: latest (the one that last typed or resized), smallest or largest")
+	fs.Var(&c.envDeny, "env-deny", "comma-separated `names` (FOO) or prefixes (FOO_*) of the gateway's environment that sessions do not inherit, e.g. secrets (MUXTERM_* and OTEL_* never are)")
+	fs.BoolVar(&c.showVersion, "version", false, "print the version and commit, then exit")
+	c.sec.register(fs)
+	c.cl.register(fs)
+	// Environment first, so flags given on the command line win.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "version" {
+			return // a command, not a setting
+		}
+		name := envName(f.Name)
+		v := getenv(name)
+		if v == "" {
+			return
+		}
+		if lf, ok := f.Value.(*listFlag); ok {
+			for _, item := range strings.Split(v, ",") {
+				if item = strings.TrimSpace(item); item != "" {
+					_ = lf.Set(item)
+				}
+			}
+			return
+		}
+		if err := f.Value.Set(v); err != nil && envErr == nil {
+			envErr = fmt.Errorf("%s: %w", name, err)
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(fs, stdout)
+			return nil, err
+		}
+		return nil, &usageError{err}
+	}
+	if c.showVersion {
+		fmt.Fprintf(stdout, "muxterm gateway %s (commit %s)\n", version, commit)
+		return nil, errVersion
+	}
+	if fs.NArg() > 0 {
+		return nil, &usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
+	}
+	if c.idleGrace <= 0 || c.reapInterval <= 0 || c.killGrace <= 0 {
+		return nil, errors.New("--idle-grace, --reap-interval and --kill-grace must be positive")
+	}
+	if c.resumeHold < 0 {
+		return nil, errors.New("--resume-hold must not be negative")
+	}
+	if c.pprofAddr != "" {
+		if _, err := pprofAddr(c.pprofAddr); err != nil {
+			return nil, err
+		}
+	}
+	if c.window < 1024 || c.window > 64<<20 {
+		return nil, errors.New("--window must be between 1KiB and 64MiB")
+	}
+	if c.scrollback < 4096 || c.scrollback > 1<<30 {
+		return nil, errors.New("--scrollback must be between 4KiB and 1GiB")
+	}
+	if err := c.sec.check(); err != nil {
+		return nil, err
+	}
+	if err := c.cl.check(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// envName is a flag's environment twin: --idle-grace is MUXTERM_IDLE_GRACE.
+func envName(flagName string) string {
+	return "MUXTERM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// usage prints --help: what muxterm is, every flag with its environment twin and default, and
+// two examples.
+func usage(fs *flag.FlagSet, w io.Writer) {
+	var b strings.Builder
+	b.WriteString("muxterm is a WebSocket gateway that multiplexes many terminal sessions (PTYs) over one socket, for browsers, IDE plugins and scripts.\n\n")
+	b.WriteString("Usage: gateway [flags]\n\n")
+	b.WriteString("Every flag has an environment twin (shown after it); the command line wins, and list flags add up.\n\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, text := flag.UnquoteUsage(f)
+		def := f.DefValue
+		if d, ok := defaultText[f.Name]; ok {
+			def = d
+		}
+		if d, ok := clusterDefaultText[f.Name]; ok {
+			def = d
+		}
+		switch {
+		case arg == "" && def == "false": // a bool
+			def = "off"
+		case def == "":
+			def = "none"
+		}
+		head := "  --" + f.Name
+		if arg != "" {
+			head += " " + arg
+		}
+		twin := envName(f.Name)
+		if f.Name == "version" {
+			twin, def = "(no twin)", "-"
+		}
+		fmt.Fprintf(&b, "%-34s %-26s default: %s\n      %s\n", head, twin, def, text)
+	})
+	b.WriteString(`
+Examples:
+  # the web UI on this machine: prints the URL to open (with a generated token)
+  gateway
+  # a fixed token from the environment, sessions sized by their smallest viewer, cloud secrets kept out of the shells
+  MUXTERM_TOKEN=$(openssl rand -hex 24) gateway --window-size smallest --env-deny 'AWS_*,GITHUB_TOKEN'
+`)
+	_, _ = io.WriteString(w, b.String())
+}
+
+// windowSizeFlag is --window-size.
+type windowSizeFlag struct{ session.WindowSize }
+
+func (w *windowSizeFlag) Set(v string) error {
+	ws, err := session.ParseWindowSize(v)
+	if err != nil {
+		return err
+	}
+	w.WindowSize = ws
+	return nil
+}
+
+// envDenyFlag is --env-deny: comma-separated names and prefix patterns, which add up.
+type envDenyFlag []string
+
+func (e *envDenyFlag) String() string { return strings.Join(*e, ",") }
+func (e *envDenyFlag) Set(v string) error {
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		if err := session.CheckEnvPattern(item); err != nil {
+			return err
+		}
+		*e = append(*e, item)
+	}
+	return nil
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// byteSize parses "1048576", "64KiB", "1MiB".
+type byteSize int64
+
+func (b *byteSize) String() string {
+	switch n := int64(*b); {
+	case n != 0 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + "MiB"
+	case n != 0 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + "KiB"
+	default:
+		return strconv.FormatInt(n, 10)
+	}
+}
+func (b *byteSize) Set(v string) error {
+	mult := int64(1)
+	s := strings.TrimSpace(v)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
+		if strings.HasSuffix(s, u.suffix) {
+			mult, s = u.m, strings.TrimSuffix(s, u.suffix)
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 0 || n > (1<<40)/mult {
+		return fmt.Errorf("invalid size %q", v)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
