@@ -119,9 +119,13 @@ type Gateway struct {
 	// mux.ErrRestart by Restart, and replaced by Resume). Both are guarded by drainMu.
 	baseCtx    context.Context
 	cancelBase context.CancelCauseFunc
-	conns      sync.WaitGroup // sockets being served
-	// drainMu orders sockets entering against Shutdown: a socket counted in conns entered
-	// before draining was set, so Shutdown's conns.Wait never races a conns.Add at zero.
+	// conns counts the sockets being served. Guarded by drainMu: Resume replaces it with a new
+	// group, and a socket calls Done on the group enter gave it.
+	conns *sync.WaitGroup
+	// drainMu orders sockets entering against Shutdown and Restart: a socket counted in conns
+	// entered before draining was set, so their conns.Wait never races a conns.Add at zero.
+	// Resume, which lets sockets enter again, gives them a new group: a Wait that Restart left
+	// behind when its ctx ended keeps waiting on the old one, which only ever counts down.
 	drainMu   sync.Mutex
 	draining  atomic.Bool // set under drainMu; read lock-free by readyz
 	sockets   atomic.Int64
@@ -214,6 +218,7 @@ func New(opts Options) (*Gateway, error) {
 		otelhttp.WithTracerProvider(tracerProvider{t: opts.Telemetry.Tracer}),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + routeOf(r.URL.Path) }))
 	g.baseCtx, g.cancelBase = context.WithCancelCause(context.Background())
+	g.conns = new(sync.WaitGroup)
 	g.upgrader = websocket.Upgrader{
 		Subprotocols:      []string{proto.Subprotocol},
 		ReadBufferSize:    16 << 10,
@@ -437,12 +442,12 @@ func (g *Gateway) serveWS(c echo.Context) error {
 		}
 		defer g.socketsOf.release(p.Name)
 	}
-	base, ok := g.enter()
+	base, conns, ok := g.enter()
 	if !ok {
 		refuse(w, http.StatusServiceUnavailable, "shutting down")
 		return nil
 	}
-	defer g.conns.Done()
+	defer conns.Done()
 	ws, err := g.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		// The upgrader already answered.
@@ -481,15 +486,15 @@ func (g *Gateway) allowCmd(argv []string) bool {
 }
 
 // enter counts a socket in conns unless the gateway is draining, and returns the sockets'
-// base context.
-func (g *Gateway) enter() (context.Context, bool) {
+// base context and the group the socket calls Done on when it ends.
+func (g *Gateway) enter() (context.Context, *sync.WaitGroup, bool) {
 	g.drainMu.Lock()
 	defer g.drainMu.Unlock()
 	if g.draining.Load() {
-		return nil, false
+		return nil, nil, false
 	}
 	g.conns.Add(1)
-	return g.baseCtx, true
+	return g.baseCtx, g.conns, true
 }
 
 // ErrSocketsOpen is Shutdown's error when every session was killed but some socket had not
@@ -505,7 +510,7 @@ var ErrSocketsOpen = errors.New("sockets still open")
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.drainMu.Lock()
 	g.draining.Store(true)
-	cancel := g.cancelBase
+	cancel, conns := g.cancelBase, g.conns
 	g.drainMu.Unlock()
 	cancel(mux.ErrShutdown)
 	regErr := make(chan error, 1)
@@ -516,7 +521,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	// Ends when every socket's handler has returned: when ctx ends first, it outlives this call
 	// (the handlers end when their sockets do, at the latest when the process exits).
 	go func() {
-		g.conns.Wait()
+		conns.Wait()
 		close(done)
 	}()
 	select {

@@ -22,12 +22,14 @@ import (
 func (g *Gateway) Restart(ctx context.Context) error {
 	g.drainMu.Lock()
 	g.draining.Store(true)
-	cancel := g.cancelBase
+	cancel, conns := g.cancelBase, g.conns
 	g.drainMu.Unlock()
 	cancel(mux.ErrRestart)
 	done := make(chan struct{})
+	// When ctx ends first this outlives the call, waiting on the group of the sockets Restart
+	// closed; Resume gives the sockets that enter afterwards a new group, so no Add races it.
 	go func() {
-		g.conns.Wait()
+		conns.Wait()
 		close(done)
 	}()
 	select {
@@ -39,12 +41,14 @@ func (g *Gateway) Restart(ctx context.Context) error {
 }
 
 // Resume undoes Restart when the upgrade it was for cannot exec: the gateway accepts sockets
-// again, under a new base context (Restart cancelled the old one for good). The sockets Restart
-// closed are gone; their clients reconnect and resume.
+// again, under a new base context (Restart cancelled the old one for good) and in a new group of
+// sockets (Restart's Wait may still be pending on the old one). The sockets Restart closed are
+// gone, or end on their own; their clients reconnect and resume.
 func (g *Gateway) Resume() {
 	g.drainMu.Lock()
 	defer g.drainMu.Unlock()
 	g.baseCtx, g.cancelBase = context.WithCancelCause(context.Background())
+	g.conns = new(sync.WaitGroup)
 	g.draining.Store(false)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,4 +98,62 @@ func TestInheritListenerRefusesOtherFDs(t *testing.T) {
 		t.Fatal("InheritListener accepted /dev/null")
 	}
 	unix.Close(fd)
+}
+
+// TestResumeAfterTimedOutRestart: a Restart whose ctx ends with a socket still open leaves its
+// Wait pending; Resume lets sockets enter again in a new group, so the old socket ending while
+// new ones enter and leave does not reuse the group under that Wait (Go panics "WaitGroup is
+// reused before previous Wait has returned"), and a later Restart waits only for the sockets
+// that entered after Resume.
+func TestResumeAfterTimedOutRestart(t *testing.T) {
+	g := &Gateway{conns: new(sync.WaitGroup)}
+	g.baseCtx, g.cancelBase = context.WithCancelCause(context.Background())
+	_, stuck, ok := g.enter() // a socket whose client does not read: it outlives Restart's ctx
+	if !ok {
+		t.Fatal("enter refused before Restart")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	err := g.Restart(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Restart with a socket open: %v, want DeadlineExceeded", err)
+	}
+	if _, _, ok := g.enter(); ok {
+		t.Fatal("enter admitted a socket while restarting")
+	}
+	g.Resume()
+	// New sockets enter and leave while the stuck one ends, the counter of the old group
+	// reaching zero under Restart's pending Wait.
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		for range 2000 {
+			base, wg, ok := g.enter()
+			if !ok || base.Err() != nil {
+				t.Error("enter after Resume refused or cancelled")
+				return
+			}
+			wg.Done()
+		}
+	}()
+	stuck.Done()
+	<-loopDone
+	// A socket that entered after Resume is in the new group: Restart waits for it alone.
+	_, wg, ok := g.enter()
+	if !ok {
+		t.Fatal("enter refused after Resume")
+	}
+	if wg == stuck {
+		t.Fatal("enter after Resume returned the old group")
+	}
+	restarted := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		restarted <- g.Restart(ctx)
+	}()
+	wg.Done()
+	if err := <-restarted; err != nil {
+		t.Fatalf("Restart after Resume: %v", err)
+	}
 }

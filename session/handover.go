@@ -135,6 +135,13 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 		s.stopReading()
 	}
 	for _, s := range ss {
+		// A reader that stopped passes whatever ctx is: a select on both would pick at random
+		// once ctx has ended, and fail a quiesce nothing held up.
+		select {
+		case <-s.readStopped:
+			continue
+		default:
+		}
 		select {
 		case <-s.readStopped:
 		case <-ctx.Done():

@@ -480,3 +480,23 @@ func TestFailedHandoverUndoesItself(t *testing.T) {
 		t.Fatalf("exit %+v, want code 6", e)
 	}
 }
+
+// TestHandoverSpentCtxStoppedReaders: readers that stop when Handover asks them (idle ones stop
+// at once) pass a ctx that has already ended: only a reader that does not stop fails the
+// quiesce, not a select that picks ctx.Done at random among ready cases.
+func TestHandoverSpentCtxStoppedReaders(t *testing.T) {
+	r := NewRegistry(testOptions(), nil)
+	for range 8 {
+		openT(t, r, "alice", func() {}, "cat") // no input, no output: the reader stays idle
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	st, err := r.Handover(ctx)
+	if err != nil {
+		t.Fatalf("Handover with a spent ctx and idle readers: %v", err)
+	}
+	if len(st.Sessions) != 8 {
+		t.Fatalf("handed %d sessions, want 8", len(st.Sessions))
+	}
+	r.ResumeHandover(st)
+}

@@ -313,8 +313,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 			return err
 		}
+		// The upgrade stopped the reaper but waited for its loop only up to --shutdown-timeout
+		// (a sweep may still be tearing a session down): the loop must end before another starts.
+		select {
+		case <-rp.Done():
+		case <-time.After(c.shutdownWait):
+		}
 		reapCtx, stopReaper = context.WithCancel(context.Background())
-		rp.Start(reapCtx)
+		if !rp.Start(reapCtx) {
+			log.Error("upgrade: the reaper's previous loop has not ended; idle sessions are not reaped in this image")
+		}
 		gw.Resume()
 		srv = newMainServer()
 		serve(srv, mainLn)

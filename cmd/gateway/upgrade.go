@@ -273,7 +273,11 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	}
 	wg.Wait()
 	drained := time.Now()
-	st, err := u.reg.Handover(ctx)
+	// The readers get a wait of their own: ctx may be spent by a socket that did not end, and
+	// only a reader that does not stop fails the quiesce.
+	hctx, hcancel := context.WithTimeout(context.Background(), u.wait)
+	st, err := u.reg.Handover(hctx)
+	hcancel()
 	if err != nil {
 		u.log.Error("upgrade: quiescing failed", "err", err)
 		return u.abort(nil, fds)
