@@ -260,18 +260,22 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		u.log.Warn("upgrade: sockets did not end in time; their viewers hold no resume", "err", err)
 	}
 	restarted := time.Now()
-	dctx, dcancel := context.WithTimeout(ctx, drainWait)
+	// The drain gets drainWait of its own, as the readers get their wait below: ctx may be spent
+	// by a socket that did not end, and a connection that sent no request still gets its time.
+	dctx, dcancel := context.WithTimeout(context.Background(), drainWait)
 	for name, ln := range u.listeners {
 		if err := ln.Drain(dctx); err != nil {
 			u.log.Warn("upgrade: connections that sent no request are closed", "listener", name, "err", err)
 		}
 	}
 	dcancel()
+	sctx, scancel := context.WithTimeout(context.Background(), drainWait)
 	var wg sync.WaitGroup
 	for _, srv := range u.servers {
-		wg.Go(func() { _ = srv.Shutdown(ctx) }) // closes what is left; idle by now
+		wg.Go(func() { _ = srv.Shutdown(sctx) }) // closes what is left; idle by now
 	}
 	wg.Wait()
+	scancel()
 	drained := time.Now()
 	// The readers get a wait of their own: ctx may be spent by a socket that did not end, and
 	// only a reader that does not stop fails the quiesce.
