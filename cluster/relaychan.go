@@ -325,6 +325,10 @@ func (r *relay) resume(old *binding) bool {
 	ctx, cancel := context.WithTimeout(r.n.ctx, maxResume)
 	defer cancel()
 	r.mu.Lock()
+	if r.closing || r.lost { // Close or nodeLost ran before cancelResume was set: nothing cuts the dial short
+		r.mu.Unlock()
+		return false
+	}
 	r.cancelResume = cancel // nodeLost and Close cut it short
 	r.mu.Unlock()
 	defer func() {
