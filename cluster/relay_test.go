@@ -98,7 +98,9 @@ func TestRelayUpstreamNeverBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}
-	n.startRelay(r, "owner", id1, c, ch)
+	if _, err := n.startRelay(r, "owner", id1, c, ch); err != nil {
+		t.Fatal(err)
+	}
 	defer r.Close(false)
 
 	// Write until refused and the queue stays full: the socket buffers fill, the flusher blocks
@@ -306,7 +308,9 @@ func TestRelayResumesAfterOwnerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}
-	n.startRelay(r, "owner", id1, c, ch)
+	if _, err := n.startRelay(r, "owner", id1, c, ch); err != nil {
+		t.Fatal(err)
+	}
 	defer r.Close(false)
 	wait := func(what string, cond func() bool) {
 		t.Helper()

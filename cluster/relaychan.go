@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -116,20 +117,30 @@ func (r *relay) Errors() []*proto.Error {
 	return es
 }
 
-// startRelay completes r (made before the dial, for its error hook) and registers it.
-func (n *Node) startRelay(r *relay, node, id string, c *client.Client, ch *client.Channel) *relay {
+// errNodeClosed refuses a relay started once the node is closing.
+var errNodeClosed = errors.New("the cluster node is closing")
+
+// startRelay completes r (made before the dial, for its error hook) and registers it. Once the
+// node is closing it refuses it and closes c: close has taken its snapshot of the relays and
+// may be waiting for its goroutines, so a new flusher could be neither closed nor counted.
+func (n *Node) startRelay(r *relay, node, id string, c *client.Client, ch *client.Channel) (*relay, error) {
 	r.node, r.id, r.cur = node, id, &binding{c: c, ch: ch}
 	r.wake, r.stopped, r.flushed = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	ch.SetNotify(r.notify)
 	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		c.Close()
+		return nil, fmt.Errorf("relay session %s to node %s: %w", id, node, errNodeClosed)
+	}
 	n.relays[r] = struct{}{}
 	_, alive := n.aliveLocked(node)
+	n.wg.Go(r.flusher) // under mu: close sets closed under it before its Wait
 	n.mu.Unlock()
-	ch.SetNotify(r.notify)
-	n.wg.Go(r.flusher)
 	if !alive {
 		r.nodeLost()
 	}
-	return r
+	return r, nil
 }
 
 func (r *relay) Session() string { return r.id }
