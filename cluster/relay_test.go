@@ -575,3 +575,42 @@ func TestRelayResumesAfterTwoOwnerRestarts(t *testing.T) {
 	default:
 	}
 }
+
+// TestRelayRefusedOnceTheNodeCloses: a relay started after the node began closing (its dial
+// and attach were in flight) is refused with errNodeClosed, its socket is closed and it is not
+// registered: close has taken its snapshot of the relays and waits for the node's goroutines.
+func TestRelayRefusedOnceTheNodeCloses(t *testing.T) {
+	release := make(chan struct{})
+	url := stallingOwner(t, release)
+	t.Cleanup(func() { close(release) }) // before the server's Close, which waits for its handler
+	n, err := New(Config{Name: "here", Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := &relay{n: n, principal: "alice"}
+	c, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _, err := c.Attach(ctx, id1, nil)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	n.CloseWithin(ctx) // (never started: it only marks the node closed)
+	if _, err := n.startRelay(r, "owner", id1, c, ch); !errors.Is(err, errNodeClosed) {
+		t.Fatalf("startRelay after Close: %v, want errNodeClosed", err)
+	}
+	select {
+	case <-c.Done():
+	case <-ctx.Done():
+		t.Fatal("the refused relay's socket was not closed")
+	}
+	n.mu.Lock()
+	registered := len(n.relays)
+	n.mu.Unlock()
+	if registered != 0 {
+		t.Fatalf("%d relays registered after Close, want 0", registered)
+	}
+}
