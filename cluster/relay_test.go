@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -612,5 +613,48 @@ func TestRelayRefusedOnceTheNodeCloses(t *testing.T) {
 	n.mu.Unlock()
 	if registered != 0 {
 		t.Fatalf("%d relays registered after Close, want 0", registered)
+	}
+}
+
+// TestRelayResumeGivesUpWhenClosing: a resume that starts after Close (or nodeLost) ran, which
+// found no cancelResume to call, gives up at once: it does not dial the owner on a context
+// nothing cancels.
+func TestRelayResumeGivesUpWhenClosing(t *testing.T) {
+	release := make(chan struct{})
+	url := stallingOwner(t, release)
+	t.Cleanup(func() { close(release) }) // before the server's Close, which waits for its handler
+	var dials atomic.Int32
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		dials.Add(1)
+		http.NotFound(w, nil)
+	}))
+	t.Cleanup(counting.Close)
+	n, err := New(Config{Name: "here", Token: "t", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.ctx, n.stop = context.WithCancel(context.Background())
+	defer n.stop()
+	n.peers["owner"] = &peer{url: "ws" + strings.TrimPrefix(counting.URL, "http") + "/ws", alive: true, seen: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := &relay{n: n, node: "owner", id: id1, principal: "alice", stopped: make(chan struct{})}
+	c, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ch, _, err := c.Attach(ctx, id1, nil)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	r.cur = &binding{c: c, ch: ch}
+	r.closing = true // Close ran between the flusher seeing Done and the resume
+	close(r.stopped)
+	if r.resume(r.cur) {
+		t.Fatal("resume went on after Close")
+	}
+	if d := dials.Load(); d != 0 {
+		t.Fatalf("resume dialled the owner %d times after Close, want 0", d)
 	}
 }
