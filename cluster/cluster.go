@@ -129,12 +129,13 @@ type Node struct {
 	// publishing is set once Start has started the publisher (Close flushes only then).
 	publishing atomic.Bool
 
-	// mu guards entries, peers and relays. It is a leaf: nothing is taken under it and no I/O
+	// mu guards entries, peers, relays and closed. It is a leaf: nothing is taken under it and no I/O
 	// is done with it held (a relay is told it lost its node after mu is released).
 	mu      sync.Mutex
 	entries map[string]Entry // session id → entry, every node's, from the watcher
 	peers   map[string]*peer // node name → what its heartbeats said
 	relays  map[*relay]struct{}
+	closed  bool // close has begun: startRelay refuses new relays
 	started time.Time
 
 	// pubMu guards pubQ: directory writes of this node's sessions, in order. It is taken from
@@ -449,6 +450,9 @@ func (n *Node) CloseWithin(ctx context.Context) {
 }
 
 func (n *Node) close(ctx context.Context) {
+	n.mu.Lock()
+	n.closed = true // before any Wait: no relay's flusher is added after it
+	n.mu.Unlock()
 	if n.stop == nil {
 		if n.nc != nil {
 			n.nc.Close()

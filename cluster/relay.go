@@ -109,7 +109,11 @@ func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p pr
 			res.Cols, res.Rows = p.Cols, p.Rows
 		}
 	}
-	return n.startRelay(r, node, p.Session, c, ch), res, nil
+	rl, err := n.startRelay(r, node, p.Session, c, ch)
+	if err != nil {
+		return nil, res, err
+	}
+	return rl, res, nil
 }
 
 // dialErr: an owner that cannot be reached is reported as lost; one whose TLS certificate this
@@ -158,7 +162,11 @@ func (n *Node) Open(ctx context.Context, principal string, p proto.OpenParams, n
 		c.Close()
 		return nil, proto.OpenResult{}, true, err
 	}
-	return n.startRelay(r, best, ch.Session(), c, ch), proto.OpenResult{Session: ch.Session(), Pid: ch.Pid()}, true, nil
+	rl, err := n.startRelay(r, best, ch.Session(), c, ch)
+	if err != nil {
+		return nil, proto.OpenResult{}, true, err
+	}
+	return rl, proto.OpenResult{Session: ch.Session(), Pid: ch.Pid()}, true, nil
 }
 
 // Kill implements mux.Remote.

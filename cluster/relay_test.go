@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,7 +99,9 @@ func TestRelayUpstreamNeverBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}
-	n.startRelay(r, "owner", id1, c, ch)
+	if _, err := n.startRelay(r, "owner", id1, c, ch); err != nil {
+		t.Fatal(err)
+	}
 	defer r.Close(false)
 
 	// Write until refused and the queue stays full: the socket buffers fill, the flusher blocks
@@ -306,7 +309,9 @@ func TestRelayResumesAfterOwnerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}
-	n.startRelay(r, "owner", id1, c, ch)
+	if _, err := n.startRelay(r, "owner", id1, c, ch); err != nil {
+		t.Fatal(err)
+	}
 	defer r.Close(false)
 	wait := func(what string, cond func() bool) {
 		t.Helper()
@@ -370,5 +375,286 @@ func TestRelayResumesAfterOwnerRestart(t *testing.T) {
 	case extra := <-acks:
 		t.Fatalf("the new binding got a further ack of %d", extra)
 	default:
+	}
+}
+
+// twiceRestartingOwner is a fake owner node that restarts in place twice: its first socket
+// sends 100 bytes of 'a' and closes with 1012 once it has an ack; its second sends 50 of 'b'
+// and closes with 1012 at once; its third sends 30 of 'c' and reports each ack it reads on
+// acks. The second and third report the from they got on froms.
+func twiceRestartingOwner(t *testing.T, froms chan<- int64, firstAck, acks chan<- int) string {
+	t.Helper()
+	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
+	var mu sync.Mutex // guards conns
+	conns := 0
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		mu.Lock()
+		conns++
+		k := conns
+		mu.Unlock()
+		var channel uint32
+		for answered := 0; answered < 2; {
+			_, b, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			req, perr := proto.ParseRequest(b)
+			if perr != nil {
+				continue
+			}
+			var res any
+			switch req.Method {
+			case "initialize":
+				res = proto.InitializeResult{Protocol: proto.Subprotocol,
+					Limits: proto.Limits{MaxInputBytes: 4096}, Flow: proto.Flow{Window: 65536, AckBytes: 16384}}
+			case "session.attach":
+				var p proto.AttachParams
+				_ = json.Unmarshal(req.Params, &p)
+				channel = p.Channel
+				from := int64(0)
+				if p.From != nil {
+					from = *p.From
+				}
+				if k > 1 {
+					froms <- from
+				}
+				res = proto.AttachResult{Session: p.Session, Channel: p.Channel, Offset: from, Cols: 80, Rows: 24}
+			default:
+				continue
+			}
+			answered++
+			if err := ws.WriteMessage(websocket.TextMessage, proto.MarshalResponse(req.ID, res, nil)); err != nil {
+				return
+			}
+		}
+		out := map[int][]byte{1: bytes.Repeat([]byte("a"), 100), 2: bytes.Repeat([]byte("b"), 50)}[k]
+		if out == nil {
+			out = bytes.Repeat([]byte("c"), 30)
+		}
+		if err := ws.WriteMessage(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameOutput, channel, out)); err != nil {
+			return
+		}
+		restart := func() {
+			_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseServiceRestart, "upgrade"), time.Now().Add(time.Second))
+		}
+		if k == 2 {
+			restart()
+			return
+		}
+		for {
+			typ, b, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			f, ferr := proto.ParseFrame(b)
+			if typ != websocket.BinaryMessage || ferr != nil || f.Type != proto.FrameAck {
+				continue
+			}
+			if k == 1 {
+				firstAck <- int(f.AckCount())
+				restart()
+				return
+			}
+			select {
+			case acks <- int(f.AckCount()):
+			case <-done:
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(done) })
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
+}
+
+// TestRelayResumesAfterTwoOwnerRestarts: the owner restarts twice while the first old
+// binding still holds output the client has not read: both old bindings' output is read, in
+// order, before the newest's, with no gap; the acks for the old bindings' bytes are absorbed
+// and exactly the newest binding's bytes are acknowledged to it.
+func TestRelayResumesAfterTwoOwnerRestarts(t *testing.T) {
+	froms, firstAck, acks := make(chan int64, 2), make(chan int, 1), make(chan int, 4)
+	url := twiceRestartingOwner(t, froms, firstAck, acks)
+	n, err := New(Config{Name: "here", Token: "t", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.ctx, n.stop = context.WithCancel(context.Background())
+	n.peers["owner"] = &peer{url: url, alive: true, seen: time.Now()}
+	defer func() { n.stop(); n.wg.Wait() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	notified := make(chan struct{}, 1)
+	r := &relay{n: n, principal: "alice", notify: func() {
+		select {
+		case notified <- struct{}{}:
+		default:
+		}
+	}}
+	c, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _, err := c.Attach(ctx, id1, nil)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	if _, err := n.startRelay(r, "owner", id1, c, ch); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(false)
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-notified:
+			case <-time.After(50 * time.Millisecond): // a notify may have come before the check
+			case <-ctx.Done():
+				t.Fatalf("%s: %v", what, ctx.Err())
+			}
+		}
+	}
+	wait("the first binding's 100 bytes", func() bool { pending, _, _ := r.State(); return pending && ch.Buffered() == 100 })
+	buf := make([]byte, 60)
+	if k, lost := r.Read(buf); k != 60 || lost != 0 {
+		t.Fatalf("read: %d bytes, lost %d", k, lost)
+	}
+	r.Ack(40)
+	if got := <-firstAck; got != 40 {
+		t.Fatalf("the first binding got an ack of %d, want 40", got)
+	}
+	for i, want := range []int64{100, 150} { // nothing read meanwhile: the 40 'a' wait in a drain
+		select {
+		case from := <-froms:
+			if from != want {
+				t.Fatalf("resume %d from %d, want %d", i+1, from, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("the relay did not attach again after 1012 number %d", i+1)
+		}
+	}
+	// (froms hears of the attach before the relay has taken it: wait for the second resume to
+	// be done, each adds at least 1 to sizeBase.)
+	wait("the second resume", func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.sizeBase >= 2 })
+	var got []byte
+	big := make([]byte, 256)
+	wait("40 'a', 50 'b', 30 'c'", func() bool {
+		k, lost := r.Read(big)
+		if lost != 0 {
+			t.Fatalf("lost %d across the resumes", lost)
+		}
+		got = append(got, big[:k]...)
+		return len(got) >= 120
+	})
+	if want := strings.Repeat("a", 40) + strings.Repeat("b", 50) + strings.Repeat("c", 30); string(got) != want {
+		t.Fatalf("after the resumes read %q, want %q", got, want)
+	}
+	if _, _, closed := r.State(); closed != "" {
+		t.Fatalf("the channel closed (%q) across the owner's restarts", closed)
+	}
+	// The client acknowledges the rest of 'a' (60), all of 'b' (50), then 'c' (30): only the 30
+	// reach the newest binding.
+	r.Ack(60)
+	r.Ack(50)
+	r.Ack(30)
+	select {
+	case got := <-acks:
+		if got != 30 {
+			t.Fatalf("the newest binding got an ack of %d, want 30", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("no ack reached the newest binding")
+	}
+	select {
+	case extra := <-acks:
+		t.Fatalf("the newest binding got a further ack of %d", extra)
+	default:
+	}
+}
+
+// TestRelayRefusedOnceTheNodeCloses: a relay started after the node began closing (its dial
+// and attach were in flight) is refused with errNodeClosed, its socket is closed and it is not
+// registered: close has taken its snapshot of the relays and waits for the node's goroutines.
+func TestRelayRefusedOnceTheNodeCloses(t *testing.T) {
+	release := make(chan struct{})
+	url := stallingOwner(t, release)
+	t.Cleanup(func() { close(release) }) // before the server's Close, which waits for its handler
+	n, err := New(Config{Name: "here", Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := &relay{n: n, principal: "alice"}
+	c, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _, err := c.Attach(ctx, id1, nil)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	n.CloseWithin(ctx) // (never started: it only marks the node closed)
+	if _, err := n.startRelay(r, "owner", id1, c, ch); !errors.Is(err, errNodeClosed) {
+		t.Fatalf("startRelay after Close: %v, want errNodeClosed", err)
+	}
+	select {
+	case <-c.Done():
+	case <-ctx.Done():
+		t.Fatal("the refused relay's socket was not closed")
+	}
+	n.mu.Lock()
+	registered := len(n.relays)
+	n.mu.Unlock()
+	if registered != 0 {
+		t.Fatalf("%d relays registered after Close, want 0", registered)
+	}
+}
+
+// TestRelayResumeGivesUpWhenClosing: a resume that starts after Close (or nodeLost) ran, which
+// found no cancelResume to call, gives up at once: it does not dial the owner on a context
+// nothing cancels.
+func TestRelayResumeGivesUpWhenClosing(t *testing.T) {
+	release := make(chan struct{})
+	url := stallingOwner(t, release)
+	t.Cleanup(func() { close(release) }) // before the server's Close, which waits for its handler
+	var dials atomic.Int32
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		dials.Add(1)
+		http.NotFound(w, nil)
+	}))
+	t.Cleanup(counting.Close)
+	n, err := New(Config{Name: "here", Token: "t", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.ctx, n.stop = context.WithCancel(context.Background())
+	defer n.stop()
+	n.peers["owner"] = &peer{url: "ws" + strings.TrimPrefix(counting.URL, "http") + "/ws", alive: true, seen: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := &relay{n: n, node: "owner", id: id1, principal: "alice", stopped: make(chan struct{})}
+	c, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ch, _, err := c.Attach(ctx, id1, nil)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	r.cur = &binding{c: c, ch: ch}
+	r.closing = true // Close ran between the flusher seeing Done and the resume
+	close(r.stopped)
+	if r.resume(r.cur) {
+		t.Fatal("resume went on after Close")
+	}
+	if d := dials.Load(); d != 0 {
+		t.Fatalf("resume dialled the owner %d times after Close, want 0", d)
 	}
 }

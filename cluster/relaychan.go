@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -16,12 +17,12 @@ import (
 // relay is one channel relayed to its owner: a client socket to the owner acting for the
 // principal, with ManualAck, so the owner gets acks only for what the relay's own client
 // acknowledged: the bytes in flight from the owner (on the wire, buffered here, on the wire to
-// the client) never exceed the owner's window (two windows for a moment after a resume: what
-// the old binding had buffered here, and the new binding's).
+// the client) never exceed the owner's window (more for a while after a resume: what each old
+// binding had buffered here, and the new binding's).
 //
 // When the owner restarts in place (SIGUSR2: its sockets close with 1012) the relay dials it
 // again and resumes from the offset it had received, so its client keeps the channel; output
-// the old binding had buffered is read first.
+// the old bindings had buffered is read first, oldest first.
 type relay struct {
 	n         *Node
 	node      string
@@ -32,10 +33,13 @@ type relay struct {
 
 	// mu guards every field below. It is held across a Read of a channel that has data
 	// buffered (which does not block) and nothing else that blocks.
-	mu      sync.Mutex
-	cur     *binding // the binding input, acks, resizes and signals go to
-	drain   *binding // a binding that ended with a restart, whose buffered output goes first
-	lost    bool     // the owner node was declared lost, or a resume failed
+	mu  sync.Mutex
+	cur *binding // the binding input, acks, resizes and signals go to
+	// drains are bindings that ended with a restart and still hold buffered output, oldest
+	// first: Read empties them in order before cur (an owner may restart again before the
+	// client has read what the first restart left; dropping it would lose bytes without a gap).
+	drains  []*binding
+	lost    bool // the owner node was declared lost, or a resume failed
 	closing bool
 	errs    []*proto.Error // id-less errors from the owner, not yet passed on
 	// cancelResume ends a resume in progress (nil when none runs).
@@ -116,20 +120,30 @@ func (r *relay) Errors() []*proto.Error {
 	return es
 }
 
-// startRelay completes r (made before the dial, for its error hook) and registers it.
-func (n *Node) startRelay(r *relay, node, id string, c *client.Client, ch *client.Channel) *relay {
+// errNodeClosed refuses a relay started once the node is closing.
+var errNodeClosed = errors.New("the cluster node is closing")
+
+// startRelay completes r (made before the dial, for its error hook) and registers it. Once the
+// node is closing it refuses it and closes c: close has taken its snapshot of the relays and
+// may be waiting for its goroutines, so a new flusher could be neither closed nor counted.
+func (n *Node) startRelay(r *relay, node, id string, c *client.Client, ch *client.Channel) (*relay, error) {
 	r.node, r.id, r.cur = node, id, &binding{c: c, ch: ch}
 	r.wake, r.stopped, r.flushed = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	ch.SetNotify(r.notify)
 	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		c.Close()
+		return nil, fmt.Errorf("relay session %s to node %s: %w", id, node, errNodeClosed)
+	}
 	n.relays[r] = struct{}{}
 	_, alive := n.aliveLocked(node)
+	n.wg.Go(r.flusher) // under mu: close sets closed under it before its Wait
 	n.mu.Unlock()
-	ch.SetNotify(r.notify)
-	n.wg.Go(r.flusher)
 	if !alive {
 		r.nodeLost()
 	}
-	return r
+	return r, nil
 }
 
 func (r *relay) Session() string { return r.id }
@@ -152,10 +166,7 @@ func (r *relay) Read(p []byte) (int, int64) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	b := r.drain
-	if b == nil || b.ch.Buffered() == 0 {
-		r.drain, b = nil, r.cur
-	}
+	b := r.curOrDrainLocked()
 	if b.ch.Buffered() == 0 {
 		return 0, 0 // (a gap with no data behind it yet is reported with the data that follows)
 	}
@@ -168,10 +179,23 @@ func (r *relay) Read(p []byte) (int, int64) {
 	return nr, lost
 }
 
+// curOrDrainLocked drops the drains that are empty (their socket ended: nothing more comes)
+// and returns the oldest that is not, or cur.
+func (r *relay) curOrDrainLocked() *binding {
+	for len(r.drains) > 0 && r.drains[0].ch.Buffered() == 0 {
+		r.drains[0] = nil
+		r.drains = r.drains[1:]
+	}
+	if len(r.drains) > 0 {
+		return r.drains[0]
+	}
+	return r.cur
+}
+
 func (r *relay) State() (bool, *proto.ExitInfo, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.drain != nil && r.drain.ch.Buffered() > 0 {
+	if r.curOrDrainLocked() != r.cur {
 		return true, nil, ""
 	}
 	ch := r.cur.ch
@@ -325,6 +349,10 @@ func (r *relay) resume(old *binding) bool {
 	ctx, cancel := context.WithTimeout(r.n.ctx, maxResume)
 	defer cancel()
 	r.mu.Lock()
+	if r.closing || r.lost { // Close or nodeLost ran before cancelResume was set: nothing cuts the dial short
+		r.mu.Unlock()
+		return false
+	}
 	r.cancelResume = cancel // nodeLost and Close cut it short
 	r.mu.Unlock()
 	defer func() {
@@ -383,7 +411,12 @@ func (r *relay) resume(old *binding) bool {
 		r.ackDue = 0
 		_, _, gen := old.ch.SizeGen()
 		r.sizeBase += gen + 1
-		r.drain, r.cur = old, nb
+		if old.ch.Buffered() > 0 {
+			r.drains = append(r.drains, old)
+		} else {
+			nb.skip += old.skip // a gap old had no bytes to report with yet
+		}
+		r.cur = nb
 		r.mu.Unlock()
 		ch.SetNotify(r.notify)
 		r.n.log.Info("relay: resumed", "owner", r.node, "session", r.id, "from", from, "offset", res.Offset,

@@ -381,6 +381,13 @@ func (r *Registry) adoptAndRegister(h HandedSession, taken time.Time) error {
 			r.opts.Logger.Info("handover: session torn down", "session", h.ID, "status", res.Status,
 				"survivors", res.Survivors, "signals", res.Signals)
 		}
+		// It was never registered, so Teardown did not report its removal; a cluster kept its
+		// directory entry across the upgrade (KeepOnStart): remove it.
+		if f := r.opts.Observer; f != nil {
+			r.mu.Lock()
+			f(Event{ID: h.ID, Owner: h.Owner, Name: h.Name, Created: h.Created, Opened: false})
+			r.mu.Unlock()
+		}
 		return err
 	}
 	r.mu.Lock()

@@ -297,10 +297,25 @@ func TestAdoptTearsDownABadSession(t *testing.T) {
 	devnull.Close()
 	good.ptmx.Close()
 	bad.ptmx.Close()
+	var evMu sync.Mutex // guards events
+	events := map[string][]bool{}
+	opts.Observer = func(e Event) {
+		evMu.Lock()
+		events[e.ID] = append(events[e.ID], e.Opened)
+		evMu.Unlock()
+	}
 	r2 := NewRegistry(opts, nil)
 	n, err := r2.Adopt(st)
 	if n != 1 || err == nil || !strings.Contains(err.Error(), bad.ID()) {
 		t.Fatalf("Adopt: %d adopted, err %v; want 1 and an error naming %s", n, err, bad.ID())
+	}
+	// The observer hears the good one added and the bad one removed (a cluster kept its entry
+	// across the upgrade).
+	evMu.Lock()
+	gotGood, gotBad := fmt.Sprint(events[good.ID()]), fmt.Sprint(events[bad.ID()])
+	evMu.Unlock()
+	if gotGood != "[true]" || gotBad != "[false]" {
+		t.Fatalf("observer: good %s, bad %s; want [true] and [false]", gotGood, gotBad)
 	}
 	g, err := r2.Get(good.ID(), "a")
 	if err != nil {
