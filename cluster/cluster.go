@@ -136,6 +136,7 @@ type Node struct {
 	peers   map[string]*peer // node name → what its heartbeats said
 	relays  map[*relay]struct{}
 	closed  bool // close has begun: startRelay refuses new relays
+	waiting bool // close waits on wg: relay.Close runs its teardown outside wg
 	started time.Time
 
 	// pubMu guards pubQ: directory writes of this node's sessions, in order. It is taken from
@@ -479,6 +480,9 @@ func (n *Node) close(ctx context.Context) {
 		r.Close(false)
 	}
 	n.stop()
+	n.mu.Lock()
+	n.waiting = true // from here a relay's teardown is not added to wg (relay.Close)
+	n.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		n.wg.Wait()

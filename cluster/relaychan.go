@@ -457,10 +457,7 @@ func (r *relay) Close(detach bool) {
 	}
 	r.mu.Unlock()
 	close(r.stopped)
-	r.n.mu.Lock()
-	delete(r.n.relays, r)
-	r.n.mu.Unlock()
-	r.n.wg.Go(func() {
+	teardown := func() {
 		<-r.flushed // input typed before the detach reaches the owner before it
 		r.mu.Lock()
 		b := r.cur
@@ -476,7 +473,19 @@ func (r *relay) Close(detach bool) {
 			cancel()
 		}
 		b.c.Close()
-	})
+	}
+	// Counted in the node's group unless the node's close is already waiting on it (an Add then
+	// would be WaitGroup misuse): that close has cancelled n.ctx, which bounds the detach.
+	r.n.mu.Lock()
+	delete(r.n.relays, r)
+	untracked := r.n.waiting
+	if !untracked {
+		r.n.wg.Go(teardown)
+	}
+	r.n.mu.Unlock()
+	if untracked {
+		go teardown()
+	}
 }
 
 // nodeLost ends the relay's socket: its client is told session.closed {reason: node_lost}
