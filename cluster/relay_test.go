@@ -189,14 +189,22 @@ func TestRelayUpstreamNeverBlocks(t *testing.T) {
 	}
 }
 
-// restartingOwner is a fake owner node that restarts in place once: on its first socket it
-// answers the attach, sends 100 bytes of 'a' and, once it has an ack, closes with 1012; on its
-// second it answers the attach (reporting the from it got on froms), sends 50 bytes of 'b' and
-// reports each ack it reads on acks.
-func restartingOwner(t *testing.T, froms chan<- int64, firstAck, acks chan<- int) string {
+// ownerTurn is what one socket of a restartingOwner does after it answered the attach: it
+// sends out, then either closes with 1012 at once, closes with 1012 once it read an ack
+// (reported on firstAck), or reports each ack it reads on acks.
+type ownerTurn struct {
+	out           []byte
+	restartAtOnce bool
+	restartOnAck  bool
+}
+
+// restartingOwner is a fake owner node that restarts in place as turns say: its k-th socket
+// plays turns[k-1] (the last turn for any socket past them). Every socket after the first
+// reports the from its attach got on froms.
+func restartingOwner(t *testing.T, turns []ownerTurn, froms chan<- int64, firstAck, acks chan<- int) string {
 	t.Helper()
 	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
-	var mu sync.Mutex
+	var mu sync.Mutex // guards conns
 	conns := 0
 	done := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -207,8 +215,9 @@ func restartingOwner(t *testing.T, froms chan<- int64, firstAck, acks chan<- int
 		defer ws.Close()
 		mu.Lock()
 		conns++
-		second := conns > 1
+		k := conns
 		mu.Unlock()
+		turn := turns[min(k, len(turns))-1]
 		var channel uint32
 		for answered := 0; answered < 2; {
 			_, b, err := ws.ReadMessage()
@@ -232,7 +241,7 @@ func restartingOwner(t *testing.T, froms chan<- int64, firstAck, acks chan<- int
 				if p.From != nil {
 					from = *p.From
 				}
-				if second {
+				if k > 1 {
 					froms <- from
 				}
 				res = proto.AttachResult{Session: p.Session, Channel: p.Channel, Offset: from, Cols: 80, Rows: 24}
@@ -244,11 +253,14 @@ func restartingOwner(t *testing.T, froms chan<- int64, firstAck, acks chan<- int
 				return
 			}
 		}
-		out, n := byte('a'), 100
-		if second {
-			out, n = 'b', 50
+		if err := ws.WriteMessage(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameOutput, channel, turn.out)); err != nil {
+			return
 		}
-		if err := ws.WriteMessage(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameOutput, channel, bytes.Repeat([]byte{out}, n))); err != nil {
+		restart := func() {
+			_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseServiceRestart, "upgrade"), time.Now().Add(time.Second))
+		}
+		if turn.restartAtOnce {
+			restart()
 			return
 		}
 		for {
@@ -260,9 +272,9 @@ func restartingOwner(t *testing.T, froms chan<- int64, firstAck, acks chan<- int
 			if typ != websocket.BinaryMessage || ferr != nil || f.Type != proto.FrameAck {
 				continue
 			}
-			if !second {
+			if turn.restartOnAck {
 				firstAck <- int(f.AckCount())
-				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseServiceRestart, "upgrade"), time.Now().Add(time.Second))
+				restart()
 				return
 			}
 			select {
@@ -284,7 +296,11 @@ func restartingOwner(t *testing.T, froms chan<- int64, firstAck, acks chan<- int
 // stays exact), and the first ack past them is.
 func TestRelayResumesAfterOwnerRestart(t *testing.T) {
 	froms, firstAck, acks := make(chan int64, 1), make(chan int, 1), make(chan int, 4)
-	url := restartingOwner(t, froms, firstAck, acks)
+	// The first socket sends 100 of 'a' and restarts on its first ack; the second sends 50 of 'b'.
+	url := restartingOwner(t, []ownerTurn{
+		{out: bytes.Repeat([]byte("a"), 100), restartOnAck: true},
+		{out: bytes.Repeat([]byte("b"), 50)},
+	}, froms, firstAck, acks)
 	n, err := New(Config{Name: "here", Token: "t", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -378,108 +394,18 @@ func TestRelayResumesAfterOwnerRestart(t *testing.T) {
 	}
 }
 
-// twiceRestartingOwner is a fake owner node that restarts in place twice: its first socket
-// sends 100 bytes of 'a' and closes with 1012 once it has an ack; its second sends 50 of 'b'
-// and closes with 1012 at once; its third sends 30 of 'c' and reports each ack it reads on
-// acks. The second and third report the from they got on froms.
-func twiceRestartingOwner(t *testing.T, froms chan<- int64, firstAck, acks chan<- int) string {
-	t.Helper()
-	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
-	var mu sync.Mutex // guards conns
-	conns := 0
-	done := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer ws.Close()
-		mu.Lock()
-		conns++
-		k := conns
-		mu.Unlock()
-		var channel uint32
-		for answered := 0; answered < 2; {
-			_, b, err := ws.ReadMessage()
-			if err != nil {
-				return
-			}
-			req, perr := proto.ParseRequest(b)
-			if perr != nil {
-				continue
-			}
-			var res any
-			switch req.Method {
-			case "initialize":
-				res = proto.InitializeResult{Protocol: proto.Subprotocol,
-					Limits: proto.Limits{MaxInputBytes: 4096}, Flow: proto.Flow{Window: 65536, AckBytes: 16384}}
-			case "session.attach":
-				var p proto.AttachParams
-				_ = json.Unmarshal(req.Params, &p)
-				channel = p.Channel
-				from := int64(0)
-				if p.From != nil {
-					from = *p.From
-				}
-				if k > 1 {
-					froms <- from
-				}
-				res = proto.AttachResult{Session: p.Session, Channel: p.Channel, Offset: from, Cols: 80, Rows: 24}
-			default:
-				continue
-			}
-			answered++
-			if err := ws.WriteMessage(websocket.TextMessage, proto.MarshalResponse(req.ID, res, nil)); err != nil {
-				return
-			}
-		}
-		out := map[int][]byte{1: bytes.Repeat([]byte("a"), 100), 2: bytes.Repeat([]byte("b"), 50)}[k]
-		if out == nil {
-			out = bytes.Repeat([]byte("c"), 30)
-		}
-		if err := ws.WriteMessage(websocket.BinaryMessage, proto.AppendFrame(nil, proto.FrameOutput, channel, out)); err != nil {
-			return
-		}
-		restart := func() {
-			_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseServiceRestart, "upgrade"), time.Now().Add(time.Second))
-		}
-		if k == 2 {
-			restart()
-			return
-		}
-		for {
-			typ, b, err := ws.ReadMessage()
-			if err != nil {
-				return
-			}
-			f, ferr := proto.ParseFrame(b)
-			if typ != websocket.BinaryMessage || ferr != nil || f.Type != proto.FrameAck {
-				continue
-			}
-			if k == 1 {
-				firstAck <- int(f.AckCount())
-				restart()
-				return
-			}
-			select {
-			case acks <- int(f.AckCount()):
-			case <-done:
-				return
-			}
-		}
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(done) })
-	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
-}
-
 // TestRelayResumesAfterTwoOwnerRestarts: the owner restarts twice while the first old
 // binding still holds output the client has not read: both old bindings' output is read, in
 // order, before the newest's, with no gap; the acks for the old bindings' bytes are absorbed
 // and exactly the newest binding's bytes are acknowledged to it.
 func TestRelayResumesAfterTwoOwnerRestarts(t *testing.T) {
 	froms, firstAck, acks := make(chan int64, 2), make(chan int, 1), make(chan int, 4)
-	url := twiceRestartingOwner(t, froms, firstAck, acks)
+	// 100 of 'a', restarting on the first ack; 50 of 'b', restarting at once; 30 of 'c'.
+	url := restartingOwner(t, []ownerTurn{
+		{out: bytes.Repeat([]byte("a"), 100), restartOnAck: true},
+		{out: bytes.Repeat([]byte("b"), 50), restartAtOnce: true},
+		{out: bytes.Repeat([]byte("c"), 30)},
+	}, froms, firstAck, acks)
 	n, err := New(Config{Name: "here", Token: "t", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
