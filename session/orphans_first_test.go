@@ -1,12 +1,10 @@
 package session
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,14 +22,7 @@ func TestOrphanReaperFirstPass(t *testing.T) {
 		return
 	}
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestOrphanReaperFirstPass$", "-test.count=1")
-	cmd.Env = append(os.Environ(), orphanFirstPassEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "FIRST PASS OK") {
-		t.Fatalf("helper: %v\n%s", err, out)
-	}
+	runOwnProcess(t, orphanFirstPassEnv, "FIRST PASS OK")
 }
 
 // orphanFirstPassHelper leaves a child unwaited until it is a zombie, then adopts orphans and

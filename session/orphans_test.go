@@ -25,15 +25,24 @@ func TestOrphanReaperKeepsChildStatuses(t *testing.T) {
 		return
 	}
 	t.Parallel()
+	out := runOwnProcess(t, orphanHelperEnv, "ORPHANS OK")
+	t.Logf("helper: %s", strings.TrimSpace(out))
+}
+
+// runOwnProcess runs the calling test again in a process of its own (this test binary, with
+// env=1, which makes the test run its helper) and fails unless it ends well and printed ok.
+// AdoptOrphans is for the life of a process, so its tests run there.
+func runOwnProcess(t *testing.T, env, ok string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestOrphanReaperKeepsChildStatuses$", "-test.count=1")
-	cmd.Env = append(os.Environ(), orphanHelperEnv+"=1")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"=1")
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "ORPHANS OK") {
+	if err != nil || !strings.Contains(string(out), ok) {
 		t.Fatalf("helper: %v\n%s", err, out)
 	}
-	t.Logf("helper: %s", strings.TrimSpace(string(out)))
+	return string(out)
 }
 
 // orphanHelper becomes a subreaper, runs sessions and a plain command that each leave
