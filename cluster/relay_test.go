@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/muxterm/muxterm/client"
 	"github.com/muxterm/muxterm/proto"
 )
 
@@ -289,27 +290,21 @@ func restartingOwner(t *testing.T, turns []ownerTurn, froms chan<- int64, firstA
 	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
 }
 
-// TestRelayResumesAfterOwnerRestart: an owner that closes the relay's socket with 1012 (an
-// upgrade in place) is dialled again and attached from the offset the relay had received (read
-// plus buffered); the channel stays bound; the old binding's buffered bytes are read before the
-// new binding's; acks for the old binding's bytes are not passed to the new one (so its credit
-// stays exact), and the first ack past them is.
-func TestRelayResumesAfterOwnerRestart(t *testing.T) {
-	froms, firstAck, acks := make(chan int64, 1), make(chan int, 1), make(chan int, 4)
-	// The first socket sends 100 of 'a' and restarts on its first ack; the second sends 50 of 'b'.
-	url := restartingOwner(t, []ownerTurn{
-		{out: bytes.Repeat([]byte("a"), 100), restartOnAck: true},
-		{out: bytes.Repeat([]byte("b"), 50)},
-	}, froms, firstAck, acks)
+// relayToOwner starts a relay of session id1, from a node of its own, to the owner node at
+// url. It returns the relay, its upstream channel, the deadline every step of the test waits
+// under, and a wait that returns once cond holds (woken by the relay's notify). The relay and
+// the node end with the test.
+func relayToOwner(t *testing.T, url string) (*relay, *client.Channel, context.Context, func(string, func() bool)) {
+	t.Helper()
 	n, err := New(Config{Name: "here", Token: "t", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.ctx, n.stop = context.WithCancel(context.Background())
 	n.peers["owner"] = &peer{url: url, alive: true, seen: time.Now()}
-	defer func() { n.stop(); n.wg.Wait() }()
+	t.Cleanup(func() { n.stop(); n.wg.Wait() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	notified := make(chan struct{}, 1)
 	r := &relay{n: n, principal: "alice", notify: func() {
 		select {
@@ -328,7 +323,7 @@ func TestRelayResumesAfterOwnerRestart(t *testing.T) {
 	if _, err := n.startRelay(r, "owner", id1, c, ch); err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close(false)
+	t.Cleanup(func() { r.Close(false) })
 	wait := func(what string, cond func() bool) {
 		t.Helper()
 		for !cond() {
@@ -340,6 +335,22 @@ func TestRelayResumesAfterOwnerRestart(t *testing.T) {
 			}
 		}
 	}
+	return r, ch, ctx, wait
+}
+
+// TestRelayResumesAfterOwnerRestart: an owner that closes the relay's socket with 1012 (an
+// upgrade in place) is dialled again and attached from the offset the relay had received (read
+// plus buffered); the channel stays bound; the old binding's buffered bytes are read before the
+// new binding's; acks for the old binding's bytes are not passed to the new one (so its credit
+// stays exact), and the first ack past them is.
+func TestRelayResumesAfterOwnerRestart(t *testing.T) {
+	froms, firstAck, acks := make(chan int64, 1), make(chan int, 1), make(chan int, 4)
+	// The first socket sends 100 of 'a' and restarts on its first ack; the second sends 50 of 'b'.
+	url := restartingOwner(t, []ownerTurn{
+		{out: bytes.Repeat([]byte("a"), 100), restartOnAck: true},
+		{out: bytes.Repeat([]byte("b"), 50)},
+	}, froms, firstAck, acks)
+	r, ch, ctx, wait := relayToOwner(t, url)
 	wait("the first binding's 100 bytes", func() bool { pending, _, _ := r.State(); return pending && ch.Buffered() == 100 })
 
 	// The writer sends 60 to its client; the client acknowledges 40; the owner restarts.
@@ -406,45 +417,7 @@ func TestRelayResumesAfterTwoOwnerRestarts(t *testing.T) {
 		{out: bytes.Repeat([]byte("b"), 50), restartAtOnce: true},
 		{out: bytes.Repeat([]byte("c"), 30)},
 	}, froms, firstAck, acks)
-	n, err := New(Config{Name: "here", Token: "t", TTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.ctx, n.stop = context.WithCancel(context.Background())
-	n.peers["owner"] = &peer{url: url, alive: true, seen: time.Now()}
-	defer func() { n.stop(); n.wg.Wait() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	notified := make(chan struct{}, 1)
-	r := &relay{n: n, principal: "alice", notify: func() {
-		select {
-		case notified <- struct{}{}:
-		default:
-		}
-	}}
-	c, err := n.dial(ctx, url, "alice", false, r.onServerError)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, _, err := c.Attach(ctx, id1, nil)
-	if err != nil {
-		t.Fatalf("attach: %v", err)
-	}
-	if _, err := n.startRelay(r, "owner", id1, c, ch); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(false)
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-notified:
-			case <-time.After(50 * time.Millisecond): // a notify may have come before the check
-			case <-ctx.Done():
-				t.Fatalf("%s: %v", what, ctx.Err())
-			}
-		}
-	}
+	r, ch, ctx, wait := relayToOwner(t, url)
 	wait("the first binding's 100 bytes", func() bool { pending, _, _ := r.State(); return pending && ch.Buffered() == 100 })
 	buf := make([]byte, 60)
 	if k, lost := r.Read(buf); k != 60 || lost != 0 {
