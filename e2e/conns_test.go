@@ -159,14 +159,18 @@ func TestShutdownWithAStalledClientExitsZero(t *testing.T) {
 			pid = r.Result.Pid
 		}
 	}
-	// Wait until the gateway's side of the socket holds a full send queue: its writes block
-	// once 16 KiB wait unsent (TCP_NOTSENT_LOWAT, mux.NotSentLowat).
-	q := 0
-	testutil.WaitFor(t, 10*time.Second, "the gateway's send queue to fill", func() bool {
-		q = sendQueue(t, ws.RemoteAddr().String(), ws.LocalAddr().String())
-		return q >= 16<<10
+	// Wait until the link is stalled: the client's receive queue holds bytes it will never read
+	// and the gateway's send queue holds bytes the client's window cannot take. How much the
+	// gateway queues depends on the kernel (TCP_NOTSENT_LOWAT is 16 KiB, mux.NotSentLowat, but
+	// a fresh socket's send buffer can stop it sooner: CI once saw less than 16 KiB for 10 s),
+	// so the test asks for a few KiB unsent and some unread, not for the low-water mark.
+	var tx, rx int
+	testutil.WaitFor(t, 10*time.Second, "the link to stall with bytes queued on both sides", func() bool {
+		tx, _ = tcpQueues(t, ws.RemoteAddr().String(), ws.LocalAddr().String())
+		_, rx = tcpQueues(t, ws.LocalAddr().String(), ws.RemoteAddr().String())
+		return tx >= 4<<10 && rx > 0
 	})
-	t.Logf("the gateway's send queue holds %d bytes", q)
+	t.Logf("the gateway's send queue holds %d bytes, the client's receive queue %d", tx, rx)
 	took := g.Stop(15 * time.Second)
 	if g.err != nil {
 		t.Errorf("exit after SIGTERM with a stalled client: %v, want status 0\n%s", g.err, tail(g.Logs()))
@@ -182,9 +186,9 @@ func TestShutdownWithAStalledClientExitsZero(t *testing.T) {
 	t.Logf("socket left open at the deadline: %v", strings.Contains(g.Logs(), "sockets still open at the shutdown deadline"))
 }
 
-// sendQueue returns the bytes queued for sending on the loopback TCP socket from local to
-// remote (host:port, IPv4), from /proc/net/tcp.
-func sendQueue(t *testing.T, local, remote string) int {
+// tcpQueues returns the bytes queued for sending and for reading on the loopback TCP socket
+// from local to remote (host:port, IPv4), from /proc/net/tcp.
+func tcpQueues(t *testing.T, local, remote string) (tx, rx int) {
 	t.Helper()
 	b, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
@@ -201,9 +205,10 @@ func sendQueue(t *testing.T, local, remote string) int {
 		if len(f) < 5 || f[1] != l || f[2] != r {
 			continue
 		}
-		tx, _, _ := strings.Cut(f[4], ":")
-		n, _ := strconv.ParseInt(tx, 16, 64)
-		return int(n)
+		txs, rxs, _ := strings.Cut(f[4], ":")
+		qt, _ := strconv.ParseInt(txs, 16, 64)
+		qr, _ := strconv.ParseInt(rxs, 16, 64)
+		return int(qt), int(qr)
 	}
-	return 0
+	return 0, 0
 }
