@@ -14,7 +14,7 @@ import (
 // enforced.
 type Target struct {
 	Desc  string  `json:"desc"`  // as the issue states it, e.g. "≥ 85% of raw"
-	Of    string  `json:"of"`    // "ratio_raw" or "value": which median is compared
+	Of    string  `json:"of"`    // "ratio_raw", "ratio_pass" or "value": which median is compared
 	Op    string  `json:"op"`    // "<=" or ">="
 	Value float64 `json:"value"` // the bound
 }
@@ -27,6 +27,8 @@ func (t *Target) met(r *Row) *bool {
 	switch t.Of {
 	case "ratio_raw":
 		s = r.RatioRaw
+	case "ratio_pass":
+		s = r.RatioPass
 	case "value":
 		s = r.Mux
 	}

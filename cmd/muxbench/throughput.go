@@ -81,10 +81,10 @@ func (b *bench) runThroughput(ctx context.Context) error {
 		b.logf("   rep %d: raw %.0f, pass %.0f, muxterm %.0f MiB/s", rep+1, last(raw), last(pass), last(muxv))
 	}
 	b.addRow(newRow("throughput", "1 session, MiB/s at the client", "MiB/s", muxv, raw, pass,
-		&Target{Desc: "≥ 85% of raw", Of: "ratio_raw", Op: ">=", Value: 0.85},
+		&Target{Desc: "≥ 90% of raw", Of: "ratio_raw", Op: ">=", Value: 0.90},
 		fmt.Sprintf("`%s`: %d bytes per run, timed from spawn/open to the last byte", script, want)))
 	b.addRow(newRow("throughput", "1 session, gateway CPU s/GiB", "s/GiB", gwCPU, rawCPU, nil,
-		&Target{Desc: "≤ 1.25× raw's", Of: "ratio_raw", Op: "<=", Value: 1.25},
+		&Target{Desc: "≤ 1.1× raw's", Of: "ratio_raw", Op: "<=", Value: 1.1},
 		"utime+stime of the gateway from /proc/PID/stat (10 ms ticks) per GiB delivered; raw: muxbench's own CPU (getrusage of the whole process) while one thread reads the PTY, spawn included"))
 	b.addRow(newRow("throughput", "1 session, client CPU s/GiB", "s/GiB", clientCPU, nil, nil, nil,
 		"muxbench's own CPU (the muxterm/mux Go client) per GiB, for context"))
@@ -385,7 +385,7 @@ func (b *bench) runAggregate(ctx context.Context) error {
 	for _, n := range []string{"8", "64"} {
 		var t *Target
 		if n == "8" {
-			t = &Target{Desc: "≥ 75% of raw", Of: "ratio_raw", Op: ">=", Value: 0.75}
+			t = &Target{Desc: "≥ 80% of raw", Of: "ratio_raw", Op: ">=", Value: 0.80}
 		}
 		b.addRow(newRow("aggregate", n+" sessions on one socket, aggregate MiB/s", "MiB/s", col(n+"/mux", rate), col(n+"/raw", rate), col(n+"/pass", rate), t,
 			fmt.Sprintf("`%s` per stream, read with Channel.Read; %s; raw: as many PTYs read concurrently in-process; pass-through: one socket each", floodScript, window)))
