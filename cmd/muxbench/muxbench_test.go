@@ -129,3 +129,28 @@ func TestParseVariant(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetOf: a target is checked against the median it names, the ratio to raw, the ratio to
+// the pass-through or the value, and a row without that median has no verdict.
+func TestTargetOf(t *testing.T) {
+	// muxterm 120 and 130 µs against raw 60 and pass-through 100 in each repetition.
+	r := newRow("echo", "x", "µs", []float64{120, 130}, []float64{60, 65}, []float64{100, 100}, nil, "")
+	for _, tc := range []struct {
+		t    Target
+		want bool
+	}{
+		{Target{Of: "ratio_pass", Op: "<=", Value: 1.05}, false}, // 1.25×
+		{Target{Of: "ratio_pass", Op: "<=", Value: 1.3}, true},
+		{Target{Of: "ratio_raw", Op: "<=", Value: 1.5}, false}, // 2×
+		{Target{Of: "ratio_raw", Op: ">=", Value: 1.9}, true},
+		{Target{Of: "value", Op: "<=", Value: 125}, true},
+	} {
+		if got := tc.t.met(&r); got == nil || *got != tc.want {
+			t.Errorf("%+v met = %v, want %v", tc.t, got, tc.want)
+		}
+	}
+	noPass := newRow("echo", "x", "µs", []float64{120}, []float64{60}, nil, nil, "")
+	if got := (&Target{Of: "ratio_pass", Op: "<=", Value: 2}).met(&noPass); got != nil {
+		t.Errorf("a ratio to a pass-through that was not measured is %v, want no verdict", *got)
+	}
+}
