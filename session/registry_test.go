@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -409,16 +411,28 @@ func TestOpenKillCyclesLeakNothing(t *testing.T) {
 // the shared waiter's. Once they are gone, so are the readers. The bound on threads grows with
 // GOMAXPROCS (each worker may hold a thread while it runs), never with the sessions: it runs at
 // this machine's GOMAXPROCS and at 128, as on a large machine, with at least twice as many
-// sessions as the bound. Not parallel: OS threads and goroutines are counted process-wide, so
-// no other test may run meanwhile (its own readers and waiter only let it watch them stop).
+// sessions as the bound. OS threads and goroutines are counted process-wide, and a Go process
+// never gives a thread back, so each case runs in a process of its own (this test binary
+// again, with GOMAXPROCS set): no other test's threads, nor the 128 case's, are counted.
 func TestIdleSessionsUseFewThreads(t *testing.T) {
+	if os.Getenv(threadsHelperEnv) == "1" {
+		idleSessionsUseFewThreads(t)
+		return
+	}
+	t.Parallel()
 	for _, procs := range []int{runtime.GOMAXPROCS(0), 128} {
 		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
-			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-			idleSessionsUseFewThreads(t)
+			out := runOwnProcess(t, threadsHelperEnv, "--- PASS", fmt.Sprintf("GOMAXPROCS=%d", procs))
+			for line := range strings.Lines(out) {
+				if i := strings.Index(line, "OS threads with"); i >= 0 {
+					t.Log(strings.TrimSpace(line[i:]))
+				}
+			}
 		})
 	}
 }
+
+const threadsHelperEnv = "MUXTERM_THREADS_HELPER"
 
 func idleSessionsUseFewThreads(t *testing.T) {
 	// The runtime's own threads (sysmon, GC, the template thread, …: 13 to 23 at GOMAXPROCS 2
