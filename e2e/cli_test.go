@@ -462,6 +462,8 @@ func TestCLIExecSIGTERMKillsSession(t *testing.T) {
 	g := startGateway(t, "--allow-cmd", "*")
 	cmd := exec.Command(cliBinary(t), "exec", "--", "sleep", "1000")
 	cmd.Env = cliEnv(t, g)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -483,11 +485,11 @@ func TestCLIExecSIGTERMKillsSession(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-done:
+		done <- err // for the cleanup's receive
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 143 {
-			t.Fatalf("exec after SIGTERM: %v, want exit 143", err)
+			t.Fatalf("exec after SIGTERM: %v, want exit 143; stderr %q", err, stderr.String())
 		}
-		done <- err
 	case <-time.After(15 * time.Second):
 		t.Fatal("exec did not exit on SIGTERM")
 	}

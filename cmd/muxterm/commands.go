@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"text/tabwriter"
 
@@ -318,6 +319,10 @@ func (a *app) cmdExec(args []string) (outcome, error) {
 	if err := a.setup(); err != nil {
 		return outcome{}, err
 	}
+	// Catch stop signals before the session exists: one that came between the open and the
+	// loop would otherwise end muxterm by default and leave the session running for good.
+	sigs := catchStopSignals()
+	defer signal.Stop(sigs)
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), a.openOptions(o, cmd))
@@ -327,7 +332,7 @@ func (a *app) cmdExec(args []string) (outcome, error) {
 		}
 		return outcome{}, a.cfg.explainDial(err)
 	}
-	lo := loopOpts{label: label(ch.Session(), o.name), sizeFd: -1, exec: true, lf: *lf}
+	lo := loopOpts{label: label(ch.Session(), o.name), sizeFd: -1, exec: true, lf: *lf, sigs: sigs}
 	if *stdin {
 		lo.stdin, lo.eof = a.stdin, []byte{4}
 	}

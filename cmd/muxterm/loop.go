@@ -28,6 +28,9 @@ type loopOpts struct {
 	replayEnd int64      // the offset where the replay ends
 	exec      bool       // a stop signal kills the session, and so does the program's exit
 	lf        bool       // exec --lf
+	// sigs: stop signals caught since before the session was opened (exec: one that arrives
+	// between the open and the loop must still kill the session); nil: the loop catches them.
+	sigs chan os.Signal
 }
 
 // outcome is how a loop ended.
@@ -79,8 +82,10 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 		stdin = make(chan []byte)
 		go readInput(ctx, o.stdin, stdin)
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, stopSignals...)
+	sigs := o.sigs
+	if sigs == nil {
+		sigs = catchStopSignals()
+	}
 	defer signal.Stop(sigs)
 	// A reader of stdout that leaves (| head) makes writes fail with EPIPE instead of killing
 	// muxterm before it can remove exec's session or detach.
@@ -307,4 +312,12 @@ func signalNumber(s os.Signal) int {
 		return int(n)
 	}
 	return 1
+}
+
+// catchStopSignals starts catching the stop signals (Ctrl-C, SIGTERM, SIGHUP) on a channel
+// that keeps the first until it is read.
+func catchStopSignals() chan os.Signal {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, stopSignals...)
+	return sigs
 }
