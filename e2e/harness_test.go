@@ -168,6 +168,12 @@ func spawnGatewayBin(t *testing.T, bin, tok string, env []string, hook func(*exe
 	if hook != nil {
 		hook(g.cmd)
 	}
+	// A test binary that dies (its -timeout's panic, a SIGKILL) takes its gateways with it: an
+	// orphaned gateway would keep its sessions, its port and every descriptor it inherited.
+	if g.cmd.SysProcAttr == nil {
+		g.cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	g.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	stdout, err := g.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
