@@ -129,3 +129,14 @@ func TestParseVariant(t *testing.T) {
 		}
 	}
 }
+
+func TestMinOverMax(t *testing.T) {
+	for _, c := range []struct {
+		v    []int64
+		want float64
+	}{{nil, 0}, {[]int64{0, 0}, 0}, {[]int64{5}, 1}, {[]int64{4, 8, 6}, 0.5}, {[]int64{0, 3}, 0}} {
+		if got := minOverMax(c.v); got != c.want {
+			t.Errorf("minOverMax(%v) = %v, want %v", c.v, got, c.want)
+		}
+	}
+}
