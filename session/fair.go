@@ -55,24 +55,24 @@ func (r *readPoller) slowestLocked() (int64, bool) {
 }
 
 // settle ends s's turn with the readers: it counts what the turn read (read bytes; full: it
-// read all maxBatchesPerTurn batches; paused: backpressure holds it) and re-arms s, unless s
-// is paused or held. It returns the held masters this turn lets go, for the caller to re-arm
+// read all maxBatchesPerTurn batches; paused: backpressure holds it; closing: the kill point
+// passed, so what is left is drained, never held) and re-arms s, unless s is paused or held. It returns the held masters this turn lets go, for the caller to re-arm
 // (releaseHeld) once it has let go of s.mu. s.mu is held.
-func (r *readPoller) settle(s *Session, read int, full, paused bool) (hold bool, release []*Session, err error) {
+func (r *readPoller) settle(s *Session, read int, full, paused, closing bool) (hold bool, release []*Session, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sessions[s.readToken] != s {
 		return false, nil, errNotRegistered(s)
 	}
 	sh := r.shares[s]
-	if sh == nil && full && !paused {
+	if sh == nil && full && !paused && !closing {
 		sh = &share{}
 		r.shares[s] = sh
 	}
 	if sh != nil {
 		switch {
-		case paused:
-			sh.heavy = false // its viewer holds it back; it must not hold the others
+		case paused || closing:
+			sh.heavy = false // its viewer holds it back, or it ends: it must not hold the others
 		case full && !sh.heavy:
 			if m, ok := r.slowestLocked(); ok && sh.read < m {
 				sh.read = m

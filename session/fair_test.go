@@ -119,3 +119,24 @@ func TestFairShareLetsGoOfAStoppedStream(t *testing.T) {
 		t.Error("the stopped stream still counts as streaming after the wait")
 	}
 }
+
+// A held stream that is killed is drained and ended at once, not held to the end of the wait:
+// past the kill point a master never counts as streaming.
+func TestFairShareNeverHoldsAClosingSession(t *testing.T) {
+	t.Parallel()
+	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour)
+	ss := spawnYes(t, o, 2)
+	runner, stopped := ss[0], ss[1]
+	testutil.WaitFor(t, 30*time.Second, "both streams to count as streaming", func() bool { return rp.heavy(ss...) })
+	if err := unix.Kill(stopped.pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Kill(stopped.pid, unix.SIGCONT)
+	testutil.WaitFor(t, 30*time.Second, "the running stream held behind the stopped one", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.held[runner] > 0
+	})
+	// endSession fails the test unless the reading ends within 15 s; the hold would last an hour.
+	endSession(t, runner)
+}

@@ -76,7 +76,7 @@ func (s *Session) readReady(buf []byte) {
 	}
 	// Re-armed unless backpressure parks it or the fair share holds it (fair.go).
 	paused := s.paused && !s.dropOutput
-	hold, release, err := s.opts.readers.settle(s, read, full, paused)
+	hold, release, err := s.opts.readers.settle(s, read, full, paused, s.dropOutput)
 	switch {
 	case err != nil:
 		s.readState = readBusy
