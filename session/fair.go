@@ -21,7 +21,7 @@ import (
 // fairSlack again. A hold lasts at most fairWait: a heavy master that lets others wait that
 // long without catching up is not held back by the CPU but prints slowly or stopped, and
 // stops counting (light) until a turn of it reads all its batches again. A master whose
-// viewer holds it back (backpressure) is light too.
+// viewer holds it back (backpressure), and one past its kill point, are light too.
 
 const (
 	// defaultFairSlack: how far ahead of the slowest heavy master a heavy master may read before
