@@ -126,6 +126,10 @@ type Options struct {
 	// testHookBeforeIngest is copied into each session before its reader starts (tests only;
 	// nil in production).
 	testHookBeforeIngest func([]byte)
+	// testHookAfterTurn runs in the reader at the end of each turn that did not end the
+	// reading, with the bytes it read and whether it read all maxBatchesPerTurn batches (tests
+	// only; nil in production).
+	testHookAfterTurn func(s *Session, read int, full bool)
 }
 
 // batchSize is the most one read batch (Session.readBatch) takes: small enough that a batch read

@@ -18,7 +18,7 @@ const (
 	readNone   readState = iota // no reader (tests' sessions without a process)
 	readArmed                   // registered and armed: the next readable event goes to a worker
 	readBusy                    // a worker reads it (or ends its reading)
-	readParked                  // disarmed while backpressure holds; wakeReaderLocked re-arms it
+	readParked                  // disarmed while backpressure (wakeReaderLocked re-arms it) or the fair share (releaseHeld) holds it
 	readDone                    // reading ended, the master is closed
 	readHanded                  // unregistered for an upgrade in place; the master stays open
 )
@@ -27,8 +27,9 @@ const (
 // batches (a PTY read returns at most about a page, so one ingest and one wake of each viewer's
 // writer carry up to a batch), appending each batch to the ring, until the master would block,
 // backpressure holds, or maxBatchesPerTurn batches were read; then it re-arms the master, or
-// leaves it disarmed while backpressure holds. It never writes to a viewer. A read that fails
-// (EIO once every slave fd is closed) or reaches the end ends the reading.
+// leaves it disarmed while backpressure or the readers' fair share holds it (fair.go). It
+// never writes to a viewer. A read that fails (EIO once every slave fd is closed) or reaches
+// the end ends the reading.
 func (s *Session) readReady(buf []byte) {
 	s.mu.Lock()
 	if s.readState != readArmed {
@@ -42,8 +43,10 @@ func (s *Session) readReady(buf []byte) {
 	buf = buf[:s.opts.batchSize()]
 	// A master that keeps filling gets a few batches per turn, one ingest each, before it goes
 	// back to the instance (behind the other ready masters).
-	for range maxBatchesPerTurn {
+	read, full := 0, false
+	for b := range maxBatchesPerTurn {
 		n, err := s.readBatch(buf)
+		read += n
 		if n > 0 {
 			s.ingest(buf[:n])
 		}
@@ -54,6 +57,7 @@ func (s *Session) readReady(buf []byte) {
 		if n < len(buf) {
 			break // drained for now
 		}
+		full = b == maxBatchesPerTurn-1
 		s.mu.Lock()
 		paused := s.paused && !s.dropOutput || s.handingOver
 		s.mu.Unlock()
@@ -61,23 +65,28 @@ func (s *Session) readReady(buf []byte) {
 			break
 		}
 	}
+	if h := s.opts.testHookAfterTurn; h != nil {
+		h(s, read, full)
+	}
 	s.mu.Lock()
 	if s.handingOver {
 		s.stopReadingLocked() // handover.go: not re-armed; the next image reads on
 		s.mu.Unlock()
 		return
 	}
-	if s.paused && !s.dropOutput {
-		s.readState = readParked
-		s.mu.Unlock()
-		return
-	}
-	s.readState = readArmed
-	err := s.opts.readers.rearm(s)
-	if err != nil {
+	// Re-armed unless backpressure parks it or the fair share holds it (fair.go).
+	paused := s.paused && !s.dropOutput
+	hold, release, err := s.opts.readers.settle(s, read, full, paused, s.dropOutput)
+	switch {
+	case err != nil:
 		s.readState = readBusy
+	case paused || hold:
+		s.readState = readParked
+	default:
+		s.readState = readArmed
 	}
 	s.mu.Unlock()
+	releaseHeld(release)
 	if err != nil {
 		s.endReading(err)
 	}

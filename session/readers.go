@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,20 +26,35 @@ import (
 // sessions.
 var readers readPoller
 
-// readPoller reads the masters registered with it; see readers.
+// readPoller reads the masters registered with it, sharing the reading fairly among the
+// streaming ones (fair.go); see readers.
 type readPoller struct {
-	// mu guards ep, epfd, sessions and next. Under it only epoll_ctl, close and map updates
-	// run; it is taken under Session.mu (a re-arm), never the other way round.
+	// mu guards ep, epfd, sessions, next and the fair share's shares, held and holdTimer.
+	// Under it only epoll_ctl, close, map updates and timer calls run; it is taken under
+	// Session.mu (a re-arm), never the other way round.
 	mu       sync.Mutex
 	ep       *os.File            // the epoll instance; nil while no master is registered
 	epfd     int                 // ep's fd, open as long as some master is registered
 	sessions map[uint64]*Session // by registration token (the epoll event's data)
 	next     uint64              // the last token handed out
+	// shares, held and holdTimer are the fair share among streaming masters (fair.go): each
+	// master's account once it streamed, the masters held back, and the timer that ends a hold
+	// after fairWait.
+	shares    map[*Session]*share
+	held      map[*Session]struct{}
+	holdTimer *time.Timer
+	// fairSlack and fairWait are set when the first master is added: defaultFairSlack and
+	// defaultFairWait unless a test set them before.
+	fairSlack int64
+	fairWait  time.Duration
 
 	// testHookEpollCtl, when set, runs before each epoll_ctl on a master (under mu), and an
 	// error it returns stands for the call's: a failing epoll_ctl cannot be produced for real
 	// on demand. Set before the first master is added; nil in production.
 	testHookEpollCtl func(s *Session, op int) error
+	// testHookHold, when set, runs (under mu) when a master is held by the fair share. Nil in
+	// production.
+	testHookHold func(s *Session)
 	// testWaitFails, when set, makes the next worker that wakes treat its wait as failed: a
 	// poller that fails cannot be produced for real either. False in production.
 	testWaitFails atomic.Bool
@@ -63,6 +79,13 @@ func (r *readPoller) add(s *Session) error {
 			return fmt.Errorf("readers' epoll fd: %w", err)
 		}
 		r.sessions = make(map[uint64]*Session)
+		r.shares, r.held = make(map[*Session]*share), make(map[*Session]struct{})
+		if r.fairSlack == 0 {
+			r.fairSlack = defaultFairSlack
+		}
+		if r.fairWait == 0 {
+			r.fairWait = defaultFairWait
+		}
 		for range runtime.GOMAXPROCS(0) {
 			go r.loop(r.ep)
 		}
@@ -84,12 +107,16 @@ func (r *readPoller) rearm(s *Session) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sessions[s.readToken] != s {
-		return fmt.Errorf("re-arm master of %s: not registered", s.id)
+		return errNotRegistered(s)
 	}
 	if err := r.ctlLocked(unix.EPOLL_CTL_MOD, s); err != nil {
 		return fmt.Errorf("re-arm master of %s: epoll_ctl: %w", s.id, err)
 	}
 	return nil
+}
+
+func errNotRegistered(s *Session) error {
+	return fmt.Errorf("re-arm master of %s: not registered", s.id)
 }
 
 // remove unregisters s's master; it must be called before the master is closed, so the fd
@@ -101,6 +128,8 @@ func (r *readPoller) remove(s *Session) {
 		return
 	}
 	delete(r.sessions, s.readToken)
+	delete(r.shares, s)
+	delete(r.held, s)
 	_ = r.ctlLocked(unix.EPOLL_CTL_DEL, s)
 	if len(r.sessions) == 0 {
 		r.closeLocked()
@@ -133,7 +162,11 @@ func rawFD(f *os.File, fd *int) error {
 // closeLocked closes the epoll instance; its workers see the close and return. r.mu is held.
 func (r *readPoller) closeLocked() {
 	r.ep.Close()
-	r.ep, r.sessions = nil, nil
+	r.ep, r.sessions, r.shares, r.held = nil, nil, nil, nil
+	if r.holdTimer != nil {
+		r.holdTimer.Stop()
+		r.holdTimer = nil
+	}
 }
 
 // loop is one worker: it takes one ready master at a time and reads it, until the instance is

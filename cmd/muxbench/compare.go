@@ -198,6 +198,12 @@ func (b *bench) runCompare(ctx context.Context, vs []variant, stdout io.Writer) 
 						}
 					} else {
 						cmp.add("fairness, "+run.name+" (min/max)", "", col, r.fairness())
+						if col != "raw" {
+							// Where the split was made: the gateway's reads from the PTYs, and
+							// how much output the least backlogged session still had waiting.
+							cmp.add("fairness of the gateway's PTY reads, "+run.name, "", col, minOverMax(r.readBytes))
+							cmp.add("least output waiting at the gateway at the end, "+run.name, "KiB", col, float64(slices.Min(r.lags))/1024)
+						}
 					}
 				}
 			}

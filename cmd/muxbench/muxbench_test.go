@@ -154,3 +154,14 @@ func TestTargetOf(t *testing.T) {
 		t.Errorf("a ratio to a pass-through that was not measured is %v, want no verdict", *got)
 	}
 }
+
+func TestMinOverMax(t *testing.T) {
+	for _, c := range []struct {
+		v    []int64
+		want float64
+	}{{nil, 0}, {[]int64{0, 0}, 0}, {[]int64{5}, 1}, {[]int64{4, 8, 6}, 0.5}, {[]int64{0, 3}, 0}} {
+		if got := minOverMax(c.v); got != c.want {
+			t.Errorf("minOverMax(%v) = %v, want %v", c.v, got, c.want)
+		}
+	}
+}

@@ -189,13 +189,20 @@ type floodResult struct {
 	// (session.list's end minus bytes read) right after the window: a session with a large lag
 	// is backlogged at the gateway, so what it got depended on the gateway, not its producer.
 	lags []int64
+	// readBytes (muxterm only): per session, what the gateway read from its PTY over the window
+	// (session.list's end before and after), so the reading side's split can be told apart
+	// from what reached the client.
+	readBytes []int64
 }
 
-func (f floodResult) fairness() float64 {
-	if len(f.perBytes) == 0 {
+func (f floodResult) fairness() float64 { return minOverMax(f.perBytes) }
+
+// minOverMax is the smallest count over the largest: 1 for an equal split, 0 for none.
+func minOverMax(v []int64) float64 {
+	if len(v) == 0 {
 		return 0
 	}
-	lo, hi := slices.Min(f.perBytes), slices.Max(f.perBytes)
+	lo, hi := slices.Min(v), slices.Max(v)
 	if hi == 0 {
 		return 0
 	}
@@ -306,22 +313,44 @@ func (b *bench) muxFlood(ctx context.Context, gw *gatewayProc, script string, n 
 		return floodResult{}, err
 	}
 	firsts, counts := windowOf(fl)
+	for _, f := range firsts {
+		select {
+		case <-f:
+		case <-ctx.Done():
+			return floodResult{}, ctx.Err()
+		}
+	}
+	ends0, err := sessionEnds(ctx, c)
+	if err != nil {
+		return floodResult{}, err
+	}
 	res, err := measureWindow(ctx, b.cfg.Window, firsts, counts, gw.cpu)
 	if err != nil {
 		return res, err
 	}
+	ends, err := sessionEnds(ctx, c)
+	if err != nil {
+		return res, err
+	}
+	for _, f := range fl {
+		id := f.ch.Session()
+		res.lags = append(res.lags, ends[id]-f.count())
+		res.readBytes = append(res.readBytes, ends[id]-ends0[id])
+	}
+	return res, nil
+}
+
+// sessionEnds is every session's end offset (bytes its reader has taken from the PTY), by id.
+func sessionEnds(ctx context.Context, c *client.Client) (map[string]int64, error) {
 	list, err := c.List(ctx)
 	if err != nil {
-		return res, fmt.Errorf("list: %w", err)
+		return nil, fmt.Errorf("list: %w", err)
 	}
 	ends := map[string]int64{}
 	for _, s := range list {
 		ends[s.Session] = s.End
 	}
-	for _, f := range fl {
-		res.lags = append(res.lags, ends[f.ch.Session()]-f.count())
-	}
-	return res, nil
+	return ends, nil
 }
 
 // runAggregate: 8 and 64 flooding sessions, muxterm on one socket vs as many raw PTYs read

@@ -1,0 +1,175 @@
+package session
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The readers share the reading fairly among streaming masters.
+//
+// The epoll instance hands ready masters to the workers in turn, so masters that are ready
+// together get equal turns, but not equal bytes: a PTY holds ~18 KiB before its writer blocks,
+// so a session whose program did not get a CPU for a millisecond or two is found empty and
+// misses turns while the others are read on, and the programs the readers keep reading get
+// the CPUs that would let it catch up (docs/benchmarks.md, issue 17). Equal bytes per turn
+// (deficit round robin) only halved the gap, and with this hold cost 12-18% more CPU per GiB
+// than the hold alone (one batch per turn: more turns). So a heavy master (one whose
+// turn read all maxBatchesPerTurn batches: its program writes as fast as it is read) that is
+// more than fairSlack bytes ahead of the slowest heavy master is held: not re-armed, so its
+// program blocks on a full PTY and leaves the CPU to the others, until the slowest is within
+// fairSlack again. A hold lasts at most fairWait: a heavy master that lets others wait that
+// long without catching up is not held back by the CPU but prints slowly or stopped, and
+// stops counting (light) until a turn of it reads all its batches again. A master whose
+// viewer holds it back (backpressure), and one past its kill point, are light too.
+
+const (
+	// defaultFairSlack: how far ahead of the slowest heavy master a heavy master may read before
+	// it is held; against a 3 s window of 8 streams (~20 MiB each) it is ~1%.
+	defaultFairSlack = 256 << 10
+	// defaultFairWait: how long a hold may last before the masters behind are taken for slow.
+	defaultFairWait = 20 * time.Millisecond
+)
+
+// share is a master's account in the fair share. Guarded by readPoller.mu.
+type share struct {
+	// read counts bytes read while heavy, on the scale the heavy masters share: a master that
+	// becomes heavy starts level with the slowest heavy one, not owed what it did not ask for.
+	read  int64
+	heavy bool
+	// heldSince is when the current hold began; zero while not held.
+	heldSince time.Time
+}
+
+// slowestLocked is the least read among heavy masters, and whether there is one. r.mu is held.
+// It looks at every master that ever streamed, once per turn (a turn reads up to 128 KiB).
+func (r *readPoller) slowestLocked() (int64, bool) {
+	var m int64
+	found := false
+	for _, sh := range r.shares {
+		if sh.heavy && (!found || sh.read < m) {
+			m, found = sh.read, true
+		}
+	}
+	return m, found
+}
+
+// settle ends s's turn with the readers: it counts what the turn read (read bytes; full: it
+// read all maxBatchesPerTurn batches; paused: backpressure holds it; closing: the kill point
+// passed, so what is left is drained, never held) and re-arms s, unless s is paused or held. It returns the held masters this turn lets go, for the caller to re-arm
+// (releaseHeld) once it has let go of s.mu. s.mu is held.
+func (r *readPoller) settle(s *Session, read int, full, paused, closing bool) (hold bool, release []*Session, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sessions[s.readToken] != s {
+		return false, nil, errNotRegistered(s)
+	}
+	sh := r.shares[s]
+	if sh == nil && full && !paused && !closing {
+		sh = &share{}
+		r.shares[s] = sh
+	}
+	if sh != nil {
+		switch {
+		case paused || closing:
+			sh.heavy = false // its viewer holds it back, or it ends: it must not hold the others
+		case full && !sh.heavy:
+			if m, ok := r.slowestLocked(); ok && sh.read < m {
+				sh.read = m
+			}
+			sh.heavy = true
+		}
+		sh.read += int64(read)
+		m, _ := r.slowestLocked()
+		release = r.releaseLocked(m)
+		if sh.heavy && sh.read > m+r.fairSlack {
+			sh.heldSince = time.Now()
+			r.held[s] = struct{}{}
+			if r.holdTimer == nil {
+				r.holdTimer = time.AfterFunc(r.fairWait, r.holdExpired)
+			}
+			if h := r.testHookHold; h != nil {
+				h(s)
+			}
+			return true, release, nil
+		}
+	}
+	if paused {
+		return false, release, nil
+	}
+	return false, release, r.ctlLocked(unix.EPOLL_CTL_MOD, s)
+}
+
+// releaseLocked takes out of held every master no more than fairSlack ahead of m. r.mu is held.
+func (r *readPoller) releaseLocked(m int64) []*Session {
+	var out []*Session
+	for s := range r.held {
+		if sh := r.shares[s]; sh == nil || sh.read <= m+r.fairSlack {
+			delete(r.held, s)
+			if sh != nil {
+				sh.heldSince = time.Time{}
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// holdExpired runs fairWait after a hold began: every heavy master more than fairSlack behind a
+// master held that long turns light, and the masters no longer ahead are let go.
+func (r *readPoller) holdExpired() {
+	r.mu.Lock()
+	now := time.Now()
+	var top int64
+	expired := false
+	for s := range r.held {
+		if sh := r.shares[s]; sh != nil && now.Sub(sh.heldSince) >= r.fairWait {
+			top, expired = max(top, sh.read), true
+		}
+	}
+	if expired {
+		for _, sh := range r.shares {
+			if sh.heavy && sh.read+r.fairSlack < top {
+				sh.heavy = false
+			}
+		}
+	}
+	m, ok := r.slowestLocked()
+	if !ok {
+		m = 1 << 62 // no heavy master left: nothing to wait for
+	}
+	release := r.releaseLocked(m)
+	var oldest time.Time
+	for s := range r.held {
+		if sh := r.shares[s]; sh != nil && (oldest.IsZero() || sh.heldSince.Before(oldest)) {
+			oldest = sh.heldSince
+		}
+	}
+	r.holdTimer = nil
+	if !oldest.IsZero() {
+		r.holdTimer = time.AfterFunc(max(r.fairWait-now.Sub(oldest), 0), r.holdExpired)
+	}
+	r.mu.Unlock()
+	releaseHeld(release)
+}
+
+// releaseHeld re-arms masters the fair share let go, unless they are no longer parked (ended,
+// handed over, re-armed by wakeReaderLocked) or backpressure holds them now.
+func releaseHeld(ss []*Session) {
+	for _, s := range ss {
+		s.mu.Lock()
+		if s.readState != readParked || s.paused && !s.dropOutput {
+			s.mu.Unlock()
+			continue
+		}
+		s.readState = readArmed
+		err := s.opts.readers.rearm(s)
+		if err != nil {
+			s.readState = readBusy
+		}
+		s.mu.Unlock()
+		if err != nil {
+			s.endReading(err)
+		}
+	}
+}
