@@ -93,13 +93,7 @@ func TestFairShareLetsGoOfAStoppedStream(t *testing.T) {
 	t.Parallel()
 	const slack = 64 << 10
 	o, rp, l := logTurns(testOptions(), slack, 50*time.Millisecond)
-	ss := spawnYes(t, o, 2)
-	runner, stopped := ss[0], ss[1]
-	testutil.WaitFor(t, 30*time.Second, "both streams to count as streaming", func() bool { return rp.heavy(ss...) })
-	if err := unix.Kill(stopped.pid, unix.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Kill(stopped.pid, unix.SIGCONT)
+	runner, stopped := stopOneOfTwoStreams(t, o, rp)
 	// Read what was left in the stopped one's PTY, then see the other run far ahead of it.
 	base := l.bytes(stopped)
 	testutil.WaitFor(t, 30*time.Second, "the running stream 8 MiB ahead of the stopped one", func() bool {
@@ -125,13 +119,7 @@ func TestFairShareLetsGoOfAStoppedStream(t *testing.T) {
 func TestFairShareNeverHoldsAClosingSession(t *testing.T) {
 	t.Parallel()
 	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour)
-	ss := spawnYes(t, o, 2)
-	runner, stopped := ss[0], ss[1]
-	testutil.WaitFor(t, 30*time.Second, "both streams to count as streaming", func() bool { return rp.heavy(ss...) })
-	if err := unix.Kill(stopped.pid, unix.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Kill(stopped.pid, unix.SIGCONT)
+	runner, _ := stopOneOfTwoStreams(t, o, rp)
 	testutil.WaitFor(t, 30*time.Second, "the running stream held behind the stopped one", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -139,4 +127,18 @@ func TestFairShareNeverHoldsAClosingSession(t *testing.T) {
 	})
 	// endSession fails the test unless the reading ends within 15 s; the hold would last an hour.
 	endSession(t, runner)
+}
+
+// stopOneOfTwoStreams spawns two `yes` sessions, waits until both count as streaming, then
+// stops the second with SIGSTOP (continued when the test ends).
+func stopOneOfTwoStreams(t *testing.T, o Options, rp *readPoller) (runner, stopped *Session) {
+	t.Helper()
+	ss := spawnYes(t, o, 2)
+	runner, stopped = ss[0], ss[1]
+	testutil.WaitFor(t, 30*time.Second, "both streams to count as streaming", func() bool { return rp.heavy(ss...) })
+	if err := unix.Kill(stopped.pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Kill(stopped.pid, unix.SIGCONT) })
+	return runner, stopped
 }
