@@ -39,13 +39,22 @@ func (s *Session) readReady(buf []byte) {
 	}
 	s.readState = readBusy
 	s.mu.Unlock()
+	r := s.opts.readers
+	if r.holding(s) && s.holdReading() {
+		return
+	}
 	buf = buf[:s.opts.batchSize()]
 	// A master that keeps filling gets a few batches per turn, one ingest each, before it goes
 	// back to the instance (behind the other ready masters).
 	for range maxBatchesPerTurn {
 		n, err := s.readBatch(buf)
 		if n > 0 {
-			s.ingest(buf[:n])
+			if !s.ingest(buf[:n]) {
+				r.echoed(s) // no viewer to write it: the echo is as far as it goes
+			}
+			if s.released.Load() {
+				s.released.Store(false) // a batch since the release: it may be held again
+			}
 		}
 		if err != nil {
 			s.endReading(err)
@@ -57,7 +66,7 @@ func (s *Session) readReady(buf []byte) {
 		s.mu.Lock()
 		paused := s.paused && !s.dropOutput || s.handingOver
 		s.mu.Unlock()
-		if paused {
+		if paused || r.holding(s) {
 			break
 		}
 	}
@@ -71,6 +80,13 @@ func (s *Session) readReady(buf []byte) {
 		s.readState = readParked
 		s.mu.Unlock()
 		return
+	}
+	if r.holding(s) && !s.handingOver {
+		s.readState = readParked // held for another session's echo (echofirst.go)
+		if r.hold(s) {
+			s.mu.Unlock()
+			return
+		}
 	}
 	s.readState = readArmed
 	err := s.opts.readers.rearm(s)
@@ -151,6 +167,7 @@ func (s *Session) endReading(err error) {
 		s.opts.Logger.Warn("pty reading ended", "session", s.id, "err", err)
 	}
 	s.opts.readers.remove(s)
+	s.opts.readers.echoed(s)
 	s.finishOutput()
 	s.closePTY()
 	s.readerSpan.AddEvent(otel.EventReaderEnded)
@@ -175,8 +192,9 @@ func (s *Session) closePTY() {
 
 // ingest adds a chunk to the ring, unless the kill point has passed. The check and the append
 // are under the same lock as the kill's snapshot of the final offset, so a chunk read before the
-// kill but ingested after it is dropped.
-func (s *Session) ingest(p []byte) {
+// kill but ingested after it is dropped. It reports whether a viewer is attached (which then
+// ends a keystroke's hold when it reads the chunk: Viewer.Read).
+func (s *Session) ingest(p []byte) (watched bool) {
 	if h := s.testHookBeforeIngest; h != nil {
 		h(p)
 	}
@@ -184,7 +202,7 @@ func (s *Session) ingest(p []byte) {
 	defer s.mu.Unlock()
 	if s.dropOutput {
 		s.dropped += int64(len(p))
-		return
+		return false
 	}
 	s.ring.append(p)
 	s.opts.Instruments.BytesOut.Add(context.Background(), int64(len(p)))
@@ -193,6 +211,7 @@ func (s *Session) ingest(p []byte) {
 		s.paused = true
 		s.pausedAt = s.now()
 	}
+	return len(s.viewers) > 0
 }
 
 func (s *Session) finishOutput() {

@@ -89,6 +89,11 @@ type Session struct {
 	readerDone chan struct{}
 	// readToken is the master's registration with readers; written by readers.add in spawn.
 	readToken uint64
+	// awaitingEcho: a keystroke was written and no output has been read since (echofirst.go).
+	awaitingEcho atomic.Bool
+	// released: its master was released from a hold for another session's echo and has not
+	// read a batch since; it is not held again before it has (echofirst.go).
+	released atomic.Bool
 
 	// mu guards the fields below. Registry.mu is taken before mu, never after.
 	mu             sync.Mutex
