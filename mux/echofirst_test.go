@@ -12,8 +12,10 @@ import (
 
 // While another session on the socket awaits the echo of a keystroke, a streaming channel's
 // output goes in frames of at most heldFrame bytes, so that the echo, once read, waits behind
-// little: frames of the full 32 KiB before the keystroke, small ones after it. Not parallel: the
-// hold (a minute here, for an echo that never comes) is on the process-wide readers.
+// little: frames of the full 32 KiB before the keystroke, small ones after it. Both sessions
+// are the test principal's (one owner: the keystroke holds the stream). It runs alone, as when
+// the hold was process-wide; a hold is now per owner in a registry, so it would not hold other
+// tests' sessions.
 func TestHeldOutputGoesInSmallFrames(t *testing.T) {
 	frames := make(chan int, 1<<14) // the stream channel's output frames, by payload size
 	var streamID atomic.Uint32      // 0, no channel, until the stream is open

@@ -61,17 +61,19 @@ func waitCollected(t *testing.T, c *collector, n int, what string) {
 }
 
 // streamAndTypist starts a session that streams (`yes`, collected) and one running script, whose
-// viewer the test reads itself; it waits for the stream to flow and for the typist's "R".
+// viewer the test reads itself, both in one echo-first group (as one owner's sessions are); it
+// waits for the stream to flow and for the typist's "R".
 func streamAndTypist(t *testing.T, o Options, script string) (stream *Session, sc *collector, typist *Session, tv *Viewer, twake <-chan struct{}) {
 	t.Helper()
-	stream = spawnT(t, o, "/bin/sh", "-c", "stty raw -echo; exec yes")
+	echo := new(echoGroup)
+	stream = spawnGroupT(t, o, echo, "/bin/sh", "-c", "stty raw -echo; exec yes")
 	swake, swakeFn := testutil.WakeChan()
 	sv, _, err := stream.Subscribe(0, swakeFn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sc = collect(t, sv, swake, nil)
-	typist = spawnT(t, o, "/bin/sh", "-c", "stty raw -echo; printf R; "+script)
+	typist = spawnGroupT(t, o, echo, "/bin/sh", "-c", "stty raw -echo; printf R; "+script)
 	wake, wakeFn := testutil.WakeChan()
 	tv, _, err = typist.Subscribe(0, wakeFn)
 	if err != nil {
@@ -237,4 +239,72 @@ func TestKeystrokesWithoutEchoDoNotStarveOthers(t *testing.T) {
 		}
 		last = end
 	}
+}
+
+// A keystroke holds only its owner's other sessions: alice's keystroke, whose echo nobody reads,
+// holds alice's stream, while bob's stream (in the same registry, on the same readers) is never
+// held and goes on filling its ring, a MiB of it, until the echo is read. The sessions are
+// opened through a Registry, which puts each owner's sessions in the owner's group.
+func TestKeystrokeHoldsOnlyItsOwnersSessions(t *testing.T) {
+	t.Parallel()
+	o, ev := echoFirstOptions(time.Minute) // the hold ends with the echo, not with the time
+	r := NewRegistry(o, nil)
+	stream := func(owner string) (*Session, *collector) {
+		wake, wakeFn := testutil.WakeChan()
+		s, v := openT(t, r, owner, wakeFn, "/bin/sh", "-c", "stty raw -echo; exec yes")
+		return s, collect(t, v, wake, nil)
+	}
+	alice, ac := stream("alice")
+	bob, bc := stream("bob")
+	twake, twakeFn := testutil.WakeChan()
+	typist, tv := openT(t, r, "alice", twakeFn, "/bin/sh", "-c", "stty raw -echo; printf R; exec cat")
+	t.Cleanup(tv.Close)
+	if got := readViewer(t, tv, twake, 1); got != "R" {
+		t.Fatalf("typist's first output %q, want R", got)
+	}
+	waitCollected(t, ac, 64<<10, "alice's stream before the keystroke")
+	waitCollected(t, bc, 64<<10, "bob's stream before the keystroke")
+	if alice.echo != typist.echo || alice.echo == bob.echo {
+		t.Fatal("the registry did not group the sessions by owner")
+	}
+
+	endR := typist.Info().End
+	if _, err := typist.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitHoldEvent(t, ev, alice, true)
+	held := alice.Info().End
+	// The echo reaches the typist's ring and stays unread: alice's stream stays held.
+	for typist.Info().End == endR {
+		select {
+		case <-twake:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no echo in the typist's ring within 10s")
+		}
+	}
+	if !alice.Held() {
+		t.Error("alice's stream not Held while her echo is unread")
+	}
+	if bob.Held() {
+		t.Error("bob's stream Held for alice's echo")
+	}
+	// Bob's stream is read on: a MiB more in his ring while alice's echo is unread.
+	from := bob.Info().End
+	waitCollected(t, bc, int(from)+(1<<20), "bob's stream while alice's echo is unread")
+	if end := alice.Info().End; end != held {
+		t.Errorf("alice's stream grew from %d to %d while held for her echo", held, end)
+	}
+	if !alice.Held() {
+		t.Error("alice's stream no longer Held, her echo still unread")
+	}
+	for len(ev) > 0 {
+		if e := <-ev; e.s == bob {
+			t.Errorf("bob's stream held=%v for alice's keystroke", e.held)
+		}
+	}
+	if got := readViewer(t, tv, twake, 1); got != "x" {
+		t.Fatalf("echo %q, want x", got)
+	}
+	waitHoldEvent(t, ev, alice, false)
+	waitCollected(t, ac, int(held), "alice's stream after her echo was read")
 }

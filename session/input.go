@@ -25,7 +25,7 @@ func (s *Session) Write(p []byte) (int, error) {
 		return 0, fmt.Errorf("write: %w", &ClosedError{ID: s.id, Reason: reason})
 	}
 	if len(p) <= maxKeystroke {
-		s.opts.readers.keystroke(s)
+		s.keystroke()
 	}
 	s.inMu.Lock()
 	defer s.inMu.Unlock()

@@ -39,8 +39,7 @@ func (s *Session) readReady(buf []byte) {
 	}
 	s.readState = readBusy
 	s.mu.Unlock()
-	r := s.opts.readers
-	if r.holding(s) && s.holdReading() {
+	if s.holding() && s.holdReading() {
 		return
 	}
 	buf = buf[:s.opts.batchSize()]
@@ -50,7 +49,7 @@ func (s *Session) readReady(buf []byte) {
 		n, err := s.readBatch(buf)
 		if n > 0 {
 			if !s.ingest(buf[:n]) {
-				r.echoed(s) // no viewer to write it: the echo is as far as it goes
+				s.echoed() // no viewer to write it: the echo is as far as it goes
 			}
 			if s.released.Load() {
 				s.released.Store(false) // a batch since the release: it may be held again
@@ -66,7 +65,7 @@ func (s *Session) readReady(buf []byte) {
 		s.mu.Lock()
 		paused := s.paused && !s.dropOutput || s.handingOver
 		s.mu.Unlock()
-		if paused || r.holding(s) {
+		if paused || s.holding() {
 			break
 		}
 	}
@@ -81,9 +80,9 @@ func (s *Session) readReady(buf []byte) {
 		s.mu.Unlock()
 		return
 	}
-	if r.holding(s) && !s.handingOver {
+	if s.holding() && !s.handingOver {
 		s.readState = readParked // held for another session's echo (echofirst.go)
-		if r.hold(s) {
+		if s.hold() {
 			s.mu.Unlock()
 			return
 		}
@@ -167,7 +166,7 @@ func (s *Session) endReading(err error) {
 		s.opts.Logger.Warn("pty reading ended", "session", s.id, "err", err)
 	}
 	s.opts.readers.remove(s)
-	s.opts.readers.echoed(s)
+	s.echoed()
 	s.finishOutput()
 	s.closePTY()
 	s.readerSpan.AddEvent(otel.EventReaderEnded)

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,22 +34,14 @@ type readPoller struct {
 	epfd     int                 // ep's fd, open as long as some master is registered
 	sessions map[uint64]*Session // by registration token (the epoll event's data)
 	next     uint64              // the last token handed out
-	// held are the masters parked while another session awaits an echo (echofirst.go), and
-	// holdTimer releases them when the hold ends without an echo; both under mu.
-	held      []*Session
-	holdTimer *time.Timer
-
-	// awaiting counts the sessions whose last keystroke has no output read yet, and holdUntil
-	// (since epoch) is when the last keystroke's hold ends: see echofirst.go.
-	awaiting  atomic.Int32
-	holdUntil atomic.Int64
 
 	// testHookEpollCtl, when set, runs before each epoll_ctl on a master (under mu), and an
 	// error it returns stands for the call's: a failing epoll_ctl cannot be produced for real
 	// on demand. Set before the first master is added; nil in production.
 	testHookEpollCtl func(s *Session, op int) error
 	// testHookHold, when set, is called with a session whose master is held for another's
-	// echo (true, under mu) and once it is released (false, under the session's mu). Set
+	// echo (true, under its echoGroup.mu) and once it is released (false, under the session's
+	// mu). Set
 	// before the first master is added; nil in production.
 	testHookHold func(s *Session, held bool)
 	// testWaitFails, when set, makes the next worker that wakes treat its wait as failed: a

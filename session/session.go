@@ -89,6 +89,9 @@ type Session struct {
 	readerDone chan struct{}
 	// readToken is the master's registration with readers; written by readers.add in spawn.
 	readToken uint64
+	// echo is the echo-first group of the owner's sessions (echofirst.go); set by spawn or
+	// adoptOne before the master is read, never changed.
+	echo *echoGroup
 	// awaitingEcho: a keystroke was written and no output has been read since (echofirst.go).
 	awaitingEcho atomic.Bool
 	// released: its master was released from a hold for another session's echo and has not

@@ -49,7 +49,7 @@ func (v *Viewer) Read(p []byte) (n int, lost int64, err error) {
 	s.maybeResumeLocked()
 	s.mu.Unlock()
 	if n > 0 {
-		s.opts.readers.echoed(s) // a keystroke's echo is on its way: the held masters go on
+		s.echoed() // a keystroke's echo is on its way: the held masters go on
 	}
 	return n, lost, nil
 }

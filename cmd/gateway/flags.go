@@ -67,7 +67,7 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	fs.DurationVar(&c.reapInterval, "reap-interval", 30*time.Second, "time between reaper sweeps")
 	fs.DurationVar(&c.killGrace, "kill-grace", 250*time.Millisecond, "kill escalation step: HUP, wait, TERM, wait, KILL")
 	fs.DurationVar(&c.resumeHold, "resume-hold", 10*time.Second, "after a socket drops, hold each read-write session's output this long at the offset its client acknowledged, for a byte-exact reattach (0: off)")
-	fs.DurationVar(&c.echoHold, "echo-hold", session.DefaultEchoHold, "after a keystroke, hold the other sessions' output until its echo is read, at most this long (0: off)")
+	fs.DurationVar(&c.echoHold, "echo-hold", session.DefaultEchoHold, "after a keystroke, hold the output of its principal's other sessions until its echo is read, at most this long (0: off)")
 	fs.Var(&c.allowOrigin, "allow-origin", "extra `origin` allowed to open sockets (repeatable)")
 	fs.Var(&c.allowHost, "allow-host", "extra `host` accepted in the Host header (repeatable)")
 	fs.Var(&c.allowCmd, "allow-cmd", "`command` session.open may run besides the shell, or * for any (repeatable)")
