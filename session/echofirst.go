@@ -68,6 +68,13 @@ func (s *Session) keystroke() {
 	if s.awaitingEcho.CompareAndSwap(false, true) {
 		g.awaiting.Add(1)
 	}
+	if s.readEnded.Load() {
+		// s's reading ended (the program closed the PTY; Write still takes input until the
+		// session is closed): no echo will come, and endReading's echoed may have run before
+		// the mark above, which would leave the group awaiting for good. Either this or
+		// endReading's call sees the other's store, and echoed clears the mark once.
+		s.echoed()
+	}
 }
 
 // echoed records that s's echo is on its way (or that its reading ended): once no session of

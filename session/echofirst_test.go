@@ -308,3 +308,22 @@ func TestKeystrokeHoldsOnlyItsOwnersSessions(t *testing.T) {
 	waitHoldEvent(t, ev, alice, false)
 	waitCollected(t, ac, int(held), "alice's stream after her echo was read")
 }
+
+// A keystroke that comes after its session's reading ended (the program closed the PTY but runs
+// on, so Write still takes input) leaves no mark on its group: no echo will ever be read for
+// it, and a mark would make every later keystroke of the owner's hold the others until its
+// timer instead of until its echo.
+func TestKeystrokeAfterReadingEndedLeavesNoMark(t *testing.T) {
+	t.Parallel()
+	o, _ := echoFirstOptions(time.Minute)
+	echo := new(echoGroup)
+	s := spawnGroupT(t, o, echo, "/bin/sh", "-c", "exec sleep 60 </dev/null >/dev/null 2>&1")
+	testutil.WaitClosed(t, s.readerDone, 10*time.Second, "reading of the session without a PTY")
+	_, _ = s.Write([]byte("x")) // the master is closed: the write itself fails, the mark is made first
+	if n := echo.awaiting.Load(); n != 0 {
+		t.Errorf("group awaits %d echoes after a keystroke to a session whose reading ended, want 0", n)
+	}
+	if s.awaitingEcho.Load() {
+		t.Error("session still awaits an echo")
+	}
+}

@@ -166,6 +166,7 @@ func (s *Session) endReading(err error) {
 		s.opts.Logger.Warn("pty reading ended", "session", s.id, "err", err)
 	}
 	s.opts.readers.remove(s)
+	s.readEnded.Store(true) // before echoed: a keystroke after this load sees it (keystroke)
 	s.echoed()
 	s.finishOutput()
 	s.closePTY()

@@ -94,6 +94,9 @@ type Session struct {
 	echo *echoGroup
 	// awaitingEcho: a keystroke was written and no output has been read since (echofirst.go).
 	awaitingEcho atomic.Bool
+	// readEnded: endReading has begun; a keystroke that comes after it ends its own wait for
+	// an echo, which no read will end (echofirst.go).
+	readEnded atomic.Bool
 	// released: its master was released from a hold for another session's echo and has not
 	// read a batch since; it is not held again before it has (echofirst.go).
 	released atomic.Bool
