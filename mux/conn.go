@@ -113,6 +113,8 @@ type ServerOptions struct {
 	testHookBeforeStarve func(*channel)
 	// testHookAfterClosed runs in the writer right after it wrote a channel's session.closed.
 	testHookAfterClosed func(*conn, *channel)
+	// testHookOutputFrame runs in the writer right after it wrote an output frame of n bytes.
+	testHookOutputFrame func(ch *channel, n int)
 }
 
 func (o ServerOptions) withDefaults() ServerOptions {

@@ -37,7 +37,20 @@ type server struct {
 
 func newServer(t *testing.T, opts ServerOptions, onSocket func(ws *websocket.Conn)) *server {
 	t.Helper()
-	s := &server{reg: session.NewRegistry(session.Options{Shell: "/bin/sh", KillGrace: 100 * time.Millisecond}, nil)}
+	return newServerWith(t, session.Options{}, opts, onSocket)
+}
+
+// newServerWith is newServer with a registry of the given session options (Shell and
+// KillGrace set if not given).
+func newServerWith(t *testing.T, so session.Options, opts ServerOptions, onSocket func(ws *websocket.Conn)) *server {
+	t.Helper()
+	if so.Shell == "" {
+		so.Shell = "/bin/sh"
+	}
+	if so.KillGrace == 0 {
+		so.KillGrace = 100 * time.Millisecond
+	}
+	s := &server{reg: session.NewRegistry(so, nil)}
 	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s.cancel = cancel

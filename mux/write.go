@@ -240,6 +240,9 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	// A read within no credit still moves a viewer that fell behind past its gap and tells
 	// what is left: notifications are never held back by credit, only output is.
 	n := int(min(max(ch.credit.available(), 0), proto.MaxOutputPayload))
+	if ch.sess.Held() {
+		n = min(n, heldFrame) // another session awaits an echo: small frames ahead of it
+	}
 	nr, lost, err := ch.v.Read(buf[proto.HeaderLen : proto.HeaderLen+n])
 	if errors.Is(err, session.ErrViewerClosed) {
 		return false, nil
@@ -269,6 +272,9 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	}
 	return lost > 0, nil
 }
+
+// heldFrame bounds the output frames of a session held for another's echo (session.Held).
+const heldFrame = 4 << 10
 
 // serveRelay is serveChannel for a relayed channel: the same credit, gap, exit and closed
 // order, with the relay's buffer in place of the viewer.
@@ -365,6 +371,9 @@ func (c *conn) writeOutput(ch *channel, buf []byte, nr int, lost int64) (bool, e
 	frame = frame[:proto.HeaderLen+nr]
 	if err := c.write(websocket.BinaryMessage, frame); err != nil {
 		return false, fmt.Errorf("write output: %w", err)
+	}
+	if h := c.opts.testHookOutputFrame; h != nil {
+		h(ch, nr)
 	}
 	c.markReady(ch)
 	return true, nil

@@ -56,9 +56,11 @@ func (r *readPoller) slowestLocked() (int64, bool) {
 
 // settle ends s's turn with the readers: it counts what the turn read (read bytes; full: it
 // read all maxBatchesPerTurn batches; paused: backpressure holds it; closing: the kill point
-// passed, so what is left is drained, never held) and re-arms s, unless s is paused or held. It returns the held masters this turn lets go, for the caller to re-arm
-// (releaseHeld) once it has let go of s.mu. s.mu is held.
-func (r *readPoller) settle(s *Session, read int, full, paused, closing bool) (hold bool, release []*Session, err error) {
+// passed, so what is left is drained, never held; echoHeld: a keystroke's echo holds it, which
+// its caller does, echofirst.go) and re-arms s, unless s is paused or held. It returns the
+// held masters this turn lets go, for the caller to re-arm (releaseHeld) once it has let go of
+// s.mu. s.mu is held.
+func (r *readPoller) settle(s *Session, read int, full, paused, closing, echoHeld bool) (hold bool, release []*Session, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sessions[s.readToken] != s {
@@ -82,7 +84,7 @@ func (r *readPoller) settle(s *Session, read int, full, paused, closing bool) (h
 		sh.read += int64(read)
 		m, _ := r.slowestLocked()
 		release = r.releaseLocked(m)
-		if sh.heavy && sh.read > m+r.fairSlack {
+		if sh.heavy && !echoHeld && sh.read > m+r.fairSlack {
 			sh.heldSince = time.Now()
 			r.held[s] = struct{}{}
 			if r.holdTimer == nil {
@@ -94,7 +96,7 @@ func (r *readPoller) settle(s *Session, read int, full, paused, closing bool) (h
 			return true, release, nil
 		}
 	}
-	if paused {
+	if paused || echoHeld {
 		return false, release, nil
 	}
 	return false, release, r.ctlLocked(unix.EPOLL_CTL_MOD, s)

@@ -402,6 +402,9 @@ func (r *Registry) adoptAndRegister(h HandedSession, taken time.Time) error {
 // to tear down.
 func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) {
 	opts := &r.opts
+	r.mu.Lock()
+	echo := r.echoGroupLocked(h.Owner)
+	r.mu.Unlock()
 	s := &Session{
 		id: h.ID, owner: h.Owner, name: h.Name, argv: h.Argv, pid: h.Pid, created: h.Created,
 		opts: opts, ptsName: h.PtsName, now: r.now,
@@ -409,7 +412,7 @@ func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) 
 		ring: newRing(opts.ScrollbackBytes), viewers: make(map[*Viewer]struct{}),
 		cols: h.Cols, rows: h.Rows, testHookBeforeIngest: opts.testHookBeforeIngest,
 		unwatchedSince: h.UnwatchedSince, leaseUntil: h.LeaseUntil, outputFinal: h.OutputFinal,
-		cgroup: cgroup.Group(h.Cgroup),
+		cgroup: cgroup.Group(h.Cgroup), echo: echo,
 	}
 	if h.Exit == nil {
 		// Our child still: the orphan reaper must leave its exit status to the waiter.

@@ -177,6 +177,14 @@ func TestHandoverAdoptInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	cleanupSession(t, s2)
+	// Echo first: the adopted session is in alice's group of the adopter, the one her sessions
+	// opened there join, so her keystrokes hold it and no one else's do.
+	r2.mu.Lock()
+	alice, bob := r2.echoGroupLocked("alice"), r2.echoGroupLocked("bob")
+	r2.mu.Unlock()
+	if s2.echo != alice || s2.echo == bob {
+		t.Error("the adopted session is not in its owner's echo group")
+	}
 	if in := s2.Info(); in.Pid != s1.Pid() || in.Name != "handed" || in.Cols != 90 || in.Rows != 30 || in.End < end1 {
 		t.Fatalf("adopted %+v, pid want %d", in, s1.Pid())
 	}

@@ -24,6 +24,9 @@ func (s *Session) Write(p []byte) (int, error) {
 	if closing {
 		return 0, fmt.Errorf("write: %w", &ClosedError{ID: s.id, Reason: reason})
 	}
+	if len(p) <= maxKeystroke {
+		s.keystroke()
+	}
 	s.inMu.Lock()
 	defer s.inMu.Unlock()
 	if s.inDraining {

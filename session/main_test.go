@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 func warmUp() error {
 	opts := testOptions()
 	o := opts.withDefaults()
-	s, err := spawn(newID(), Spec{Argv: []string{"/bin/sh", "-c", "exit 0"}, Cols: 80, Rows: 24}, &o, time.Now)
+	s, err := spawn(newID(), Spec{Argv: []string{"/bin/sh", "-c", "exit 0"}, Cols: 80, Rows: 24}, &o, nil, time.Now)
 	if err != nil {
 		return err
 	}
@@ -105,11 +105,19 @@ func zombies() []int  { return leakcheck.Children(true) }
 
 // ---- sessions that clean up after themselves ----
 
-// spawnT starts argv on a PTY with opts and registers a cleanup that ends it.
+// spawnT starts argv on a PTY with opts and registers a cleanup that ends it. The session is
+// alone in its echo-first group: its keystrokes hold no other session (spawnGroupT).
 func spawnT(t testing.TB, opts Options, argv ...string) *Session {
 	t.Helper()
+	return spawnGroupT(t, opts, nil, argv...)
+}
+
+// spawnGroupT is spawnT for a session that joins the echo-first group echo (nil: one of its
+// own), as the sessions of one owner in a registry do.
+func spawnGroupT(t testing.TB, opts Options, echo *echoGroup, argv ...string) *Session {
+	t.Helper()
 	o := opts.withDefaults()
-	s, err := spawn(newID(), Spec{Argv: argv, Cols: 80, Rows: 24, Dir: os.TempDir()}, &o, time.Now)
+	s, err := spawn(newID(), Spec{Argv: argv, Cols: 80, Rows: 24, Dir: os.TempDir()}, &o, echo, time.Now)
 	if err != nil {
 		t.Fatalf("spawn %q: %v", argv, err)
 	}

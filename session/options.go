@@ -103,6 +103,10 @@ type Options struct {
 	// WindowSize is how the PTY's size follows the read-write viewers' sizes (size.go).
 	// Default: WindowLatest.
 	WindowSize WindowSize
+	// EchoHold: after a keystroke (input of at most 64 bytes) the readers hold the output of
+	// the other sessions of the same owner until the keystroke's echo is read by a viewer, for
+	// at most this long (echofirst.go). Default: DefaultEchoHold (2 ms); negative: never.
+	EchoHold time.Duration
 	// EnvDeny are names (FOO) and prefix patterns (FOO_*) of the gateway's environment
 	// variables that the sessions do not inherit, besides the gateway's own (see childEnv).
 	EnvDeny []string
@@ -166,6 +170,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.LowWaterBytes <= 0 || o.LowWaterBytes >= o.HighWaterBytes {
 		o.LowWaterBytes = o.HighWaterBytes / 2
+	}
+	if o.EchoHold == 0 {
+		o.EchoHold = DefaultEchoHold
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -64,7 +64,7 @@ func orphanHelper() {
 	var ss []*Session
 	for i := range n {
 		s, err := spawn(newID(), Spec{Argv: []string{"/bin/sh", "-c",
-			fmt.Sprintf("(sleep 0.%d &); (true &); exit %d", i%3, i+1)}, Cols: 80, Rows: 24, Dir: os.TempDir()}, &o, time.Now)
+			fmt.Sprintf("(sleep 0.%d &); (true &); exit %d", i%3, i+1)}, Cols: 80, Rows: 24, Dir: os.TempDir()}, &o, nil, time.Now)
 		if err != nil {
 			fail("spawn: %v", err)
 		}

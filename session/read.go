@@ -40,6 +40,9 @@ func (s *Session) readReady(buf []byte) {
 	}
 	s.readState = readBusy
 	s.mu.Unlock()
+	if s.holding() && s.holdReading() {
+		return
+	}
 	buf = buf[:s.opts.batchSize()]
 	// A master that keeps filling gets a few batches per turn, one ingest each, before it goes
 	// back to the instance (behind the other ready masters).
@@ -48,7 +51,12 @@ func (s *Session) readReady(buf []byte) {
 		n, err := s.readBatch(buf)
 		read += n
 		if n > 0 {
-			s.ingest(buf[:n])
+			if !s.ingest(buf[:n]) {
+				s.echoed() // no viewer to write it: the echo is as far as it goes
+			}
+			if s.released.Load() {
+				s.released.Store(false) // a batch since the release: it may be held again
+			}
 		}
 		if err != nil {
 			s.endReading(err)
@@ -61,7 +69,7 @@ func (s *Session) readReady(buf []byte) {
 		s.mu.Lock()
 		paused := s.paused && !s.dropOutput || s.handingOver
 		s.mu.Unlock()
-		if paused {
+		if paused || s.holding() {
 			break
 		}
 	}
@@ -74,12 +82,24 @@ func (s *Session) readReady(buf []byte) {
 		s.mu.Unlock()
 		return
 	}
-	// Re-armed unless backpressure parks it or the fair share holds it (fair.go).
+	// Re-armed unless backpressure parks it, a keystroke's echo of the same owner holds it
+	// (echofirst.go) or the fair share holds it (fair.go). The fair share counts the turn in
+	// every case.
 	paused := s.paused && !s.dropOutput
-	hold, release, err := s.opts.readers.settle(s, read, full, paused, s.dropOutput)
+	echoHeld := !paused && s.holding()
+	hold, release, err := s.opts.readers.settle(s, read, full, paused, s.dropOutput, echoHeld)
 	switch {
 	case err != nil:
 		s.readState = readBusy
+	case echoHeld:
+		s.readState = readParked // held for another session's echo (echofirst.go)
+		if !s.hold() {
+			// The echo came meanwhile: read on.
+			s.readState = readArmed
+			if err = s.opts.readers.rearm(s); err != nil {
+				s.readState = readBusy
+			}
+		}
 	case paused || hold:
 		s.readState = readParked
 	default:
@@ -160,6 +180,8 @@ func (s *Session) endReading(err error) {
 		s.opts.Logger.Warn("pty reading ended", "session", s.id, "err", err)
 	}
 	s.opts.readers.remove(s)
+	s.readEnded.Store(true) // before echoed: a keystroke after this load sees it (keystroke)
+	s.echoed()
 	s.finishOutput()
 	s.closePTY()
 	s.readerSpan.AddEvent(otel.EventReaderEnded)
@@ -184,8 +206,9 @@ func (s *Session) closePTY() {
 
 // ingest adds a chunk to the ring, unless the kill point has passed. The check and the append
 // are under the same lock as the kill's snapshot of the final offset, so a chunk read before the
-// kill but ingested after it is dropped.
-func (s *Session) ingest(p []byte) {
+// kill but ingested after it is dropped. It reports whether a viewer is attached (which then
+// ends a keystroke's hold when it reads the chunk: Viewer.Read).
+func (s *Session) ingest(p []byte) (watched bool) {
 	if h := s.testHookBeforeIngest; h != nil {
 		h(p)
 	}
@@ -193,7 +216,7 @@ func (s *Session) ingest(p []byte) {
 	defer s.mu.Unlock()
 	if s.dropOutput {
 		s.dropped += int64(len(p))
-		return
+		return false
 	}
 	s.ring.append(p)
 	s.opts.Instruments.BytesOut.Add(context.Background(), int64(len(p)))
@@ -202,6 +225,7 @@ func (s *Session) ingest(p []byte) {
 		s.paused = true
 		s.pausedAt = s.now()
 	}
+	return len(s.viewers) > 0
 }
 
 func (s *Session) finishOutput() {

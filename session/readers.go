@@ -55,6 +55,10 @@ type readPoller struct {
 	// testHookHold, when set, runs (under mu) when a master is held by the fair share. Nil in
 	// production.
 	testHookHold func(s *Session)
+	// testHookEchoHold, when set, is called with a session whose master is held for another's
+	// echo (true, under its echoGroup.mu) and once it is released (false, under the session's
+	// mu). Set before the first master is added; nil in production.
+	testHookEchoHold func(s *Session, held bool)
 	// testWaitFails, when set, makes the next worker that wakes treat its wait as failed: a
 	// poller that fails cannot be produced for real either. False in production.
 	testWaitFails atomic.Bool

@@ -82,7 +82,7 @@ func TestSpawnFailsWhenMasterCannotBeRegistered(t *testing.T) {
 	o, rp := failCtl(unix.EPOLL_CTL_ADD)
 	fds, pts := countFDs(), countPTS()
 	o = o.withDefaults()
-	_, err := spawn(newID(), Spec{Argv: []string{"/bin/sh", "-c", "exec sleep 60"}, Cols: 80, Rows: 24}, &o, time.Now)
+	_, err := spawn(newID(), Spec{Argv: []string{"/bin/sh", "-c", "exec sleep 60"}, Cols: 80, Rows: 24}, &o, nil, time.Now)
 	if !errors.Is(err, ErrSpawn) || !errors.Is(err, unix.EPERM) {
 		t.Fatalf("spawn: got %v, want ErrSpawn wrapping EPERM", err)
 	}

@@ -24,7 +24,7 @@ type Registry struct {
 	opts Options
 	now  func() time.Time
 
-	// mu guards sessions, closed and the tombstones.
+	// mu guards sessions, closed, the tombstones and echoGroups.
 	// Lock order: Registry.mu before Session.mu. Taking Session.mu alone is fine; taking
 	// Registry.mu while holding a Session.mu is a bug.
 	mu       sync.Mutex
@@ -33,6 +33,9 @@ type Registry struct {
 	gone     map[string]tombstone // recently closed ids
 	goneFIFO []string             // insertion order of gone, for eviction
 	wg       sync.WaitGroup       // teardowns started by Shutdown
+	// echoGroups are the owners' echo-first groups (echofirst.go), kept as long as the
+	// registry: one per principal that ever opened or handed over a session here.
+	echoGroups map[string]*echoGroup
 
 	// survivors and survivorSessions count what Shutdown's kills left alive.
 	survivors, survivorSessions atomic.Int64
@@ -55,7 +58,17 @@ func NewRegistry(opts Options, now func() time.Time) *Registry {
 		now = time.Now
 	}
 	return &Registry{opts: opts.withDefaults(), now: now, sessions: make(map[string]*Session),
-		gone: make(map[string]tombstone)}
+		gone: make(map[string]tombstone), echoGroups: make(map[string]*echoGroup)}
+}
+
+// echoGroupLocked returns owner's echo-first group, made on first use; r.mu is held.
+func (r *Registry) echoGroupLocked(owner string) *echoGroup {
+	g := r.echoGroups[owner]
+	if g == nil {
+		g = new(echoGroup)
+		r.echoGroups[owner] = g
+	}
+	return g
 }
 
 // Options returns the registry's options with defaults applied.
@@ -85,10 +98,11 @@ func (r *Registry) Open(spec Spec, maxPerOwner int, wake func()) (*Session, *Vie
 		r.mu.Unlock()
 		return nil, nil, fmt.Errorf("open: %w (%d)", ErrTooMany, maxPerOwner)
 	}
+	echo := r.echoGroupLocked(spec.Owner)
 	r.mu.Unlock()
 	// Spawning forks and execs: never under the registry lock. A concurrent open may slip past
 	// the limit check by one spawn each; the insert below re-checks.
-	s, err := spawn(newID(), spec, &r.opts, r.now)
+	s, err := spawn(newID(), spec, &r.opts, echo, r.now)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open: %w", err)
 	}

@@ -89,6 +89,17 @@ type Session struct {
 	readerDone chan struct{}
 	// readToken is the master's registration with readers; written by readers.add in spawn.
 	readToken uint64
+	// echo is the echo-first group of the owner's sessions (echofirst.go); set by spawn or
+	// adoptOne before the master is read, never changed.
+	echo *echoGroup
+	// awaitingEcho: a keystroke was written and no output has been read since (echofirst.go).
+	awaitingEcho atomic.Bool
+	// readEnded: endReading has begun; a keystroke that comes after it ends its own wait for
+	// an echo, which no read will end (echofirst.go).
+	readEnded atomic.Bool
+	// released: its master was released from a hold for another session's echo and has not
+	// read a batch since; it is not held again before it has (echofirst.go).
+	released atomic.Bool
 
 	// mu guards the fields below. Registry.mu is taken before mu, never after.
 	mu             sync.Mutex

@@ -257,7 +257,7 @@ func TestSpawnErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := testOptions().withDefaults()
-			s, err := spawn(newID(), tt.spec, &o, time.Now)
+			s, err := spawn(newID(), tt.spec, &o, nil, time.Now)
 			if err == nil {
 				cleanupSession(t, s)
 				t.Fatalf("spawn: got nil error, want %v", tt.wantErr)

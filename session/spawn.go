@@ -22,14 +22,18 @@ import (
 )
 
 // spawn starts spec on a new PTY. The child leads its own session and process group, with the
-// PTY as its controlling terminal.
-func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session, error) {
+// PTY as its controlling terminal. The session joins echo, its owner's echo-first group
+// (echofirst.go); nil gives it a group of its own (a session spawned outside a registry).
+func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time.Time) (*Session, error) {
 	argv := spec.Argv
 	if len(argv) == 0 {
 		argv = []string{opts.Shell}
 	}
 	if err := checkSize(spec.Cols, spec.Rows); err != nil {
 		return nil, err
+	}
+	if echo == nil {
+		echo = new(echoGroup)
 	}
 	master, tty, err := openPTY()
 	if err != nil {
@@ -41,6 +45,7 @@ func spawn(id string, spec Spec, opts *Options, now func() time.Time) (*Session,
 		exited: make(chan struct{}), readerDone: make(chan struct{}),
 		ring: newRing(opts.ScrollbackBytes), viewers: make(map[*Viewer]struct{}),
 		cols: spec.Cols, rows: spec.Rows, testHookBeforeIngest: opts.testHookBeforeIngest,
+		echo: echo,
 	}
 	s.unwatchedSince = s.created
 	if err := s.setSize(spec.Cols, spec.Rows); err != nil {

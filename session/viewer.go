@@ -37,15 +37,20 @@ func (v *Viewer) Session() *Session { return v.s }
 func (v *Viewer) Read(p []byte) (n int, lost int64, err error) {
 	s := v.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if v.closed {
+		s.mu.Unlock()
 		return 0, 0, ErrViewerClosed
 	}
 	n, lost, v.next = s.ring.readAt(p, v.next)
 	if n == 0 && lost == 0 && s.outputFinal && v.next >= s.ring.end {
+		s.mu.Unlock()
 		return 0, 0, io.EOF
 	}
 	s.maybeResumeLocked()
+	s.mu.Unlock()
+	if n > 0 {
+		s.echoed() // a keystroke's echo is on its way: the held masters go on
+	}
 	return n, lost, nil
 }
 

@@ -28,7 +28,7 @@ func fakeSession(scrollback int) *Session {
 	o = o.withDefaults()
 	s := &Session{id: "fake", opts: &o, now: time.Now, exited: make(chan struct{}),
 		readerDone: make(chan struct{}),
-		ring:       newRing(scrollback), viewers: make(map[*Viewer]struct{})}
+		ring:       newRing(scrollback), viewers: make(map[*Viewer]struct{}), echo: new(echoGroup)}
 	s.unwatchedSince = s.now()
 	return s
 }

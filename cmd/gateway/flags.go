@@ -24,6 +24,7 @@ type config struct {
 	reapInterval time.Duration
 	killGrace    time.Duration
 	resumeHold   time.Duration
+	echoHold     time.Duration
 	allowOrigin  listFlag
 	allowHost    listFlag
 	allowCmd     listFlag
@@ -66,6 +67,7 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	fs.DurationVar(&c.reapInterval, "reap-interval", 30*time.Second, "time between reaper sweeps")
 	fs.DurationVar(&c.killGrace, "kill-grace", 250*time.Millisecond, "kill escalation step: HUP, wait, TERM, wait, KILL")
 	fs.DurationVar(&c.resumeHold, "resume-hold", 10*time.Second, "after a socket drops, hold each read-write session's output this long at the offset its client acknowledged, for a byte-exact reattach (0: off)")
+	fs.DurationVar(&c.echoHold, "echo-hold", session.DefaultEchoHold, "after a keystroke, hold the output of its principal's other sessions until its echo is read, at most this long (0: off)")
 	fs.Var(&c.allowOrigin, "allow-origin", "extra `origin` allowed to open sockets (repeatable)")
 	fs.Var(&c.allowHost, "allow-host", "extra `host` accepted in the Host header (repeatable)")
 	fs.Var(&c.allowCmd, "allow-cmd", "`command` session.open may run besides the shell, or * for any (repeatable)")
@@ -127,6 +129,9 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	}
 	if c.resumeHold < 0 {
 		return nil, errors.New("--resume-hold must not be negative")
+	}
+	if c.echoHold < 0 || c.echoHold > time.Second {
+		return nil, errors.New("--echo-hold must be between 0 and 1s")
 	}
 	if c.pprofAddr != "" {
 		if _, err := pprofAddr(c.pprofAddr); err != nil {

@@ -165,7 +165,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		observer = node.Observe
 	}
 	reg = session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
-		KillGrace: c.killGrace, ResumeHold: c.resumeHold, WindowSize: c.windowSize.WindowSize,
+		KillGrace: c.killGrace, ResumeHold: c.resumeHold, EchoHold: echoHold(c.echoHold), WindowSize: c.windowSize.WindowSize,
 		EnvDeny: c.envDeny, Cgroups: cgroups, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments,
 		Observer: observer}, nil)
 	var cl *joined
@@ -428,4 +428,13 @@ const (
 func newServer(h http.Handler, idle time.Duration) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
 		IdleTimeout: idle}
+}
+
+// echoHold maps --echo-hold to session.Options.EchoHold, where 0 is the default and a negative
+// value is off.
+func echoHold(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
