@@ -1,6 +1,7 @@
 package session
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,14 +29,16 @@ import (
 // two. A session joins its owner's group when it is spawned or adopted and never changes it; a
 // session spawned outside a registry (tests) is given a group, or has one of its own.
 type echoGroup struct {
-	// awaiting counts the group's sessions whose last keystroke has no output read yet, and
-	// holdUntil (since epoch) is when the last keystroke's hold ends.
-	awaiting  atomic.Int32
+	// last is the session that took the group's latest keystroke: its echo ends the hold (an
+	// earlier keystroke whose echo never comes, a key the program does not echo, cannot make
+	// later ones wait for EchoHold). holdUntil (since epoch) is when the hold ends otherwise;
+	// the latest keystroke's echo sets it to now.
+	last      atomic.Pointer[Session]
 	holdUntil atomic.Int64
 
 	// mu guards held, the group's masters parked while one of its sessions awaits an echo,
 	// and holdTimer, which releases them when the hold ends without an echo. Taken under a
-	// held session's Session.mu (hold); releaseHeld takes each Session.mu after releasing it.
+	// held session's Session.mu (hold); release and unhold take a Session.mu after releasing it.
 	mu        sync.Mutex
 	held      []*Session
 	holdTimer *time.Timer
@@ -65,51 +68,73 @@ func (s *Session) keystroke() {
 	for cur := g.holdUntil.Load(); cur < until && !g.holdUntil.CompareAndSwap(cur, until); {
 		cur = g.holdUntil.Load()
 	}
-	if s.awaitingEcho.CompareAndSwap(false, true) {
-		g.awaiting.Add(1)
-	}
+	s.awaitingEcho.Store(true)
+	g.last.Store(s)
 	if s.readEnded.Load() {
 		// s's reading ended (the program closed the PTY; Write still takes input until the
 		// session is closed): no echo will come, and endReading's echoed may have run before
-		// the mark above, which would leave the group awaiting for good. Either this or
-		// endReading's call sees the other's store, and echoed clears the mark once.
+		// the mark above. Either this or endReading's call sees the other's store, and echoed
+		// clears the mark once.
 		s.echoed()
+	}
+	// A session typed into while it is held for another's echo is read on at once: its own
+	// echo must not wait for the other's.
+	if g.unhold(s) {
+		s.mu.Lock()
+		if !s.paused || s.dropOutput {
+			s.wakeReaderLocked()
+		}
+		s.mu.Unlock()
 	}
 }
 
-// echoed records that s's echo is on its way (or that its reading ended): once no session of
-// its group awaits an echo any more the group's held masters are re-armed.
+// echoed records that s's echo is on its way (or that its reading ended): if s took the
+// group's latest keystroke, the hold ends and the group's held masters are re-armed.
 func (s *Session) echoed() {
 	if s.awaitingEcho.Load() && s.awaitingEcho.CompareAndSwap(true, false) {
-		if s.echo.awaiting.Add(-1) == 0 {
-			s.echo.releaseHeld()
+		g := s.echo
+		if g.last.Load() == s {
+			g.holdUntil.Store(sinceEpoch())
+			g.release()
 		}
 	}
 }
 
-// holding reports whether s's master is to be held now: another session of its group awaits an
-// echo, the group's last keystroke's hold has not ended, and s has read a batch since it was
+// unhold takes s out of g's held masters and reports whether it was there.
+func (g *echoGroup) unhold(s *Session) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := slices.Index(g.held, s)
+	if i >= 0 {
+		g.held = slices.Delete(g.held, i, i+1)
+	}
+	return i >= 0
+}
+
+// holding reports whether s's master is to be held now: the group's hold has not ended (by the
+// latest keystroke's echo or its EchoHold), s awaits no echo of its own, its program has not
+// exited (its tail is read before its exit is reported), and s has read a batch since it was
 // last released (so keystrokes that keep coming without an echo cannot stop another session's
 // output for good: it reads at least one batch per EchoHold).
 func (s *Session) holding() bool {
 	g := s.echo
-	return g.awaiting.Load() > 0 && !s.awaitingEcho.Load() && !s.released.Load() &&
-		sinceEpoch() < g.holdUntil.Load()
+	return sinceEpoch() < g.holdUntil.Load() && !s.awaitingEcho.Load() && !s.released.Load() &&
+		!isClosed(s.exited)
 }
 
 // hold adds s, whose master a worker has just parked (s.mu held), to its group's held masters,
-// unless no session of the group awaits an echo any more: it then reports false and the caller
-// re-arms. A timer releases the held masters when the hold ends, if no echo does first.
+// unless the hold has ended: it then reports false and the caller re-arms. A timer releases the
+// held masters when the hold ends, if no echo does first.
 func (s *Session) hold() bool {
 	g := s.echo
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.awaiting.Load() == 0 {
+	if sinceEpoch() >= g.holdUntil.Load() {
 		return false // released since holding said yes
 	}
 	g.held = append(g.held, s)
 	if g.holdTimer == nil {
-		g.holdTimer = time.AfterFunc(time.Duration(max(g.holdUntil.Load()-sinceEpoch(), 0)), g.releaseHeld)
+		g.holdTimer = time.AfterFunc(time.Duration(max(g.holdUntil.Load()-sinceEpoch(), 0)), g.release)
 	}
 	if h := s.opts.readers.testHookEchoHold; h != nil {
 		h(s, true)
@@ -117,9 +142,9 @@ func (s *Session) hold() bool {
 	return true
 }
 
-// releaseHeld re-arms every held master of g that is still parked, unless backpressure holds
-// it. It takes no lock of its caller's: it takes g.mu, then each held session's mu.
-func (g *echoGroup) releaseHeld() {
+// release re-arms every held master of g that is still parked, unless backpressure holds it.
+// It takes no lock of its caller's: it takes g.mu, then each held session's mu.
+func (g *echoGroup) release() {
 	g.mu.Lock()
 	held := g.held
 	g.held = nil
@@ -147,9 +172,12 @@ func (g *echoGroup) releaseHeld() {
 func (s *Session) holdReading() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.handingOver {
-		return false
+	if s.handingOver || s.dropOutput || isClosed(s.exited) {
+		return false // taken over, or past its kill point or its exit: read on, never held
 	}
+	// Held for an echo, it counts as light in the readers' fair share, so it is not taken as
+	// the slowest stream that another owner's streams wait for (fair.go).
+	s.opts.readers.dropShare(s)
 	s.readState = readParked
 	if s.hold() {
 		return true

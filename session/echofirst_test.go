@@ -320,10 +320,60 @@ func TestKeystrokeAfterReadingEndedLeavesNoMark(t *testing.T) {
 	s := spawnGroupT(t, o, echo, "/bin/sh", "-c", "exec sleep 60 </dev/null >/dev/null 2>&1")
 	testutil.WaitClosed(t, s.readerDone, 10*time.Second, "reading of the session without a PTY")
 	_, _ = s.Write([]byte("x")) // the master is closed: the write itself fails, the mark is made first
-	if n := echo.awaiting.Load(); n != 0 {
-		t.Errorf("group awaits %d echoes after a keystroke to a session whose reading ended, want 0", n)
+	if sinceEpoch() < echo.holdUntil.Load() {
+		t.Error("the group's hold goes on after a keystroke to a session whose reading ended, want it ended")
 	}
 	if s.awaitingEcho.Load() {
 		t.Error("session still awaits an echo")
 	}
+}
+
+// A keystroke the program never echoes (a key vim takes silently, a password) does not make a
+// later keystroke of the same owner's wait for EchoHold: the latest keystroke's echo ends the
+// hold. (With a count of sessions awaiting an echo, the silent one kept it above zero.)
+func TestLatestEchoEndsTheHold(t *testing.T) {
+	t.Parallel()
+	o, ev := echoFirstOptions(time.Hour)
+	stream, sc, typist, tv, twake := streamAndTypist(t, o, "exec cat")
+	silent := spawnGroupT(t, o, typist.echo, "/bin/sh", "-c", "stty raw -echo; printf R; exec cat >/dev/null")
+	swake, swakeFn := testutil.WakeChan()
+	sv, _, err := silent.Subscribe(0, swakeFn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sv.Close)
+	if got := readViewer(t, sv, swake, 1); got != "R" { // its terminal echoes no more
+		t.Fatalf("silent session's first output %q, want R", got)
+	}
+	if _, err := silent.Write([]byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := typist.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitHoldEvent(t, ev, stream, true)
+	held := stream.Info().End
+	if got := readViewer(t, tv, twake, 1); got != "x" {
+		t.Fatalf("echo %q, want x", got)
+	}
+	// The hour's hold ends with the echo, although the silent keystroke has none.
+	waitHoldEvent(t, ev, stream, false)
+	waitCollected(t, sc, int(held), "the stream after the latest keystroke's echo")
+}
+
+// A session typed into while it is held for another session's echo is read on at once: its
+// own echo does not wait for the other's (here: for an hour).
+func TestKeystrokeIntoAHeldSessionReadsItOn(t *testing.T) {
+	t.Parallel()
+	o, ev := echoFirstOptions(time.Hour)
+	stream, sc, typist, _, _ := streamAndTypist(t, o, "exec cat >/dev/null")
+	if _, err := typist.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitHoldEvent(t, ev, stream, true)
+	held := stream.Info().End
+	if _, err := stream.Write([]byte("y")); err != nil { // Ctrl-C into the runaway stream, say
+		t.Fatal(err)
+	}
+	waitCollected(t, sc, int(held)+1, "the held stream after a keystroke into it")
 }

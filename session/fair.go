@@ -1,6 +1,7 @@
 package session
 
 import (
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,23 +32,29 @@ const (
 	defaultFairWait = 20 * time.Millisecond
 )
 
-// share is a master's account in the fair share. Guarded by readPoller.mu.
+// noHeavy stands for the slowest heavy master's count when there is none: every held master
+// is let go.
+const noHeavy = 1 << 62
+
+// share is a heavy master's account in the fair share (readPoller.shares holds heavy masters
+// only: one that turns light loses its share). Guarded by readPoller.mu.
 type share struct {
-	// read counts bytes read while heavy, on the scale the heavy masters share: a master that
-	// becomes heavy starts level with the slowest heavy one, not owed what it did not ask for.
-	read  int64
-	heavy bool
+	// read counts bytes read since it became heavy, on the scale the heavy masters share: a
+	// master that becomes heavy starts level with the slowest heavy one, not owed what it did
+	// not ask for.
+	read int64
 	// heldSince is when the current hold began; zero while not held.
 	heldSince time.Time
 }
 
 // slowestLocked is the least read among heavy masters, and whether there is one. r.mu is held.
-// It looks at every master that ever streamed, once per turn (a turn reads up to 128 KiB).
+// It looks at every heavy master, once or twice per turn of a counted master (a turn reads up
+// to 128 KiB); a light master's turn does not call it.
 func (r *readPoller) slowestLocked() (int64, bool) {
 	var m int64
 	found := false
 	for _, sh := range r.shares {
-		if sh.heavy && (!found || sh.read < m) {
+		if !found || sh.read < m {
 			m, found = sh.read, true
 		}
 	}
@@ -60,35 +67,44 @@ func (r *readPoller) slowestLocked() (int64, bool) {
 // its caller does, echofirst.go) and re-arms s, unless s is paused or held. It returns the
 // held masters this turn lets go, for the caller to re-arm (releaseHeld) once it has let go of
 // s.mu. s.mu is held.
-func (r *readPoller) settle(s *Session, read int, full, paused, closing, echoHeld bool) (hold bool, release []*Session, err error) {
+func (r *readPoller) settle(s *Session, read int, full, paused, closing, echoHeld bool) (
+	hold bool, release []*Session, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sessions[s.readToken] != s {
 		return false, nil, errNotRegistered(s)
 	}
 	sh := r.shares[s]
-	if sh == nil && full && !paused && !closing {
+	counted := sh != nil
+	switch {
+	case paused || closing || echoHeld:
+		// Its viewer holds it back, it ends, or its owner's echo holds it: it must not hold
+		// the others (nor another owner's streams wait for it). A later full turn levels it
+		// anew.
+		delete(r.shares, s)
+		sh = nil
+	case sh == nil && full:
 		sh = &share{}
+		if m, ok := r.slowestLocked(); ok {
+			sh.read = m
+		}
 		r.shares[s] = sh
 	}
-	if sh != nil {
-		switch {
-		case paused || closing:
-			sh.heavy = false // its viewer holds it back, or it ends: it must not hold the others
-		case full && !sh.heavy:
-			if m, ok := r.slowestLocked(); ok && sh.read < m {
-				sh.read = m
-			}
-			sh.heavy = true
+	// A light master that was never counted costs no scan: the shares hold heavy masters only.
+	if sh != nil || counted {
+		if sh != nil {
+			sh.read += int64(read)
 		}
-		sh.read += int64(read)
-		m, _ := r.slowestLocked()
+		m, ok := r.slowestLocked()
+		if !ok {
+			m = noHeavy // no heavy master left: nothing to wait for
+		}
 		release = r.releaseLocked(m)
-		if sh.heavy && !echoHeld && sh.read > m+r.fairSlack {
+		if sh != nil && !echoHeld && sh.read > m+r.fairSlack {
 			sh.heldSince = time.Now()
 			r.held[s] = struct{}{}
 			if r.holdTimer == nil {
-				r.holdTimer = time.AfterFunc(r.fairWait, r.holdExpired)
+				r.armHoldTimerLocked(r.fairWait)
 			}
 			if h := r.testHookHold; h != nil {
 				h(s)
@@ -100,6 +116,14 @@ func (r *readPoller) settle(s *Session, read int, full, paused, closing, echoHel
 		return false, release, nil
 	}
 	return false, release, r.ctlLocked(unix.EPOLL_CTL_MOD, s)
+}
+
+// dropShare makes s light: a master held for its owner's echo must not be the slowest stream
+// the others wait for. s.mu is held (taken before r.mu).
+func (r *readPoller) dropShare(s *Session) {
+	r.mu.Lock()
+	delete(r.shares, s)
+	r.mu.Unlock()
 }
 
 // releaseLocked takes out of held every master no more than fairSlack ahead of m. r.mu is held.
@@ -117,10 +141,22 @@ func (r *readPoller) releaseLocked(m int64) []*Session {
 	return out
 }
 
+// armHoldTimerLocked arms the hold timer for the current epoll instance. r.mu is held.
+func (r *readPoller) armHoldTimerLocked(d time.Duration) {
+	ep := r.ep
+	r.holdTimer = time.AfterFunc(d, func() { r.holdExpired(ep) })
+}
+
 // holdExpired runs fairWait after a hold began: every heavy master more than fairSlack behind a
 // master held that long turns light, and the masters no longer ahead are let go.
-func (r *readPoller) holdExpired() {
+func (r *readPoller) holdExpired(ep *os.File) {
 	r.mu.Lock()
+	if r.ep != ep {
+		// The instance it was armed for is closed (closeLocked stopped the timer too late):
+		// its holds went with it.
+		r.mu.Unlock()
+		return
+	}
 	now := time.Now()
 	var top int64
 	expired := false
@@ -130,15 +166,15 @@ func (r *readPoller) holdExpired() {
 		}
 	}
 	if expired {
-		for _, sh := range r.shares {
-			if sh.heavy && sh.read+r.fairSlack < top {
-				sh.heavy = false
+		for s, sh := range r.shares {
+			if sh.read+r.fairSlack < top {
+				delete(r.shares, s) // light now: slow, not starved
 			}
 		}
 	}
 	m, ok := r.slowestLocked()
 	if !ok {
-		m = 1 << 62 // no heavy master left: nothing to wait for
+		m = noHeavy
 	}
 	release := r.releaseLocked(m)
 	var oldest time.Time
@@ -149,7 +185,7 @@ func (r *readPoller) holdExpired() {
 	}
 	r.holdTimer = nil
 	if !oldest.IsZero() {
-		r.holdTimer = time.AfterFunc(max(r.fairWait-now.Sub(oldest), 0), r.holdExpired)
+		r.armHoldTimerLocked(max(r.fairWait-now.Sub(oldest), 0))
 	}
 	r.mu.Unlock()
 	releaseHeld(release)

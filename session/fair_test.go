@@ -48,7 +48,7 @@ func (rp *readPoller) heavy(ss ...*Session) bool {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
 	for _, s := range ss {
-		if sh := rp.shares[s]; sh == nil || !sh.heavy {
+		if rp.shares[s] == nil {
 			return false
 		}
 	}
@@ -120,13 +120,25 @@ func TestFairShareNeverHoldsAClosingSession(t *testing.T) {
 	t.Parallel()
 	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour)
 	runner, _ := stopOneOfTwoStreams(t, o, rp)
-	testutil.WaitFor(t, 30*time.Second, "the running stream held behind the stopped one", func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.held[runner] > 0
-	})
+	waitFairHeld(t, l, runner)
 	// endSession fails the test unless the reading ends within 15 s; the hold would last an hour.
 	endSession(t, runner)
+}
+
+// A held stream whose program exits on its own (not through a kill: no kill point) is read to
+// its end at once: its exit is reported once its output is read, so a tail left held would be
+// lost (the hold here would last an hour).
+func TestFairShareReadsAnExitedStreamToItsEnd(t *testing.T) {
+	t.Parallel()
+	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour)
+	runner, _ := stopOneOfTwoStreams(t, o, rp)
+	waitFairHeld(t, l, runner)
+	if err := unix.Kill(runner.pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitClosed(t, runner.Exited(), 10*time.Second, "the held stream's exit")
+	// The slave closed with the program: the master is read to EIO, which ends the reading.
+	testutil.WaitClosed(t, runner.ReaderDone(), 10*time.Second, "the held stream read to its end")
 }
 
 // stopOneOfTwoStreams spawns two `yes` sessions, waits until both count as streaming, then
@@ -141,4 +153,14 @@ func stopOneOfTwoStreams(t *testing.T, o Options, rp *readPoller) (runner, stopp
 	}
 	t.Cleanup(func() { _ = unix.Kill(stopped.pid, unix.SIGCONT) })
 	return runner, stopped
+}
+
+// waitFairHeld waits until the fair share has held s at least once.
+func waitFairHeld(t *testing.T, l *turnLog, s *Session) {
+	t.Helper()
+	testutil.WaitFor(t, 30*time.Second, "the running stream held behind the stopped one", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.held[s] > 0
+	})
 }

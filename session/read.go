@@ -15,12 +15,14 @@ import (
 type readState uint8
 
 const (
-	readNone   readState = iota // no reader (tests' sessions without a process)
-	readArmed                   // registered and armed: the next readable event goes to a worker
-	readBusy                    // a worker reads it (or ends its reading)
-	readParked                  // disarmed while backpressure (wakeReaderLocked re-arms it) or the fair share (releaseHeld) holds it
-	readDone                    // reading ended, the master is closed
-	readHanded                  // unregistered for an upgrade in place; the master stays open
+	readNone  readState = iota // no reader (tests' sessions without a process)
+	readArmed                  // registered and armed: the next readable event goes to a worker
+	readBusy                   // a worker reads it (or ends its reading)
+	// readParked: disarmed while backpressure (wakeReaderLocked re-arms it), an echo of the same
+	// owner's (echoGroup.release) or the fair share (releaseHeld) holds it.
+	readParked
+	readDone   // reading ended, the master is closed
+	readHanded // unregistered for an upgrade in place; the master stays open
 )
 
 // readReady is a readers worker's turn at s's master, which was reported readable. It reads in
@@ -85,9 +87,12 @@ func (s *Session) readReady(buf []byte) {
 	// Re-armed unless backpressure parks it, a keystroke's echo of the same owner holds it
 	// (echofirst.go) or the fair share holds it (fair.go). The fair share counts the turn in
 	// every case.
+	// After the kill point or the program's exit what is left is drained, never held: the exit
+	// is reported once the output is read (Viewer.State), and a held tail would be lost.
 	paused := s.paused && !s.dropOutput
-	echoHeld := !paused && s.holding()
-	hold, release, err := s.opts.readers.settle(s, read, full, paused, s.dropOutput, echoHeld)
+	closing := s.dropOutput || isClosed(s.exited)
+	echoHeld := !paused && !closing && s.holding()
+	hold, release, err := s.opts.readers.settle(s, read, full, paused, closing, echoHeld)
 	switch {
 	case err != nil:
 		s.readState = readBusy
@@ -145,7 +150,9 @@ func (s *Session) readBatch(buf []byte) (int, error) {
 	return n, nil
 }
 
-// wakeReaderLocked re-arms a master parked by backpressure. s.mu must be held.
+// wakeReaderLocked re-arms a parked master: backpressure is over, or a hold (an echo of the same
+// owner's, the fair share) ends early (a kill, the program's exit, a keystroke into it). s.mu must
+// be held.
 func (s *Session) wakeReaderLocked() {
 	if s.readState != readParked {
 		return // armed already, or a worker reads it and sees paused is over

@@ -113,6 +113,14 @@ func (r *readPoller) rearm(s *Session) error {
 	if r.sessions[s.readToken] != s {
 		return errNotRegistered(s)
 	}
+	// A master re-armed while the fair share held it (a kill, the program's exit, an echo's
+	// release) is no longer held: holdExpired must not count it as a master kept waiting.
+	if _, ok := r.held[s]; ok {
+		delete(r.held, s)
+		if sh := r.shares[s]; sh != nil {
+			sh.heldSince = time.Time{}
+		}
+	}
 	if err := r.ctlLocked(unix.EPOLL_CTL_MOD, s); err != nil {
 		return fmt.Errorf("re-arm master of %s: epoll_ctl: %w", s.id, err)
 	}

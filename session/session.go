@@ -264,6 +264,11 @@ func (s *Session) reaped(ws unix.WaitStatus, err error) {
 	s.mu.Lock()
 	close(s.exited)
 	s.wakeViewersLocked()
+	// A master held for an echo or by the fair share is read on: the program's tail must be
+	// read before its exit is reported (no hold applies once exited is closed).
+	if !s.paused || s.dropOutput {
+		s.wakeReaderLocked()
+	}
 	// Normally the reader reaches the end of output right after the exit and that is when
 	// viewers report it; when a descendant keeps the PTY open, they report it once output in
 	// flight at the exit has had exitSettle to arrive.

@@ -109,11 +109,17 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 		unix.Close(pidfd)
 		blockingWait(&waitEntry{pid: s.pid, reaped: s.reaped})
 	}
+	// Under s.mu: the child may already have exited, and reaped looks at readState.
+	s.mu.Lock()
 	s.readState = readArmed
 	err = rawFD(s.ptmx, &s.masterFD)
 	if err == nil {
 		err = opts.readers.add(s)
 	}
+	if err != nil {
+		s.readState = readNone
+	}
+	s.mu.Unlock()
 	if err != nil {
 		// The child is the waiter's to reap; without a reader its output would go nowhere.
 		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
@@ -124,7 +130,6 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 				removeCgroup(cg)
 			}()
 		}
-		s.readState = readNone
 		s.closePTY()
 		s.readerSpan.End()
 		opts.Instruments.Sessions.Add(context.Background(), -1)

@@ -327,6 +327,11 @@ func (a *app) cmdExec(args []string) (outcome, error) {
 	defer cancel()
 	c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), a.openOptions(o, cmd))
 	if err != nil {
+		select {
+		case sig := <-sigs: // stopped while the open failed: the signal's code, as after it
+			return outcome{code: 128 + signalNumber(sig), line: fmt.Sprintf("%s: %v", sig, err)}, nil
+		default:
+		}
 		if rpcKind(err) != "" {
 			return outcome{}, explainOpen(err, cmd)
 		}
