@@ -488,8 +488,11 @@ func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) 
 			s.ptmx = closedFile()
 		}
 		s.ptmxClosed = true
+		// Under s.mu: the child's waiter may already run reaped, which looks at readState.
+		s.mu.Lock()
 		s.readState = readDone
 		s.outputFinal = true
+		s.mu.Unlock()
 		close(s.readerDone)
 		s.readerSpan.End()
 	}
