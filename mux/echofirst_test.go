@@ -45,29 +45,56 @@ func TestHeldOutputGoesInSmallFrames(t *testing.T) {
 	if _, err := typist.ReadUntil(ctx, "R"); err != nil {
 		t.Fatal(err)
 	}
-	// Take the stream's whole window unacknowledged: the writer stops for credit while the
-	// session's ring goes on filling.
 	buf := make([]byte, 64<<10)
-	window := 0
-	for window < DefaultWindow {
-		n, err := stream.Read(buf[:min(len(buf), DefaultWindow-window)])
-		if err != nil {
-			t.Fatal(err)
+	read, unacked := 0, 0 // the stream's bytes read, and those not acknowledged yet
+	// stall takes the rest of the stream's window unacknowledged, so the writer stops for
+	// credit while the session's ring goes on filling, and waits for 128 KiB more there; then
+	// it empties frames (no frame is written while the writer waits for credit).
+	stall := func() {
+		for unacked < DefaultWindow {
+			n, err := stream.Read(buf[:min(len(buf), DefaultWindow-unacked)])
+			if err != nil {
+				t.Fatal(err)
+			}
+			read, unacked = read+n, unacked+n
 		}
-		window += n
+		testutil.WaitFor(t, 10*time.Second, "128 KiB more of the stream in its ring", func() bool {
+			l, err := c.List(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range l {
+				if e.Session == stream.Session() {
+					return e.End >= int64(read)+128<<10
+				}
+			}
+			return false
+		})
+		for len(frames) > 0 {
+			<-frames
+		}
 	}
-	testutil.WaitFor(t, 10*time.Second, "128 KiB more of the stream in its ring", func() bool {
-		l, err := c.List(ctx)
-		if err != nil {
+	// resume acknowledges what was read and reads 64 KiB more, acknowledging it as it comes:
+	// the writer serves the backlog, whose frames are then in frames.
+	resume := func() {
+		if err := stream.Ack(unacked); err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range l {
-			if e.Session == stream.Session() {
-				return e.End >= int64(window)+128<<10
+		unacked = 0
+		for got := 0; got < 64<<10; {
+			n, err := stream.Read(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, read = got+n, read+n
+			if err := stream.Ack(n); err != nil {
+				t.Fatal(err)
 			}
 		}
-		return false
-	})
+	}
+	// Before the keystroke: a backlog goes in full frames.
+	stall()
+	resume()
 	full := 0
 	for len(frames) > 0 {
 		if <-frames == 32<<10 {
@@ -75,8 +102,10 @@ func TestHeldOutputGoesInSmallFrames(t *testing.T) {
 		}
 	}
 	if full == 0 {
-		t.Fatal("no frame of 32 KiB before the keystroke")
+		t.Fatal("no frame of 32 KiB from a backlog of 128 KiB before the keystroke")
 	}
+	// After it: the same backlog goes in small frames.
+	stall()
 	if _, err := typist.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -84,20 +113,7 @@ func TestHeldOutputGoesInSmallFrames(t *testing.T) {
 	if _, err := c.List(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Ack(window); err != nil {
-		t.Fatal(err)
-	}
-	got := 0
-	for got < 64<<10 {
-		n, err := stream.Read(buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got += n
-		if err := stream.Ack(n); err != nil {
-			t.Fatal(err)
-		}
-	}
+	resume()
 	if len(frames) < 16 {
 		t.Fatalf("%d frames for 64 KiB of held output, want at least 16", len(frames))
 	}
