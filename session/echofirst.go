@@ -129,8 +129,10 @@ func (s *Session) hold() bool {
 	g := s.echo
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if sinceEpoch() >= g.holdUntil.Load() {
-		return false // released since holding said yes
+	// Released since holding said yes, or typed into since: keystroke marks s before it looks
+	// in held (under g.mu), so either it finds s there and re-arms it, or this sees the mark.
+	if sinceEpoch() >= g.holdUntil.Load() || s.awaitingEcho.Load() {
+		return false
 	}
 	g.held = append(g.held, s)
 	if g.holdTimer == nil {

@@ -155,7 +155,9 @@ func TestKeystrokeHoldsOtherOutputUntilItsEchoIsRead(t *testing.T) {
 // A keystroke that has no echo holds the other sessions for EchoHold only.
 func TestKeystrokeWithoutEchoHoldsForEchoHold(t *testing.T) {
 	t.Parallel()
-	o, ev := echoFirstOptions(20 * time.Millisecond)
+	// Long enough that a worker takes the stream's master within it on a loaded machine (with
+	// 20 ms it sometimes did not, and nothing was held); the release still comes from the timer.
+	o, ev := echoFirstOptions(500 * time.Millisecond)
 	stream, sc, typist, _, _ := streamAndTypist(t, o, "exec cat >/dev/null")
 	if _, err := typist.Write([]byte("x")); err != nil {
 		t.Fatal(err)
