@@ -74,17 +74,25 @@ func streamAndTypist(t *testing.T, o Options, script string) (stream *Session, s
 	}
 	sc = collect(t, sv, swake, nil)
 	typist = spawnGroupT(t, o, echo, "/bin/sh", "-c", "stty raw -echo; printf R; "+script)
+	tv, wake := subscribeReady(t, typist)
+	waitCollected(t, sc, 64<<10, "the stream before the keystroke")
+	return stream, sc, typist, tv, wake
+}
+
+// subscribeReady subscribes to s, whose script prints R once its terminal is raw and echoes no
+// more, and reads that R.
+func subscribeReady(t *testing.T, s *Session) (*Viewer, <-chan struct{}) {
+	t.Helper()
 	wake, wakeFn := testutil.WakeChan()
-	tv, _, err = typist.Subscribe(0, wakeFn)
+	v, _, err := s.Subscribe(0, wakeFn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(tv.Close)
-	if got := readViewer(t, tv, wake, 1); got != "R" {
-		t.Fatalf("typist's first output %q, want R", got)
+	t.Cleanup(v.Close)
+	if got := readViewer(t, v, wake, 1); got != "R" {
+		t.Fatalf("first output of %s: %q, want R", s.ID(), got)
 	}
-	waitCollected(t, sc, 64<<10, "the stream before the keystroke")
-	return stream, sc, typist, tv, wake
+	return v, wake
 }
 
 // readViewer reads v until it has n bytes, waiting on wake.
@@ -338,15 +346,7 @@ func TestLatestEchoEndsTheHold(t *testing.T) {
 	o, ev := echoFirstOptions(time.Hour)
 	stream, sc, typist, tv, twake := streamAndTypist(t, o, "exec cat")
 	silent := spawnGroupT(t, o, typist.echo, "/bin/sh", "-c", "stty raw -echo; printf R; exec cat >/dev/null")
-	swake, swakeFn := testutil.WakeChan()
-	sv, _, err := silent.Subscribe(0, swakeFn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sv.Close)
-	if got := readViewer(t, sv, swake, 1); got != "R" { // its terminal echoes no more
-		t.Fatalf("silent session's first output %q, want R", got)
-	}
+	subscribeReady(t, silent) // its terminal echoes no more
 	if _, err := silent.Write([]byte("s")); err != nil {
 		t.Fatal(err)
 	}
