@@ -53,6 +53,19 @@ func echoRunSettled(ctx context.Context, n int, pause time.Duration, write func(
 	return lat, nil
 }
 
+// neighbourRate starts timing a streaming neighbour's output (count, nil without one) during
+// the keystrokes; the returned func records its MiB/s under client in b.neighbour, when runEcho
+// collects them.
+func (b *bench) neighbourRate(client string, count func() int64) func() {
+	if count == nil || b.neighbour == nil {
+		return func() {}
+	}
+	n0, t0 := count(), time.Now()
+	return func() {
+		b.neighbour[client] = append(b.neighbour[client], float64(count()-n0)/(1<<20)/time.Since(t0).Seconds())
+	}
+}
+
 type echoMode struct {
 	name  string
 	pause time.Duration
@@ -61,6 +74,7 @@ type echoMode struct {
 }
 
 func (b *bench) rawEcho(ctx context.Context, m echoMode) (latencies, error) {
+	var count func() int64
 	if m.load {
 		r, err := b.startRaw(floodScript)
 		if err != nil {
@@ -69,6 +83,7 @@ func (b *bench) rawEcho(ctx context.Context, m echoMode) (latencies, error) {
 		f := startRawFlood(r)
 		defer f.stop()
 		<-f.first
+		count = f.count
 	}
 	r, err := b.startRaw(catScript)
 	if err != nil {
@@ -79,12 +94,14 @@ func (b *bench) rawEcho(ctx context.Context, m echoMode) (latencies, error) {
 		return nil, err
 	}
 	buf := make([]byte, 64)
+	defer b.neighbourRate("raw", count)()
 	return echoRun(ctx, m.n, m.pause,
 		func(c byte) error { _, err := r.f.Write([]byte{c}); return err },
 		func() (int, error) { return r.f.Read(buf) })
 }
 
 func (b *bench) passEcho(ctx context.Context, pt *passthrough, m echoMode) (latencies, error) {
+	var count func() int64
 	if m.load {
 		ws, err := pt.dial(ctx, floodScript)
 		if err != nil {
@@ -93,6 +110,7 @@ func (b *bench) passEcho(ctx context.Context, pt *passthrough, m echoMode) (late
 		f := startPtFlood(ws)
 		defer f.stop()
 		<-f.first
+		count = f.count
 	}
 	ws, err := pt.dial(ctx, catScript)
 	if err != nil {
@@ -108,6 +126,7 @@ func (b *bench) passEcho(ctx context.Context, pt *passthrough, m echoMode) (late
 			seen = seen || c == 'R'
 		}
 	}
+	defer b.neighbourRate("pass", count)()
 	return echoRun(ctx, m.n, m.pause,
 		func(c byte) error { return ws.WriteMessage(websocket.BinaryMessage, []byte{c}) },
 		func() (int, error) {
@@ -122,6 +141,7 @@ func (b *bench) muxEcho(ctx context.Context, gw *gatewayProc, m echoMode) (laten
 		return nil, err
 	}
 	defer c.Close()
+	var count func() int64
 	if m.load {
 		ch, err := b.openSh(ctx, c, floodScript)
 		if err != nil {
@@ -133,6 +153,7 @@ func (b *bench) muxEcho(ctx context.Context, gw *gatewayProc, m echoMode) (laten
 			<-f.done
 		}()
 		<-f.first
+		count = f.count
 	}
 	ch, err := b.openSh(ctx, c, catScript)
 	if err != nil {
@@ -145,6 +166,7 @@ func (b *bench) muxEcho(ctx context.Context, gw *gatewayProc, m echoMode) (laten
 	stop := guard(ctx, c, ch)
 	defer stop()
 	buf := make([]byte, 64)
+	defer b.neighbourRate("mux", count)()
 	return echoRun(ctx, m.n, m.pause,
 		func(c byte) error { _, err := ch.Write([]byte{c}); return err },
 		func() (int, error) { return ch.Read(buf) })
@@ -162,6 +184,8 @@ func (b *bench) runEcho(ctx context.Context) error {
 		{name: "from idle", pause: b.cfg.IdlePause, n: b.cfg.EchoIdleN},
 		{name: "while another session streams", load: true, n: b.cfg.EchoN},
 	}
+	b.neighbour = map[string][]float64{}
+	defer func() { b.neighbour = nil }()
 	type series struct{ raw, pass, mux, lean []pct }
 	res := make([]series, len(modes))
 	clients := []string{"raw", "pass", "mux"}
@@ -204,9 +228,19 @@ func (b *bench) runEcho(ctx context.Context) error {
 			if b.cfg.EchoLean {
 				line += fmt.Sprintf("; lean client p50 %.0f, p99 %.0f µs", s.lean[rep].P50, s.lean[rep].P99)
 			}
+			if m.load {
+				line += "; the neighbour streamed (MiB/s)"
+				for _, c := range clients {
+					if v := b.neighbour[c]; len(v) > rep {
+						line += fmt.Sprintf(" %s %.1f", c, v[rep])
+					}
+				}
+			}
 			b.logf("%s", line)
 		}
 	}
+	// How fast the neighbour streamed during the keystrokes, per client and repetition.
+	b.report.Details["echo_neighbour_mib_s"] = b.neighbour
 	col := func(ps []pct, q string) []float64 {
 		out := make([]float64, len(ps))
 		for i, p := range ps {

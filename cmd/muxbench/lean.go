@@ -465,6 +465,7 @@ func (b *bench) leanEcho(ctx context.Context, gw *gatewayProc, m echoMode) (lat 
 		}
 	}()
 	env := map[string]string{b.tagKey: b.tagVal}
+	var count func() int64
 	if m.load {
 		fl, err := l.open([]string{"sh", "-c", floodScript}, env)
 		if err != nil {
@@ -478,6 +479,7 @@ func (b *bench) leanEcho(ctx context.Context, gw *gatewayProc, m echoMode) (lat 
 			}
 		}
 		end()
+		count = func() int64 { return fl.recv }
 	}
 	ch, err := l.open([]string{"sh", "-c", catScript}, env)
 	if err != nil {
@@ -490,6 +492,7 @@ func (b *bench) leanEcho(ctx context.Context, gw *gatewayProc, m echoMode) (lat 
 		return nil, err
 	}
 	key := make([]byte, 1)
+	defer b.neighbourRate("lean", count)()
 	return echoRunSettled(ctx, m.n, m.pause,
 		func(c byte) error { key[0] = c; return l.input(ch, key) },
 		func() (int, error) { return l.read(ch) },

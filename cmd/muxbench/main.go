@@ -207,6 +207,9 @@ type bench struct {
 	gateways []*gatewayProc // every gateway started, to stop at the end
 	pt       *passthrough
 	report   *Report
+	// neighbour, while runEcho runs: the streaming neighbour's MiB/s during each repetition's
+	// keystrokes, by client (raw, pass, mux, lean).
+	neighbour map[string][]float64
 }
 
 func (b *bench) tag() string { return b.tagKey + "=" + b.tagVal }
