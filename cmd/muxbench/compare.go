@@ -35,6 +35,9 @@ func parseVariant(s string) (variant, error) {
 	return variant{Name: name, Bin: f[0], Args: f[1:]}, nil
 }
 
+// leanCol prefixes a variant's name for its echo through the lean client (lean.go).
+const leanCol = "lean client of "
+
 // compareSections are the sections a comparison runs (-only picks among them).
 var compareSections = []string{"echo", "throughput", "aggregate"}
 
@@ -105,6 +108,12 @@ func (b *bench) runCompare(ctx context.Context, vs []variant, stdout io.Writer) 
 	for i := range vs {
 		byName[vs[i].Name] = &vs[i]
 	}
+	echoCols := slices.Clone(cols)
+	if b.cfg.EchoLean {
+		for _, v := range vs {
+			echoCols = append(echoCols, leanCol+v.Name)
+		}
+	}
 	cmp := &comparison{vals: map[string]map[string][]float64{}, unit: map[string]string{}}
 	want := func(s string) bool { return len(b.cfg.Only) == 0 || slices.Contains(b.cfg.Only, s) }
 	modes := []echoMode{
@@ -122,14 +131,17 @@ func (b *bench) runCompare(ctx context.Context, vs []variant, stdout io.Writer) 
 		t0 := time.Now()
 		if want("echo") {
 			for _, m := range modes {
-				for _, col := range order(cols, rep) {
+				for _, col := range order(echoCols, rep) {
 					var lat latencies
 					var err error
-					switch col {
-					case "raw":
+					lean, isLean := strings.CutPrefix(col, leanCol)
+					switch {
+					case col == "raw":
 						lat, err = b.rawEcho(ctx, m)
-					case "pass":
+					case col == "pass":
 						lat, err = b.passEcho(ctx, pt, m)
+					case isLean:
+						lat, err = b.leanEcho(ctx, byName[lean].gw, m)
 					default:
 						lat, err = b.muxEcho(ctx, byName[col].gw, m)
 					}
@@ -137,8 +149,20 @@ func (b *bench) runCompare(ctx context.Context, vs []variant, stdout io.Writer) 
 						return fmt.Errorf("%s, %s: %w", m.name, col, err)
 					}
 					p := lat.pct()
-					cmp.add(m.name+", p50", "µs", col, p.P50)
-					cmp.add(m.name+", p99", "µs", col, p.P99)
+					// The lean client's rows (lean.go) hold each variant's lean figures in
+					// the variant's column, and the same raw and pass figures as the rows
+					// above, so that their ratios are per repetition too.
+					rows := []string{m.name}
+					switch {
+					case isLean:
+						rows, col = []string{m.name + " (lean client)"}, lean
+					case b.cfg.EchoLean && (col == "raw" || col == "pass"):
+						rows = append(rows, m.name+" (lean client)")
+					}
+					for _, row := range rows {
+						cmp.add(row+", p50", "µs", col, p.P50)
+						cmp.add(row+", p99", "µs", col, p.P99)
+					}
 				}
 			}
 		}

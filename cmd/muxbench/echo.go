@@ -16,6 +16,12 @@ const echoWarmup = 20
 // echoRun times n keystrokes: write one byte, wait until it has come back. With pause > 0 the
 // terminal is left idle that long before each keystroke.
 func echoRun(ctx context.Context, n int, pause time.Duration, write func(byte) error, read func() (int, error)) (latencies, error) {
+	return echoRunSettled(ctx, n, pause, write, read, nil)
+}
+
+// echoRunSettled is echoRun with settle (if not nil) called after each echo, off the clock and
+// before the next pause and keystroke: the lean client acknowledges there what it consumed.
+func echoRunSettled(ctx context.Context, n int, pause time.Duration, write func(byte) error, read func() (int, error), settle func() error) (latencies, error) {
 	lat := make(latencies, 0, n)
 	for i := range n + echoWarmup {
 		if ctx.Err() != nil {
@@ -38,8 +44,26 @@ func echoRun(ctx context.Context, n int, pause time.Duration, write func(byte) e
 		if i >= echoWarmup {
 			lat = append(lat, time.Since(t))
 		}
+		if settle != nil {
+			if err := settle(); err != nil {
+				return nil, fmt.Errorf("after keystroke %d: %w", i, err)
+			}
+		}
 	}
 	return lat, nil
+}
+
+// neighbourRate starts timing a streaming neighbour's output (count, nil without one) during
+// the keystrokes; the returned func records its MiB/s under client in b.neighbour, when runEcho
+// collects them.
+func (b *bench) neighbourRate(client string, count func() int64) func() {
+	if count == nil || b.neighbour == nil {
+		return func() {}
+	}
+	n0, t0 := count(), time.Now()
+	return func() {
+		b.neighbour[client] = append(b.neighbour[client], float64(count()-n0)/(1<<20)/time.Since(t0).Seconds())
+	}
 }
 
 type echoMode struct {
@@ -50,6 +74,7 @@ type echoMode struct {
 }
 
 func (b *bench) rawEcho(ctx context.Context, m echoMode) (latencies, error) {
+	var count func() int64
 	if m.load {
 		r, err := b.startRaw(floodScript)
 		if err != nil {
@@ -58,6 +83,7 @@ func (b *bench) rawEcho(ctx context.Context, m echoMode) (latencies, error) {
 		f := startRawFlood(r)
 		defer f.stop()
 		<-f.first
+		count = f.count
 	}
 	r, err := b.startRaw(catScript)
 	if err != nil {
@@ -68,12 +94,14 @@ func (b *bench) rawEcho(ctx context.Context, m echoMode) (latencies, error) {
 		return nil, err
 	}
 	buf := make([]byte, 64)
+	defer b.neighbourRate("raw", count)()
 	return echoRun(ctx, m.n, m.pause,
 		func(c byte) error { _, err := r.f.Write([]byte{c}); return err },
 		func() (int, error) { return r.f.Read(buf) })
 }
 
 func (b *bench) passEcho(ctx context.Context, pt *passthrough, m echoMode) (latencies, error) {
+	var count func() int64
 	if m.load {
 		ws, err := pt.dial(ctx, floodScript)
 		if err != nil {
@@ -82,6 +110,7 @@ func (b *bench) passEcho(ctx context.Context, pt *passthrough, m echoMode) (late
 		f := startPtFlood(ws)
 		defer f.stop()
 		<-f.first
+		count = f.count
 	}
 	ws, err := pt.dial(ctx, catScript)
 	if err != nil {
@@ -97,6 +126,7 @@ func (b *bench) passEcho(ctx context.Context, pt *passthrough, m echoMode) (late
 			seen = seen || c == 'R'
 		}
 	}
+	defer b.neighbourRate("pass", count)()
 	return echoRun(ctx, m.n, m.pause,
 		func(c byte) error { return ws.WriteMessage(websocket.BinaryMessage, []byte{c}) },
 		func() (int, error) {
@@ -111,6 +141,7 @@ func (b *bench) muxEcho(ctx context.Context, gw *gatewayProc, m echoMode) (laten
 		return nil, err
 	}
 	defer c.Close()
+	var count func() int64
 	if m.load {
 		ch, err := b.openSh(ctx, c, floodScript)
 		if err != nil {
@@ -122,6 +153,7 @@ func (b *bench) muxEcho(ctx context.Context, gw *gatewayProc, m echoMode) (laten
 			<-f.done
 		}()
 		<-f.first
+		count = f.count
 	}
 	ch, err := b.openSh(ctx, c, catScript)
 	if err != nil {
@@ -134,6 +166,7 @@ func (b *bench) muxEcho(ctx context.Context, gw *gatewayProc, m echoMode) (laten
 	stop := guard(ctx, c, ch)
 	defer stop()
 	buf := make([]byte, 64)
+	defer b.neighbourRate("mux", count)()
 	return echoRun(ctx, m.n, m.pause,
 		func(c byte) error { _, err := ch.Write([]byte{c}); return err },
 		func() (int, error) { return ch.Read(buf) })
@@ -151,11 +184,17 @@ func (b *bench) runEcho(ctx context.Context) error {
 		{name: "from idle", pause: b.cfg.IdlePause, n: b.cfg.EchoIdleN},
 		{name: "while another session streams", load: true, n: b.cfg.EchoN},
 	}
-	type series struct{ raw, pass, mux []pct }
+	b.neighbour = map[string][]float64{}
+	defer func() { b.neighbour = nil }()
+	type series struct{ raw, pass, mux, lean []pct }
 	res := make([]series, len(modes))
+	clients := []string{"raw", "pass", "mux"}
+	if b.cfg.EchoLean {
+		clients = append(clients, "lean")
+	}
 	for rep := range b.cfg.Reps {
 		for mi, m := range modes {
-			for _, v := range order([]string{"raw", "pass", "mux"}, rep) {
+			for _, v := range order(clients, rep) {
 				var lat latencies
 				var err error
 				switch v {
@@ -165,6 +204,8 @@ func (b *bench) runEcho(ctx context.Context) error {
 					lat, err = b.passEcho(ctx, pt, m)
 				case "mux":
 					lat, err = b.muxEcho(ctx, gw, m)
+				case "lean":
+					lat, err = b.leanEcho(ctx, gw, m)
 				}
 				if err != nil {
 					return fmt.Errorf("echo %s, %s: %w", m.name, v, err)
@@ -177,13 +218,29 @@ func (b *bench) runEcho(ctx context.Context) error {
 					res[mi].pass = append(res[mi].pass, p)
 				case "mux":
 					res[mi].mux = append(res[mi].mux, p)
+				case "lean":
+					res[mi].lean = append(res[mi].lean, p)
 				}
 			}
 			s := res[mi]
-			b.logf("   rep %d, %s: p50 raw %.0f, pass %.0f, muxterm %.0f µs; p99 raw %.0f, pass %.0f, muxterm %.0f µs",
+			line := fmt.Sprintf("   rep %d, %s: p50 raw %.0f, pass %.0f, muxterm %.0f µs; p99 raw %.0f, pass %.0f, muxterm %.0f µs",
 				rep+1, m.name, s.raw[rep].P50, s.pass[rep].P50, s.mux[rep].P50, s.raw[rep].P99, s.pass[rep].P99, s.mux[rep].P99)
+			if b.cfg.EchoLean {
+				line += fmt.Sprintf("; lean client p50 %.0f, p99 %.0f µs", s.lean[rep].P50, s.lean[rep].P99)
+			}
+			if m.load {
+				line += "; the neighbour streamed (MiB/s)"
+				for _, c := range clients {
+					if v := b.neighbour[c]; len(v) > rep {
+						line += fmt.Sprintf(" %s %.1f", c, v[rep])
+					}
+				}
+			}
+			b.logf("%s", line)
 		}
 	}
+	// How fast the neighbour streamed during the keystrokes, per client and repetition.
+	b.report.Details["echo_neighbour_mib_s"] = b.neighbour
 	col := func(ps []pct, q string) []float64 {
 		out := make([]float64, len(ps))
 		for i, p := range ps {
@@ -215,6 +272,23 @@ func (b *bench) runEcho(ctx context.Context) error {
 			}
 			b.addRow(newRow("echo", fmt.Sprintf("%s, %s", m.name, q), "µs",
 				col(res[mi].mux, q), col(res[mi].raw, q), col(res[mi].pass, q), targets[m.name+"/"+q], note))
+		}
+	}
+	if !b.cfg.EchoLean {
+		return nil
+	}
+	// The same keystrokes through the lean client (lean.go): the muxterm column is the lean
+	// client's, and the rows carry no target (the targets are the Go client's rows above).
+	for mi, m := range modes {
+		for _, q := range []string{"p50", "p99", "p999"} {
+			note := ""
+			if mi == 0 && q == "p50" {
+				note = "muxbench's lean muxterm.v1 client (cmd/muxbench/lean.go): the same sessions on one socket, " +
+					"read in the measuring goroutine itself instead of through the Go client's readLoop and Channel.Read; " +
+					"acks when an echo has come (off the clock) and at flow.ackBytes"
+			}
+			b.addRow(newRow("echo (lean client)", fmt.Sprintf("%s, %s", m.name, q), "µs",
+				col(res[mi].lean, q), col(res[mi].raw, q), col(res[mi].pass, q), nil, note))
 		}
 	}
 	return nil

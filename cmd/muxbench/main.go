@@ -42,6 +42,7 @@ type config struct {
 	EchoN         int           `json:"echo_n"`         // keystrokes per repetition, back to back and under load
 	EchoIdleN     int           `json:"echo_idle_n"`    // keystrokes per repetition from idle
 	IdlePause     time.Duration `json:"idle_pause_ns"`  // the pause before each keystroke from idle
+	EchoLean      bool          `json:"echo_lean"`      // also time the echo through the lean client (lean.go)
 	ConnectN      int           `json:"connect_n"`      // samples per repetition
 	ScaleSessions int           `json:"scale_sessions"` // sessions held on one socket
 	KillN         int           `json:"kill_n"`         // kills per repetition (plain, escapee)
@@ -80,6 +81,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.EchoN, "echo-n", 5000, "keystrokes per repetition, back to back and under load")
 	fs.IntVar(&c.EchoIdleN, "echo-idle-n", 300, "keystrokes per repetition from idle")
 	fs.DurationVar(&c.IdlePause, "idle-pause", 20*time.Millisecond, "pause before each keystroke from idle")
+	fs.BoolVar(&c.EchoLean, "echo-lean", true, "also time the echo through muxbench's lean protocol client, which reads the socket in the measuring goroutine (rows \"echo (lean client)\")")
 	fs.IntVar(&c.ConnectN, "connect-n", 50, "connect samples per repetition")
 	fs.IntVar(&c.ScaleSessions, "sessions", 1000, "sessions held on one socket")
 	fs.IntVar(&c.KillN, "kill-n", 50, "kills per repetition of the plain and escapee shells")
@@ -205,6 +207,9 @@ type bench struct {
 	gateways []*gatewayProc // every gateway started, to stop at the end
 	pt       *passthrough
 	report   *Report
+	// neighbour, while runEcho runs: the streaming neighbour's MiB/s during each repetition's
+	// keystrokes, by client (raw, pass, mux, lean).
+	neighbour map[string][]float64
 }
 
 func (b *bench) tag() string { return b.tagKey + "=" + b.tagVal }

@@ -1,0 +1,500 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/muxterm/muxterm/proto"
+)
+
+// leanClient is a muxterm.v1 client (docs/protocol.md) that does everything in the goroutine
+// that calls it: it reads the socket itself, so an echo measured through it reaches the
+// measuring goroutine without the Go client's hand-off (client's readLoop → Channel.Read through
+// a sync.Cond). It exists to measure how much of the echo's time is that hand-off: the
+// pass-through's harness also reads its socket in the measuring goroutine.
+//
+// It is a whole protocol client, not a shortcut: it initializes, opens sessions with
+// session.open, sends input frames, acknowledges every output byte it consumes (at
+// flow.ackBytes, and whenever it stops reading: see idle), counts gaps, follows session.closed,
+// reports the gateway's id-less errors, and kills its sessions at the end. Output it reads while
+// waiting for something else is consumed (counted and acknowledged) and dropped.
+//
+// Not safe for concurrent use: one goroutine owns every field. Only the context's AfterFunc
+// touches the connection from elsewhere, through the net.Conn's deadlines.
+type leanClient struct {
+	ws       leanSocket
+	ackBytes int                  // from initialize's flow
+	nextID   int64                // the last request id used
+	nextCh   uint32               // the last channel number used
+	chans    map[uint32]*leanChan // bound channels (and killed ones until their session.closed)
+	replies  map[int64]leanReply  // responses that came while waiting for something else
+	rbuf     []byte               // the message being read
+	wbuf     []byte               // the frame being written
+	stop     func() bool          // ends the context's AfterFunc
+
+	dmu       sync.Mutex // guards cancelled and the socket's deadlines
+	cancelled bool       // the context ended: the deadlines stay in the past
+}
+
+// leanSocket is what leanClient needs of a *websocket.Conn (a fake in the tests).
+type leanSocket interface {
+	NextReader() (int, io.Reader, error)
+	WriteMessage(messageType int, data []byte) error
+	Close() error
+}
+
+// leanChan is one channel's accounting.
+type leanChan struct {
+	id      uint32
+	session string
+	recv    int64 // output payload bytes received (each consumed as it is read)
+	unacked int   // of those, not yet acknowledged
+	lost    int64 // bytes session.gap reported skipped
+	killed  bool  // session.kill was sent: an ack racing its session.closed may be refused
+	closed  bool  // session.closed arrived: the channel is free
+	exited  bool  // session.exit arrived
+}
+
+// leanReply is one response: its result or its error.
+type leanReply struct {
+	result json.RawMessage
+	err    *proto.Error
+}
+
+// dialLean connects to url with token, initializes, and takes the flow parameters. ctx bounds
+// the dial and, for the client's whole life, every read and write: when it ends, the socket's
+// deadlines are set to the past so that a blocked read returns.
+func dialLean(ctx context.Context, url, token string) (*leanClient, error) {
+	d := benchDialer()
+	d.Subprotocols = []string{proto.Subprotocol}
+	h := http.Header{}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	ws, _, err := d.DialContext(ctx, url, h)
+	if err != nil {
+		return nil, fmt.Errorf("lean client: dial %s: %w", url, err)
+	}
+	if ws.Subprotocol() != proto.Subprotocol {
+		ws.Close()
+		return nil, fmt.Errorf("lean client: the gateway chose subprotocol %q", ws.Subprotocol())
+	}
+	l := newLean(ws)
+	l.stop = context.AfterFunc(ctx, func() {
+		l.dmu.Lock()
+		defer l.dmu.Unlock()
+		l.cancelled = true
+		_ = ws.NetConn().SetDeadline(time.Now())
+	})
+	var res proto.InitializeResult
+	if err := l.call("initialize", map[string]any{"client": map[string]any{"name": "muxbench-lean", "version": "1"}}, &res); err != nil {
+		l.close()
+		return nil, fmt.Errorf("lean client: %w", err)
+	}
+	if res.Protocol != proto.Subprotocol {
+		l.close()
+		return nil, fmt.Errorf("lean client: initialize: protocol %q", res.Protocol)
+	}
+	l.ackBytes = max(res.Flow.AckBytes, 1)
+	return l, nil
+}
+
+func newLean(ws leanSocket) *leanClient {
+	return &leanClient{ws: ws, ackBytes: 1, chans: map[uint32]*leanChan{}, replies: map[int64]leanReply{},
+		rbuf: make([]byte, 0, proto.HeaderLen+proto.MaxOutputPayload)}
+}
+
+// within bounds the socket's reads and writes by d until the returned func is called; it
+// reports false (and bounds nothing) once the context has ended.
+func (l *leanClient) within(d time.Duration) (end func(), ok bool) {
+	ws, isWS := l.ws.(*websocket.Conn)
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.cancelled {
+		return func() {}, false
+	}
+	if isWS {
+		_ = ws.NetConn().SetDeadline(time.Now().Add(d))
+	}
+	return func() {
+		l.dmu.Lock()
+		defer l.dmu.Unlock()
+		if isWS && !l.cancelled {
+			_ = ws.NetConn().SetDeadline(time.Time{})
+		}
+	}, true
+}
+
+// close closes the socket (sessions left open are the gateway's to keep or reap: call kill
+// first).
+func (l *leanClient) close() {
+	if l.stop != nil {
+		l.stop()
+	}
+	if ws, ok := l.ws.(*websocket.Conn); ok {
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""),
+			time.Now().Add(time.Second))
+	}
+	_ = l.ws.Close()
+}
+
+// readMessage reads one whole message into l.rbuf, which it reuses.
+func (l *leanClient) readMessage() (int, []byte, error) {
+	typ, r, err := l.ws.NextReader()
+	if err != nil {
+		return 0, nil, fmt.Errorf("read: %w", err)
+	}
+	b := l.rbuf[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			l.rbuf = b
+			return typ, b, nil
+		}
+		if err != nil {
+			return 0, nil, fmt.Errorf("read: %w", err)
+		}
+	}
+}
+
+// step reads and handles one message. For an output frame it returns the channel and the
+// payload (valid until the next step); the bytes count as consumed, and are acknowledged here
+// once ackBytes of them are unacknowledged.
+func (l *leanClient) step() (*leanChan, []byte, error) {
+	typ, b, err := l.readMessage()
+	if err != nil {
+		return nil, nil, err
+	}
+	switch typ {
+	case websocket.BinaryMessage:
+		return l.output(b)
+	case websocket.TextMessage:
+		return nil, nil, l.text(b)
+	}
+	return nil, nil, fmt.Errorf("unexpected message type %d", typ)
+}
+
+// output accounts for one binary message from the gateway, which sends only output frames.
+func (l *leanClient) output(b []byte) (*leanChan, []byte, error) {
+	f, err := proto.ParseFrame(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("frame from the gateway: %w", err)
+	}
+	if f.Type != proto.FrameOutput {
+		return nil, nil, fmt.Errorf("frame of type %d from the gateway", f.Type)
+	}
+	if len(f.Payload) > proto.MaxOutputPayload {
+		return nil, nil, fmt.Errorf("output frame of %d bytes on channel %d", len(f.Payload), f.Channel)
+	}
+	ch := l.chans[f.Channel]
+	if ch == nil || ch.closed {
+		return nil, nil, fmt.Errorf("output on channel %d, which is not bound", f.Channel)
+	}
+	ch.recv += int64(len(f.Payload))
+	ch.unacked += len(f.Payload)
+	if ch.unacked >= l.ackBytes {
+		if err := l.ack(ch); err != nil {
+			return nil, nil, err
+		}
+	}
+	return ch, f.Payload, nil
+}
+
+// ack acknowledges what ch has consumed and not acknowledged.
+func (l *leanClient) ack(ch *leanChan) error {
+	if ch.unacked == 0 || ch.closed {
+		return nil
+	}
+	l.wbuf = proto.AppendAck(l.wbuf[:0], ch.id, uint32(ch.unacked))
+	if err := l.ws.WriteMessage(websocket.BinaryMessage, l.wbuf); err != nil {
+		return fmt.Errorf("ack %d bytes on channel %d: %w", ch.unacked, ch.id, err)
+	}
+	ch.unacked = 0
+	return nil
+}
+
+// idle acknowledges everything consumed and not yet acknowledged, on every channel: the
+// protocol's "whenever it goes idle". Call it when the client stops reading (an echo came).
+func (l *leanClient) idle() error {
+	for _, ch := range l.chans {
+		if err := l.ack(ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// text handles a response or a notification.
+func (l *leanClient) text(b []byte) error {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+		Result json.RawMessage `json:"result"`
+		Error  *proto.Error    `json:"error"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("text message from the gateway: %w", err)
+	}
+	if m.Method != "" {
+		return l.notification(m.Method, m.Params)
+	}
+	if len(m.ID) == 0 || string(m.ID) == "null" {
+		if m.Error == nil {
+			return fmt.Errorf("response without id: %.200s", b)
+		}
+		// An ack that crossed its channel's session.closed after a kill is refused; nothing
+		// else about a frame is expected.
+		if m.Error.Kind() == proto.KindUnknownChannel {
+			if c, ok := m.Error.Data["channel"].(float64); ok {
+				if ch := l.chans[uint32(c)]; ch != nil && ch.killed {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("gateway: %w", m.Error)
+	}
+	id, err := strconv.ParseInt(string(m.ID), 10, 64)
+	if err != nil {
+		return fmt.Errorf("response with id %s, which was never sent", m.ID)
+	}
+	l.replies[id] = leanReply{result: m.Result, err: m.Error}
+	return nil
+}
+
+func (l *leanClient) notification(method string, raw json.RawMessage) error {
+	var p struct {
+		Channel uint32 `json:"channel"`
+		Lost    int64  `json:"lost"`
+		Reason  string `json:"reason"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	switch method {
+	case "session.gap":
+		if ch := l.chans[p.Channel]; ch != nil {
+			ch.lost += p.Lost
+		}
+	case "session.exit":
+		if ch := l.chans[p.Channel]; ch != nil {
+			ch.exited = true
+		}
+	case "session.closed":
+		if ch := l.chans[p.Channel]; ch != nil {
+			ch.closed = true
+			ch.unacked = 0
+			if !ch.killed {
+				return fmt.Errorf("channel %d (session %s) closed: %s", ch.id, ch.session, p.Reason)
+			}
+		}
+	case "gateway.restart":
+		return errors.New("the gateway is restarting in place")
+	}
+	// session.size and notifications this client does not know need nothing.
+	return nil
+}
+
+// send writes a request and returns its id.
+func (l *leanClient) send(method string, params any) (int64, error) {
+	l.nextID++
+	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": l.nextID, "method": method, "params": params})
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", method, err)
+	}
+	if err := l.ws.WriteMessage(websocket.TextMessage, msg); err != nil {
+		return 0, fmt.Errorf("%s: %w", method, err)
+	}
+	return l.nextID, nil
+}
+
+// wait reads until the response to id has come and decodes its result into out (if not nil).
+func (l *leanClient) wait(method string, id int64, out any) error {
+	for {
+		if r, ok := l.replies[id]; ok {
+			delete(l.replies, id)
+			if r.err != nil {
+				return fmt.Errorf("%s: %w", method, r.err)
+			}
+			if out != nil {
+				if err := json.Unmarshal(r.result, out); err != nil {
+					return fmt.Errorf("%s: result: %w", method, err)
+				}
+			}
+			return nil
+		}
+		if _, _, err := l.step(); err != nil {
+			return fmt.Errorf("%s: %w", method, err)
+		}
+	}
+}
+
+// call sends a request and waits for its response.
+func (l *leanClient) call(method string, params any, out any) error {
+	id, err := l.send(method, params)
+	if err != nil {
+		return err
+	}
+	return l.wait(method, id, out)
+}
+
+// open runs argv in a new 80×24 session with env, on the next channel number.
+func (l *leanClient) open(argv []string, env map[string]string) (*leanChan, error) {
+	l.nextCh++
+	ch := &leanChan{id: l.nextCh}
+	var res proto.OpenResult
+	// Bind the channel before the request: its first output frame may follow the result in
+	// the same read.
+	l.chans[ch.id] = ch
+	err := l.call("session.open", map[string]any{"channel": ch.id, "cmd": argv, "cols": 80, "rows": 24, "env": env}, &res)
+	if err != nil {
+		delete(l.chans, ch.id)
+		return nil, fmt.Errorf("open %q: %w", argv, err)
+	}
+	ch.session = res.Session
+	return ch, nil
+}
+
+// input writes p to ch's session.
+func (l *leanClient) input(ch *leanChan, p []byte) error {
+	l.wbuf = proto.AppendFrame(l.wbuf[:0], proto.FrameInput, ch.id, p)
+	if err := l.ws.WriteMessage(websocket.BinaryMessage, l.wbuf); err != nil {
+		return fmt.Errorf("input on channel %d: %w", ch.id, err)
+	}
+	return nil
+}
+
+// read reads until ch has output and returns how many bytes came (output of other channels is
+// consumed meanwhile). It fails once ch is closed.
+func (l *leanClient) read(ch *leanChan) (int, error) {
+	for !ch.closed {
+		c, p, err := l.step()
+		if err != nil {
+			return 0, err
+		}
+		if c == ch && len(p) > 0 {
+			return len(p), nil
+		}
+	}
+	return 0, io.EOF
+}
+
+// readUntil reads ch until its output contains want, for at most readUntilTimeout.
+func (l *leanClient) readUntil(ch *leanChan, want string) error {
+	end, _ := l.within(readUntilTimeout)
+	defer end()
+	var out []byte
+	for !strings.Contains(string(out), want) {
+		if ch.closed {
+			return fmt.Errorf("wait for %q (got %q): channel closed", want, tail(out))
+		}
+		c, p, err := l.step()
+		if err != nil {
+			return fmt.Errorf("wait for %q (got %q): %w", want, tail(out), err)
+		}
+		if c == ch {
+			out = append(out, p...)
+		}
+	}
+	return nil
+}
+
+// kill kills every session this client opened and waits for each kill's result and each
+// channel's session.closed, acknowledging output meanwhile (session.closed follows the
+// channel's last byte, which waits for credit), for at most 10 s.
+func (l *leanClient) kill() error {
+	end, ok := l.within(10 * time.Second)
+	defer end()
+	if !ok {
+		return errors.New("kill: cancelled")
+	}
+	var ids []int64
+	for _, ch := range l.chans {
+		if ch.closed || ch.killed {
+			continue
+		}
+		ch.killed = true
+		id, err := l.send("session.kill", map[string]any{"session": ch.session})
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if err := l.wait("session.kill", id, nil); err != nil {
+			return err
+		}
+	}
+	for _, ch := range l.chans {
+		for !ch.closed {
+			if _, _, err := l.step(); err != nil {
+				return fmt.Errorf("wait for channel %d's session.closed: %w", ch.id, err)
+			}
+		}
+	}
+	return nil
+}
+
+// leanEcho is muxEcho through the lean client: the same sessions, on one socket, measured by
+// echoRun with the reads in the measuring goroutine. The acknowledgement of each echo (and of
+// the stream's output) goes out when the echo has come, before the next keystroke and off the
+// clock, as the Go client's goes out from its ack goroutine.
+func (b *bench) leanEcho(ctx context.Context, gw *gatewayProc, m echoMode) (lat latencies, err error) {
+	l, err := dialLean(ctx, gw.URL(), gw.token)
+	if err != nil {
+		return nil, err
+	}
+	defer l.close()
+	defer func() {
+		if kerr := l.kill(); kerr != nil && err == nil {
+			err = fmt.Errorf("lean client: %w", kerr)
+		}
+	}()
+	env := map[string]string{b.tagKey: b.tagVal}
+	var count func() int64
+	if m.load {
+		fl, err := l.open([]string{"sh", "-c", floodScript}, env)
+		if err != nil {
+			return nil, err
+		}
+		end, _ := l.within(readUntilTimeout)
+		for fl.recv == 0 { // the stream has started
+			if _, _, err := l.step(); err != nil {
+				end()
+				return nil, fmt.Errorf("wait for the stream: %w", err)
+			}
+		}
+		end()
+		count = func() int64 { return fl.recv }
+	}
+	ch, err := l.open([]string{"sh", "-c", catScript}, env)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.readUntil(ch, "R"); err != nil {
+		return nil, err
+	}
+	if err := l.idle(); err != nil {
+		return nil, err
+	}
+	key := make([]byte, 1)
+	defer b.neighbourRate("lean", count)()
+	return echoRunSettled(ctx, m.n, m.pause,
+		func(c byte) error { key[0] = c; return l.input(ch, key) },
+		func() (int, error) { return l.read(ch) },
+		l.idle)
+}
