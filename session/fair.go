@@ -26,8 +26,12 @@ import (
 
 const (
 	// defaultFairSlack: how far ahead of the slowest heavy master a heavy master may read before
-	// it is held; against a 3 s window of 8 streams (~20 MiB each) it is ~1%.
-	defaultFairSlack = 256 << 10
+	// it is held. It is less than a full turn (maxBatchesPerTurn × readChunk, 128 KiB, unless
+	// a small scrollback shrinks the batches), so a master that read a full turn is held until
+	// the slowest has had its turn too: the streams go round in step. Over 8 `yes` streams
+	// 256 KiB gave fairness ~0.97 and 32 KiB ~0.996, for ~5% more gateway CPU per GiB
+	// (docs/benchmarks.md, "Slack and wait of the hold").
+	defaultFairSlack = 32 << 10
 	// defaultFairWait: how long a hold may last before the masters behind are taken for slow.
 	defaultFairWait = 20 * time.Millisecond
 )
