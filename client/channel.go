@@ -65,11 +65,34 @@ type Channel struct {
 	endErr    error
 }
 
-// segment is received output, or a gap of lost bytes, in stream order.
+// segment is received output, or a gap of lost bytes, in stream order. The bytes of output are
+// in a buffer of segBufs (buf) unless a frame was larger than one (then buf is nil): Read
+// returns buf once it has read all of data, so a stream's output costs no allocation per frame.
 type segment struct {
 	gap   int64
 	data  []byte
+	buf   *[]byte
 	epoch int
+}
+
+// segBufs recycles segments' buffers, each room for one output frame.
+var segBufs = sync.Pool{New: func() any { b := make([]byte, 0, proto.MaxOutputPayload); return &b }}
+
+// newSegment holds a copy of p, in a recycled buffer when p fits one.
+func newSegment(p []byte, epoch int) segment {
+	if len(p) > proto.MaxOutputPayload {
+		return segment{data: append([]byte(nil), p...), epoch: epoch}
+	}
+	buf := segBufs.Get().(*[]byte)
+	return segment{data: append((*buf)[:0], p...), buf: buf, epoch: epoch}
+}
+
+// drop returns seg's buffer, whose bytes were all read, for another segment.
+func (seg *segment) drop() {
+	if seg.buf != nil {
+		segBufs.Put(seg.buf)
+	}
+	*seg = segment{}
 }
 
 // bindOpen binds ch from session.open's response. It runs on the reader goroutine before the
@@ -262,10 +285,11 @@ func (ch *Channel) Reason() string {
 
 func (ch *Channel) push(p []byte) {
 	ch.mu.Lock()
-	if n := len(ch.segs); n > 0 && ch.segs[n-1].gap == 0 && ch.segs[n-1].epoch == ch.epoch {
-		ch.segs[n-1].data = append(ch.segs[n-1].data, p...)
+	if n := len(ch.segs); n > 0 && ch.segs[n-1].gap == 0 && ch.segs[n-1].epoch == ch.epoch &&
+		cap(ch.segs[n-1].data)-len(ch.segs[n-1].data) >= len(p) {
+		ch.segs[n-1].data = append(ch.segs[n-1].data, p...) // room left in its buffer: no copy of the rest
 	} else {
-		ch.segs = append(ch.segs, segment{data: append([]byte(nil), p...), epoch: ch.epoch})
+		ch.segs = append(ch.segs, newSegment(p, ch.epoch))
 	}
 	ch.next += int64(len(p))
 	ch.cond.Broadcast()
@@ -378,6 +402,7 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 		// Pass gaps at the head: they advance the offset.
 		for len(ch.segs) > 0 && ch.segs[0].gap > 0 {
 			ch.offset += ch.segs[0].gap
+			ch.segs[0].drop()
 			ch.segs = ch.segs[1:]
 		}
 		if len(ch.segs) > 0 || ch.endErr != nil {
@@ -406,6 +431,7 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 	current := seg.epoch == ch.epoch
 	seg.data = seg.data[n:]
 	if len(seg.data) == 0 {
+		seg.drop()
 		ch.segs = ch.segs[1:]
 	}
 	ch.offset += int64(n)

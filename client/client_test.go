@@ -39,7 +39,7 @@ type gateway struct {
 	sockets []*websocket.Conn // every socket accepted, in order
 }
 
-func newGateway(t *testing.T, opts mux.ServerOptions) *gateway {
+func newGateway(t testing.TB, opts mux.ServerOptions) *gateway {
 	t.Helper()
 	g := &gateway{reg: session.NewRegistry(session.Options{Shell: "/bin/sh", KillGrace: 100 * time.Millisecond,
 		ResumeHold: 10 * time.Second}, nil)}
