@@ -224,3 +224,52 @@ func waitFairHeld(t *testing.T, l *turnLog, s *Session) {
 		return l.held[s] > 0
 	})
 }
+
+// The fair share takes a heavy master for idle only if its master is empty and no turn of it is
+// under way: one whose program has printed and waits for a worker (here: parked by
+// backpressure, its PTY full), or that a worker is reading, is still waited for, however long
+// ago its last turn ended.
+func TestFairShareIdleIsEmptyAndOutOfTurn(t *testing.T) {
+	t.Parallel()
+	o, rp, _ := ownPollers(testOptions())
+	o.ScrollbackBytes = 64 << 10 // a viewer that never reads pauses the stream soon
+	r := NewRegistry(o, nil)
+	quiet, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "stty raw -echo; printf R; exec sleep 1000")
+	reading, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "stty raw -echo; printf R; exec sleep 1000")
+	full, v := openT(t, r, "alice", func() {}, "/bin/sh", "-c", "stty raw -echo; exec yes")
+	defer v.Close() // never read
+	testutil.WaitFor(t, 10*time.Second, "the quiet sessions' output read", func() bool {
+		return quiet.Info().End >= 1 && reading.Info().End >= 1
+	})
+	testutil.WaitFor(t, 10*time.Second, "the stream paused with its PTY full", func() bool {
+		return isPaused(full) && readable(full.masterFD)
+	})
+	if readable(quiet.masterFD) || readable(reading.masterFD) {
+		t.Fatal("a quiet session's master is readable")
+	}
+	// None of the three is read now (two print nothing more, one is parked): their accounts
+	// are not touched by a worker while this looks at them.
+	reading.inTurn.Store(true) // as a worker does from its claim to the turn's count
+	defer reading.inTurn.Store(false)
+	rp.mu.Lock()
+	long := time.Now().Add(-time.Hour)
+	for _, s := range []*Session{quiet, reading, full} {
+		rp.shares[s] = &share{last: long}
+	}
+	dropped := rp.dropIdleLocked(time.Now(), 1)
+	_, quietKept := rp.shares[quiet]
+	_, readingKept := rp.shares[reading]
+	_, fullKept := rp.shares[full]
+	delete(rp.shares, reading)
+	delete(rp.shares, full)
+	rp.mu.Unlock()
+	if !dropped || quietKept {
+		t.Error("the quiet master, empty and out of a turn, still counts as streaming")
+	}
+	if !readingKept {
+		t.Error("a master in a turn was taken for idle")
+	}
+	if !fullKept {
+		t.Error("a master with output to read was taken for idle")
+	}
+}
