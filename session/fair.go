@@ -19,10 +19,16 @@ import (
 // turn read all maxBatchesPerTurn batches: its program writes as fast as it is read) that is
 // more than fairSlack bytes ahead of the slowest heavy master is held: not re-armed, so its
 // program blocks on a full PTY and leaves the CPU to the others, until the slowest is within
-// fairSlack again. A hold lasts at most fairWait: a heavy master that lets others wait that
-// long without catching up is not held back by the CPU but prints slowly or stopped, and
-// stops counting (light) until a turn of it reads all its batches again. A master whose
-// viewer holds it back (backpressure), and one past its kill point, are light too.
+// fairSlack again. A heavy master stops counting (light) until a turn of it reads all its
+// batches again when
+//   - it is idle: no turn of it has ended for fairIdle, none is under way and its master is not
+//     readable. Its program stopped producing (a burst ended, it waits for input), or has not
+//     had a CPU for that long; a master that is readable is only waiting for a worker. Checked
+//     when it would hold another and, while one is held, every fairIdle;
+//   - it lets a held master wait fairWait without catching up: it is not held back by the CPU
+//     but prints slowly;
+//   - its viewer holds it back (backpressure), it is past its kill point, or it is held for its
+//     owner's echo.
 
 const (
 	// defaultFairSlack: how far ahead of the slowest heavy master a heavy master may read before
@@ -34,6 +40,12 @@ const (
 	defaultFairSlack = 32 << 10
 	// defaultFairWait: how long a hold may last before the masters behind are taken for slow.
 	defaultFairWait = 20 * time.Millisecond
+	// defaultFairIdle: how long a heavy master may go without a turn, unreadable, before it is
+	// taken for idle. A `yes` refills its empty PTY within a millisecond once it has a CPU, so
+	// this waits for one that misses the CPU for a few; a bursty program that stopped holds the
+	// others this long after its burst, not the whole wait (issue 17: a steady `yes` beside
+	// `head -c 400000` every 30 ms was held for 20 ms of every 30).
+	defaultFairIdle = 5 * time.Millisecond
 )
 
 // noHeavy stands for the slowest heavy master's count when there is none: every held master
@@ -49,6 +61,8 @@ type share struct {
 	read int64
 	// heldSince is when the current hold began; zero while not held.
 	heldSince time.Time
+	// last is when its latest turn ended (was counted).
+	last time.Time
 }
 
 // slowestLocked is the least read among heavy masters, and whether there is one. r.mu is held.
@@ -65,6 +79,32 @@ func (r *readPoller) slowestLocked() (int64, bool) {
 	return m, found
 }
 
+// dropIdleLocked turns light every heavy master that is not held, has read less than below and
+// is idle at now: no turn of it has ended for fairIdle, none is under way (Session.inTurn) and
+// its master is not readable. It reports whether it dropped one. It polls only the masters
+// behind that have had no turn for fairIdle, the ones that may hold another back. r.mu is held.
+func (r *readPoller) dropIdleLocked(now time.Time, below int64) bool {
+	dropped := false
+	for s, sh := range r.shares {
+		if sh.read >= below || now.Sub(sh.last) < r.fairIdle || !sh.heldSince.IsZero() ||
+			s.inTurn.Load() || readable(s.masterFD) {
+			continue
+		}
+		delete(r.shares, s) // light now: it stopped producing, or has had no CPU for fairIdle
+		dropped = true
+	}
+	return dropped
+}
+
+// readable reports whether a registered master has something to read (or a hang-up to report):
+// a zero-timeout poll. A failed poll counts as readable: the master is not taken for idle. The
+// fd is used bare, as ctlLocked does: it stays open while the master is registered.
+func readable(fd int) bool {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(p, 0)
+	return err != nil || n > 0
+}
+
 // settle ends s's turn with the readers: it counts what the turn read (read bytes; full: it
 // read all maxBatchesPerTurn batches; paused: backpressure holds it; closing: the kill point
 // passed, so what is left is drained, never held; echoHeld: a keystroke's echo holds it, which
@@ -75,6 +115,7 @@ func (r *readPoller) settle(s *Session, read int, full, paused, closing, echoHel
 	hold bool, release []*Session, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	s.inTurn.Store(false) // counted now, and re-armed below (or parked): no longer in a turn
 	if r.sessions[s.readToken] != s {
 		return false, nil, errNotRegistered(s)
 	}
@@ -96,19 +137,27 @@ func (r *readPoller) settle(s *Session, read int, full, paused, closing, echoHel
 	}
 	// A light master that was never counted costs no scan: the shares hold heavy masters only.
 	if sh != nil || counted {
+		now := time.Now()
 		if sh != nil {
 			sh.read += int64(read)
+			sh.last = now
 		}
 		m, ok := r.slowestLocked()
+		// Before holding s back, the masters behind it that went idle stop counting: s waits
+		// for masters that are behind, not for programs that stopped.
+		if ok && sh != nil && !echoHeld && sh.read > m+r.fairSlack &&
+			r.dropIdleLocked(now, sh.read-r.fairSlack) {
+			m, ok = r.slowestLocked()
+		}
 		if !ok {
 			m = noHeavy // no heavy master left: nothing to wait for
 		}
 		release = r.releaseLocked(m)
 		if sh != nil && !echoHeld && sh.read > m+r.fairSlack {
-			sh.heldSince = time.Now()
+			sh.heldSince = now
 			r.held[s] = struct{}{}
 			if r.holdTimer == nil {
-				r.armHoldTimerLocked(r.fairWait)
+				r.armHoldTimerLocked(min(r.fairWait, r.fairIdle))
 			}
 			if h := r.testHookHold; h != nil {
 				h(s)
@@ -126,6 +175,7 @@ func (r *readPoller) settle(s *Session, read int, full, paused, closing, echoHel
 // the others wait for. s.mu is held (taken before r.mu).
 func (r *readPoller) dropShare(s *Session) {
 	r.mu.Lock()
+	s.inTurn.Store(false) // parked, not in a turn
 	delete(r.shares, s)
 	r.mu.Unlock()
 }
@@ -151,8 +201,9 @@ func (r *readPoller) armHoldTimerLocked(d time.Duration) {
 	r.holdTimer = time.AfterFunc(d, func() { r.holdExpired(ep) })
 }
 
-// holdExpired runs fairWait after a hold began: every heavy master more than fairSlack behind a
-// master held that long turns light, and the masters no longer ahead are let go.
+// holdExpired runs while masters are held, every fairIdle and fairWait after each hold began:
+// the masters behind a held one that went idle turn light, so does every heavy master more
+// than fairSlack behind a master held for fairWait, and the masters no longer ahead are let go.
 func (r *readPoller) holdExpired(ep *os.File) {
 	r.mu.Lock()
 	if r.ep != ep {
@@ -162,13 +213,19 @@ func (r *readPoller) holdExpired(ep *os.File) {
 		return
 	}
 	now := time.Now()
-	var top int64
+	var top, ahead int64
 	expired := false
 	for s := range r.held {
-		if sh := r.shares[s]; sh != nil && now.Sub(sh.heldSince) >= r.fairWait {
+		sh := r.shares[s]
+		if sh == nil {
+			continue
+		}
+		ahead = max(ahead, sh.read)
+		if now.Sub(sh.heldSince) >= r.fairWait {
 			top, expired = max(top, sh.read), true
 		}
 	}
+	r.dropIdleLocked(now, ahead-r.fairSlack)
 	if expired {
 		for s, sh := range r.shares {
 			if sh.read+r.fairSlack < top {
@@ -189,7 +246,7 @@ func (r *readPoller) holdExpired(ep *os.File) {
 	}
 	r.holdTimer = nil
 	if !oldest.IsZero() {
-		r.armHoldTimerLocked(max(r.fairWait-now.Sub(oldest), 0))
+		r.armHoldTimerLocked(min(max(r.fairWait-now.Sub(oldest), 0), r.fairIdle))
 	}
 	r.mu.Unlock()
 	releaseHeld(release)

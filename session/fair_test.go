@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -15,19 +16,23 @@ import (
 type turnLog struct {
 	mu    sync.Mutex
 	total map[*Session]int64
+	full  map[*Session]int // turns that read all maxBatchesPerTurn batches
 	held  map[*Session]int
 }
 
-// logTurns gives o its own readers with the fair share's slack and wait, and counts each
-// turn's bytes and each hold.
-func logTurns(o Options, slack int64, wait time.Duration) (Options, *readPoller, *turnLog) {
+// logTurns gives o its own readers with the fair share's slack, wait and idle bound (0: the
+// default), and counts each turn's bytes, its full turns and each hold.
+func logTurns(o Options, slack int64, wait, idle time.Duration) (Options, *readPoller, *turnLog) {
 	o, rp, _ := ownPollers(o)
-	rp.fairSlack, rp.fairWait = slack, wait
-	l := &turnLog{total: map[*Session]int64{}, held: map[*Session]int{}}
-	o.testHookAfterTurn = func(s *Session, read int, _ bool) {
+	rp.fairSlack, rp.fairWait, rp.fairIdle = slack, wait, idle
+	l := &turnLog{total: map[*Session]int64{}, full: map[*Session]int{}, held: map[*Session]int{}}
+	o.testHookAfterTurn = func(s *Session, read int, full bool) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.total[s] += int64(read)
+		if full {
+			l.full[s]++
+		}
 	}
 	rp.testHookHold = func(s *Session) {
 		l.mu.Lock()
@@ -41,6 +46,13 @@ func (l *turnLog) bytes(s *Session) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.total[s]
+}
+
+// counts returns s's bytes read, full turns and holds so far.
+func (l *turnLog) counts(s *Session) (read int64, full, held int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total[s], l.full[s], l.held[s]
 }
 
 // heavy reports whether every one of ss counts in rp's fair share as streaming.
@@ -69,7 +81,7 @@ func spawnYes(t *testing.T, o Options, n int) []*Session {
 func TestFairShareKeepsStreamsLevel(t *testing.T) {
 	t.Parallel()
 	const slack = 64 << 10
-	o, rp, l := logTurns(testOptions(), slack, time.Minute)
+	o, rp, l := logTurns(testOptions(), slack, time.Minute, 0)
 	turnMax := int64(maxBatchesPerTurn * o.withDefaults().batchSize())
 	ss := spawnYes(t, o, 2)
 	testutil.WaitFor(t, 30*time.Second, "both streams to count as streaming", func() bool { return rp.heavy(ss...) })
@@ -88,11 +100,12 @@ func TestFairShareKeepsStreamsLevel(t *testing.T) {
 }
 
 // A stream that stops (its program stopped, or printing slowly) holds the others back for at
-// most the fair share's wait: it then stops counting, and the other is read on.
+// most the fair share's wait: it then stops counting, and the other is read on. (The idle bound
+// is an hour here: the stopped master, drained, would be let go as idle first.)
 func TestFairShareLetsGoOfAStoppedStream(t *testing.T) {
 	t.Parallel()
 	const slack = 64 << 10
-	o, rp, l := logTurns(testOptions(), slack, 50*time.Millisecond)
+	o, rp, l := logTurns(testOptions(), slack, 50*time.Millisecond, time.Hour)
 	runner, stopped := stopOneOfTwoStreams(t, o, rp)
 	// Read what was left in the stopped one's PTY, then see the other run far ahead of it.
 	base := l.bytes(stopped)
@@ -114,11 +127,58 @@ func TestFairShareLetsGoOfAStoppedStream(t *testing.T) {
 	}
 }
 
+// A stream next to a bursty one is not held once the bursty one's program has stopped
+// producing: a drained master that stays unreadable stops counting after the fair share's idle
+// bound, not its wait (an hour here, so a hold that waited for the idle master would never end),
+// and the steady stream is read on. (Issue 17: a `yes` beside `head -c 400000` every 30 ms was
+// held for the whole 20 ms wait of every cycle, and read half of what it read with the hold off.)
+func TestFairShareLetsGoOfADrainedBurst(t *testing.T) {
+	t.Parallel()
+	o, rp, l := logTurns(testOptions(), 32<<10, time.Hour, 0)
+	steady := spawnYes(t, o, 1)[0]
+	// Each line typed into it is a burst of 4 MiB, then the program waits for the next line.
+	// The "R" says the terminal is raw, so a newline typed after it is not echoed.
+	const burst = 4 << 20
+	bursty := spawnT(t, o, "/bin/sh", "-c",
+		fmt.Sprintf("stty raw -echo; printf R; while read -r x; do head -c %d /dev/zero; done", burst))
+	testutil.WaitFor(t, 30*time.Second, "the bursty session's terminal raw", func() bool { return l.bytes(bursty) >= 1 })
+	testutil.WaitFor(t, 30*time.Second, "the steady stream to count as streaming", func() bool { return rp.heavy(steady) })
+	// Burst until a burst counted as streaming (a turn of it read all its batches) while the
+	// steady stream did: at its end, the bursty master is the slowest heavy one, drained.
+	for i := 1; ; i++ {
+		_, full0, _ := l.counts(bursty)
+		if _, err := bursty.Write([]byte("\n")); err != nil {
+			t.Fatalf("burst %d: %v", i, err)
+		}
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("burst %d read to its end", i), func() bool {
+			return l.bytes(bursty) >= 1+int64(i)*burst
+		})
+		if _, full, _ := l.counts(bursty); full > full0 {
+			break
+		}
+		if i == 10 {
+			t.Fatal("no turn of 10 bursts of 4 MiB read all its batches: the bursty master never counted as streaming")
+		}
+	}
+	// Nothing more comes from the bursty one: the steady stream is held at most once more (it
+	// may be, until the bursty master has been idle for the bound), then read on.
+	read0, _, held0 := l.counts(steady)
+	testutil.WaitFor(t, 30*time.Second, "the steady stream read 16 MiB after the burst", func() bool {
+		return l.bytes(steady)-read0 >= 16<<20
+	})
+	if _, _, held := l.counts(steady); held-held0 > 1 {
+		t.Errorf("the steady stream was held %d times after the burst ended; want at most once", held-held0)
+	}
+	if rp.heavy(bursty) {
+		t.Error("the drained bursty master still counts as streaming")
+	}
+}
+
 // A held stream that is killed is drained and ended at once, not held to the end of the wait:
 // past the kill point a master never counts as streaming.
 func TestFairShareNeverHoldsAClosingSession(t *testing.T) {
 	t.Parallel()
-	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour)
+	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour, time.Hour)
 	runner, _ := stopOneOfTwoStreams(t, o, rp)
 	waitFairHeld(t, l, runner)
 	// endSession fails the test unless the reading ends within 15 s; the hold would last an hour.
@@ -130,7 +190,7 @@ func TestFairShareNeverHoldsAClosingSession(t *testing.T) {
 // lost (the hold here would last an hour).
 func TestFairShareReadsAnExitedStreamToItsEnd(t *testing.T) {
 	t.Parallel()
-	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour)
+	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour, time.Hour)
 	runner, _ := stopOneOfTwoStreams(t, o, rp)
 	waitFairHeld(t, l, runner)
 	if err := unix.Kill(runner.pid, unix.SIGKILL); err != nil {
@@ -163,4 +223,53 @@ func waitFairHeld(t *testing.T, l *turnLog, s *Session) {
 		defer l.mu.Unlock()
 		return l.held[s] > 0
 	})
+}
+
+// The fair share takes a heavy master for idle only if its master is empty and no turn of it is
+// under way: one whose program has printed and waits for a worker (here: parked by
+// backpressure, its PTY full), or that a worker is reading, is still waited for, however long
+// ago its last turn ended.
+func TestFairShareIdleIsEmptyAndOutOfTurn(t *testing.T) {
+	t.Parallel()
+	o, rp, _ := ownPollers(testOptions())
+	o.ScrollbackBytes = 64 << 10 // a viewer that never reads pauses the stream soon
+	r := NewRegistry(o, nil)
+	quiet, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "stty raw -echo; printf R; exec sleep 1000")
+	reading, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "stty raw -echo; printf R; exec sleep 1000")
+	full, v := openT(t, r, "alice", func() {}, "/bin/sh", "-c", "stty raw -echo; exec yes")
+	defer v.Close() // never read
+	testutil.WaitFor(t, 10*time.Second, "the quiet sessions' output read", func() bool {
+		return quiet.Info().End >= 1 && reading.Info().End >= 1
+	})
+	testutil.WaitFor(t, 10*time.Second, "the stream paused with its PTY full", func() bool {
+		return isPaused(full) && readable(full.masterFD)
+	})
+	if readable(quiet.masterFD) || readable(reading.masterFD) {
+		t.Fatal("a quiet session's master is readable")
+	}
+	// None of the three is read now (two print nothing more, one is parked): their accounts
+	// are not touched by a worker while this looks at them.
+	reading.inTurn.Store(true) // as a worker does from its claim to the turn's count
+	defer reading.inTurn.Store(false)
+	rp.mu.Lock()
+	long := time.Now().Add(-time.Hour)
+	for _, s := range []*Session{quiet, reading, full} {
+		rp.shares[s] = &share{last: long}
+	}
+	dropped := rp.dropIdleLocked(time.Now(), 1)
+	_, quietKept := rp.shares[quiet]
+	_, readingKept := rp.shares[reading]
+	_, fullKept := rp.shares[full]
+	delete(rp.shares, reading)
+	delete(rp.shares, full)
+	rp.mu.Unlock()
+	if !dropped || quietKept {
+		t.Error("the quiet master, empty and out of a turn, still counts as streaming")
+	}
+	if !readingKept {
+		t.Error("a master in a turn was taken for idle")
+	}
+	if !fullKept {
+		t.Error("a master with output to read was taken for idle")
+	}
 }

@@ -41,6 +41,7 @@ func (s *Session) readReady(buf []byte) {
 		return
 	}
 	s.readState = readBusy
+	s.inTurn.Store(true)
 	s.mu.Unlock()
 	if s.holding() && s.holdReading() {
 		return

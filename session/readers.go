@@ -30,23 +30,25 @@ var readers readPoller
 // streaming ones (fair.go); see readers.
 type readPoller struct {
 	// mu guards ep, epfd, sessions, next and the fair share's shares, held and holdTimer.
-	// Under it only epoll_ctl, close, map updates and timer calls run; it is taken under
-	// Session.mu (a re-arm), never the other way round.
+	// Under it only epoll_ctl, close, map updates, timer calls and the fair share's
+	// zero-timeout poll of an idle-looking master run; it is taken under Session.mu (a
+	// re-arm), never the other way round.
 	mu       sync.Mutex
 	ep       *os.File            // the epoll instance; nil while no master is registered
 	epfd     int                 // ep's fd, open as long as some master is registered
 	sessions map[uint64]*Session // by registration token (the epoll event's data)
 	next     uint64              // the last token handed out
 	// shares, held and holdTimer are the fair share among streaming masters (fair.go): each
-	// master's account once it streamed, the masters held back, and the timer that ends a hold
-	// after fairWait.
+	// master's account once it streamed, the masters held back, and the timer that, while one
+	// is held, looks for idle masters every fairIdle and ends a hold after fairWait.
 	shares    map[*Session]*share
 	held      map[*Session]struct{}
 	holdTimer *time.Timer
-	// fairSlack and fairWait are set when the first master is added: defaultFairSlack and
-	// defaultFairWait unless a test set them before.
+	// fairSlack, fairWait and fairIdle are set when the first master is added:
+	// defaultFairSlack, defaultFairWait and defaultFairIdle unless a test set them before.
 	fairSlack int64
 	fairWait  time.Duration
+	fairIdle  time.Duration
 
 	// testHookEpollCtl, when set, runs before each epoll_ctl on a master (under mu), and an
 	// error it returns stands for the call's: a failing epoll_ctl cannot be produced for real
@@ -89,6 +91,9 @@ func (r *readPoller) add(s *Session) error {
 		}
 		if r.fairWait == 0 {
 			r.fairWait = defaultFairWait
+		}
+		if r.fairIdle == 0 {
+			r.fairIdle = defaultFairIdle
 		}
 		for range runtime.GOMAXPROCS(0) {
 			go r.loop(r.ep)

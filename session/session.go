@@ -100,6 +100,10 @@ type Session struct {
 	// released: its master was released from a hold for another session's echo and has not
 	// read a batch since; it is not held again before it has (echofirst.go).
 	released atomic.Bool
+	// inTurn: a readers worker has claimed its master for a turn that the fair share has not
+	// counted yet (readReady sets it, readPoller.settle clears it before the re-arm); the fair
+	// share never takes a master in a turn for idle (fair.go).
+	inTurn atomic.Bool
 
 	// mu guards the fields below. Registry.mu is taken before mu, never after.
 	mu             sync.Mutex
