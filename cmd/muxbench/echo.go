@@ -185,7 +185,8 @@ func (b *bench) runEcho(ctx context.Context) error {
 		{name: "while another session streams", load: true, n: b.cfg.EchoN},
 	}
 	b.neighbour = map[string][]float64{}
-	defer func() { b.neighbour = nil }()
+	b.leanStats = map[string][]int64{}
+	defer func() { b.neighbour, b.leanStats = nil, nil }()
 	type series struct{ raw, pass, mux, lean []pct }
 	res := make([]series, len(modes))
 	clients := []string{"raw", "pass", "mux"}
@@ -227,6 +228,9 @@ func (b *bench) runEcho(ctx context.Context) error {
 				rep+1, m.name, s.raw[rep].P50, s.pass[rep].P50, s.mux[rep].P50, s.raw[rep].P99, s.pass[rep].P99, s.mux[rep].P99)
 			if b.cfg.EchoLean {
 				line += fmt.Sprintf("; lean client p50 %.0f, p99 %.0f µs", s.lean[rep].P50, s.lean[rep].P99)
+				if v := b.leanStats["acks: "+m.name]; len(v) > rep {
+					line += fmt.Sprintf(" (%d acks)", v[rep])
+				}
 			}
 			if m.load {
 				line += "; the neighbour streamed (MiB/s)"
@@ -241,6 +245,10 @@ func (b *bench) runEcho(ctx context.Context) error {
 	}
 	// How fast the neighbour streamed during the keystrokes, per client and repetition.
 	b.report.Details["echo_neighbour_mib_s"] = b.neighbour
+	if b.cfg.EchoLean {
+		// The lean client's acks during each repetition's keystrokes, and its stream's gaps.
+		b.report.Details["echo_lean"] = b.leanStats
+	}
 	col := func(ps []pct, q string) []float64 {
 		out := make([]float64, len(ps))
 		for i, p := range ps {
@@ -285,7 +293,8 @@ func (b *bench) runEcho(ctx context.Context) error {
 			if mi == 0 && q == "p50" {
 				note = "muxbench's lean muxterm.v1 client (cmd/muxbench/lean.go): the same sessions on one socket, " +
 					"read in the measuring goroutine itself instead of through the Go client's readLoop and Channel.Read; " +
-					"acks when an echo has come (off the clock) and at flow.ackBytes"
+					"acks the stream's output frame by frame as it consumes it, the echo's when the echo has come (off the clock); " +
+					"its ack frames and the stream's gap bytes per repetition are in the JSON's details.echo_lean"
 			}
 			b.addRow(newRow("echo (lean client)", fmt.Sprintf("%s, %s", m.name, q), "µs",
 				col(res[mi].lean, q), col(res[mi].raw, q), col(res[mi].pass, q), nil, note))

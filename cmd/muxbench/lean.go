@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -24,15 +24,23 @@ import (
 // pass-through's harness also reads its socket in the measuring goroutine.
 //
 // It is a whole protocol client, not a shortcut: it initializes, opens sessions with
-// session.open, sends input frames, acknowledges every output byte it consumes (at
-// flow.ackBytes, and whenever it stops reading: see idle), counts gaps, follows session.closed,
-// reports the gateway's id-less errors, and kills its sessions at the end. Output it reads while
-// waiting for something else is consumed (counted and acknowledged) and dropped.
+// session.open, sends input frames, acknowledges every output byte it consumes, counts gaps,
+// follows session.closed, reports the gateway's id-less errors, and kills its sessions at the
+// end. Output it reads while waiting for something else is consumed (counted and acknowledged)
+// and dropped.
 //
-// Not safe for concurrent use: one goroutine owns every field. Only the context's AfterFunc
-// touches the connection from elsewhere, through the net.Conn's deadlines.
+// Acks follow the protocol's idle rule as closely as the Go client does next to a stream (its
+// reader drains its buffer on nearly every Read, and acks whenever it does): each output frame
+// of a channel other than hold is acknowledged as soon as it is consumed, as the probe client
+// does; hold's (the echo's channel) at flow.ackBytes and when the client goes idle (idle: the
+// echo came), off the clock.
+//
+// Not safe for concurrent use: one goroutine owns every field but cancelled. Only the context's
+// AfterFunc touches the connection from elsewhere: it closes it.
 type leanClient struct {
 	ws       leanSocket
+	url      string               // where it dialled, with token: kill's fresh connection
+	token    string               //
 	ackBytes int                  // from initialize's flow
 	nextID   int64                // the last request id used
 	nextCh   uint32               // the last channel number used
@@ -41,9 +49,11 @@ type leanClient struct {
 	rbuf     []byte               // the message being read
 	wbuf     []byte               // the frame being written
 	stop     func() bool          // ends the context's AfterFunc
+	ctx      context.Context      // the client's context (nil in the tests' fakes)
+	hold     *leanChan            // the echo's channel: acknowledged at ackBytes and on idle only
+	acks     int64                // ack frames sent
 
-	dmu       sync.Mutex // guards cancelled and the socket's deadlines
-	cancelled bool       // the context ended: the deadlines stay in the past
+	cancelled atomic.Bool // the context ended: the AfterFunc closed the connection
 }
 
 // leanSocket is what leanClient needs of a *websocket.Conn (a fake in the tests).
@@ -59,7 +69,7 @@ type leanChan struct {
 	session string
 	recv    int64 // output payload bytes received (each consumed as it is read)
 	unacked int   // of those, not yet acknowledged
-	lost    int64 // bytes session.gap reported skipped
+	lost    int64 // bytes session.gap reported skipped (fatal on hold)
 	killed  bool  // session.kill was sent: an ack racing its session.closed may be refused
 	closed  bool  // session.closed arrived: the channel is free
 	exited  bool  // session.exit arrived
@@ -72,8 +82,9 @@ type leanReply struct {
 }
 
 // dialLean connects to url with token, initializes, and takes the flow parameters. ctx bounds
-// the dial and, for the client's whole life, every read and write: when it ends, the socket's
-// deadlines are set to the past so that a blocked read returns.
+// the dial and, for the client's whole life, every read and write: when it ends, the AfterFunc
+// closes the socket's net.Conn, which ends every blocked read and write (a deadline set on the
+// net.Conn would not bound writes: gorilla sets the write deadline again on every data write).
 func dialLean(ctx context.Context, url, token string) (*leanClient, error) {
 	d := benchDialer()
 	d.Subprotocols = []string{proto.Subprotocol}
@@ -90,11 +101,10 @@ func dialLean(ctx context.Context, url, token string) (*leanClient, error) {
 		return nil, fmt.Errorf("lean client: the gateway chose subprotocol %q", ws.Subprotocol())
 	}
 	l := newLean(ws)
+	l.url, l.token, l.ctx = url, token, ctx
 	l.stop = context.AfterFunc(ctx, func() {
-		l.dmu.Lock()
-		defer l.dmu.Unlock()
-		l.cancelled = true
-		_ = ws.NetConn().SetDeadline(time.Now())
+		l.cancelled.Store(true)
+		_ = ws.NetConn().Close()
 	})
 	var res proto.InitializeResult
 	if err := l.call("initialize", map[string]any{"client": map[string]any{"name": "muxbench-lean", "version": "1"}}, &res); err != nil {
@@ -114,24 +124,23 @@ func newLean(ws leanSocket) *leanClient {
 		rbuf: make([]byte, 0, proto.HeaderLen+proto.MaxOutputPayload)}
 }
 
-// within bounds the socket's reads and writes by d until the returned func is called; it
-// reports false (and bounds nothing) once the context has ended.
+// within bounds the socket's reads and writes by d until the returned func is called, through
+// gorilla's own deadlines (it applies its write deadline to every write); it reports false (and
+// bounds nothing) once the context has ended.
 func (l *leanClient) within(d time.Duration) (end func(), ok bool) {
-	ws, isWS := l.ws.(*websocket.Conn)
-	l.dmu.Lock()
-	defer l.dmu.Unlock()
-	if l.cancelled {
+	if l.cancelled.Load() {
 		return func() {}, false
 	}
-	if isWS {
-		_ = ws.NetConn().SetDeadline(time.Now().Add(d))
+	ws, isWS := l.ws.(*websocket.Conn)
+	if !isWS {
+		return func() {}, true
 	}
+	t := time.Now().Add(d)
+	_ = ws.SetReadDeadline(t)
+	_ = ws.SetWriteDeadline(t)
 	return func() {
-		l.dmu.Lock()
-		defer l.dmu.Unlock()
-		if isWS && !l.cancelled {
-			_ = ws.NetConn().SetDeadline(time.Time{})
-		}
+		_ = ws.SetReadDeadline(time.Time{})
+		_ = ws.SetWriteDeadline(time.Time{})
 	}, true
 }
 
@@ -172,8 +181,8 @@ func (l *leanClient) readMessage() (int, []byte, error) {
 }
 
 // step reads and handles one message. For an output frame it returns the channel and the
-// payload (valid until the next step); the bytes count as consumed, and are acknowledged here
-// once ackBytes of them are unacknowledged.
+// payload (valid until the next step); the bytes count as consumed, and are acknowledged here:
+// at once, or for hold once ackBytes of them are unacknowledged.
 func (l *leanClient) step() (*leanChan, []byte, error) {
 	typ, b, err := l.readMessage()
 	if err != nil {
@@ -206,7 +215,7 @@ func (l *leanClient) output(b []byte) (*leanChan, []byte, error) {
 	}
 	ch.recv += int64(len(f.Payload))
 	ch.unacked += len(f.Payload)
-	if ch.unacked >= l.ackBytes {
+	if ch != l.hold || ch.unacked >= l.ackBytes {
 		if err := l.ack(ch); err != nil {
 			return nil, nil, err
 		}
@@ -224,11 +233,13 @@ func (l *leanClient) ack(ch *leanChan) error {
 		return fmt.Errorf("ack %d bytes on channel %d: %w", ch.unacked, ch.id, err)
 	}
 	ch.unacked = 0
+	l.acks++
 	return nil
 }
 
-// idle acknowledges everything consumed and not yet acknowledged, on every channel: the
-// protocol's "whenever it goes idle". Call it when the client stops reading (an echo came).
+// idle acknowledges everything consumed and not yet acknowledged, on every channel (in effect
+// hold's: the others are acknowledged frame by frame). Call it when the client stops reading
+// (an echo came).
 func (l *leanClient) idle() error {
 	for _, ch := range l.chans {
 		if err := l.ack(ch); err != nil {
@@ -289,6 +300,9 @@ func (l *leanClient) notification(method string, raw json.RawMessage) error {
 	case "session.gap":
 		if ch := l.chans[p.Channel]; ch != nil {
 			ch.lost += p.Lost
+			if ch == l.hold {
+				return fmt.Errorf("channel %d (session %s): a gap of %d bytes in the echo", ch.id, ch.session, p.Lost)
+			}
 		}
 	case "session.exit":
 		if ch := l.chans[p.Channel]; ch != nil {
@@ -415,13 +429,26 @@ func (l *leanClient) readUntil(ch *leanChan, want string) error {
 
 // kill kills every session this client opened and waits for each kill's result and each
 // channel's session.closed, acknowledging output meanwhile (session.closed follows the
-// channel's last byte, which waits for credit), for at most 10 s.
+// channel's last byte, which waits for credit), for at most 10 s. Once the client's context has
+// ended (the AfterFunc closed its connection), it kills them over a fresh connection instead
+// (killFresh), so that a cancelled run leaves nothing running in the gateway.
 func (l *leanClient) kill() error {
 	end, ok := l.within(10 * time.Second)
 	defer end()
 	if !ok {
-		return errors.New("kill: cancelled")
+		return l.killFresh()
 	}
+	err := l.killHere()
+	if err != nil && l.cancelled.Load() {
+		if ferr := l.killFresh(); ferr != nil {
+			return errors.Join(err, ferr)
+		}
+		return nil
+	}
+	return err
+}
+
+func (l *leanClient) killHere() error {
 	var ids []int64
 	for _, ch := range l.chans {
 		if ch.closed || ch.killed {
@@ -449,10 +476,54 @@ func (l *leanClient) kill() error {
 	return nil
 }
 
+// killFresh kills every session not known closed over a new connection, bounded by 10 s of a
+// context that outlives the client's (which has ended). A session already gone
+// (unknown_session: its kill on the old connection went through) is not an error.
+func (l *leanClient) killFresh() error {
+	var sessions []*leanChan
+	for _, ch := range l.chans {
+		if !ch.closed && ch.session != "" {
+			sessions = append(sessions, ch)
+		}
+	}
+	if len(sessions) == 0 {
+		return nil
+	}
+	parent := l.ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 10*time.Second)
+	defer cancel()
+	k, err := dialLean(ctx, l.url, l.token)
+	if err != nil {
+		return fmt.Errorf("kill after the context ended: %w", err)
+	}
+	defer k.close()
+	ids := make([]int64, len(sessions))
+	for i, ch := range sessions {
+		ch.killed = true
+		if ids[i], err = k.send("session.kill", map[string]any{"session": ch.session}); err != nil {
+			return fmt.Errorf("kill after the context ended: %w", err)
+		}
+	}
+	for i, ch := range sessions {
+		err := k.wait("session.kill", ids[i], nil)
+		var perr *proto.Error
+		if err != nil && !(errors.As(err, &perr) && perr.Kind() == proto.KindUnknownSession) {
+			return fmt.Errorf("kill session %s after the context ended: %w", ch.session, err)
+		}
+		ch.closed = true
+	}
+	return nil
+}
+
 // leanEcho is muxEcho through the lean client: the same sessions, on one socket, measured by
-// echoRun with the reads in the measuring goroutine. The acknowledgement of each echo (and of
-// the stream's output) goes out when the echo has come, before the next keystroke and off the
-// clock, as the Go client's goes out from its ack goroutine.
+// echoRun with the reads in the measuring goroutine. The stream's output is acknowledged frame
+// by frame as it is consumed; the echo's when the echo has come, before the next keystroke and
+// off the clock, as the Go client's goes out from its ack goroutine. A gap in the echo fails
+// the run; the stream's gaps and the acks sent during the keystrokes are recorded in
+// b.leanStats (when runEcho collects them).
 func (b *bench) leanEcho(ctx context.Context, gw *gatewayProc, m echoMode) (lat latencies, err error) {
 	l, err := dialLean(ctx, gw.URL(), gw.token)
 	if err != nil {
@@ -466,8 +537,9 @@ func (b *bench) leanEcho(ctx context.Context, gw *gatewayProc, m echoMode) (lat 
 	}()
 	env := map[string]string{b.tagKey: b.tagVal}
 	var count func() int64
+	var fl *leanChan
 	if m.load {
-		fl, err := l.open([]string{"sh", "-c", floodScript}, env)
+		fl, err = l.open([]string{"sh", "-c", floodScript}, env)
 		if err != nil {
 			return nil, err
 		}
@@ -485,6 +557,7 @@ func (b *bench) leanEcho(ctx context.Context, gw *gatewayProc, m echoMode) (lat 
 	if err != nil {
 		return nil, err
 	}
+	l.hold = ch
 	if err := l.readUntil(ch, "R"); err != nil {
 		return nil, err
 	}
@@ -493,8 +566,19 @@ func (b *bench) leanEcho(ctx context.Context, gw *gatewayProc, m echoMode) (lat 
 	}
 	key := make([]byte, 1)
 	defer b.neighbourRate("lean", count)()
-	return echoRunSettled(ctx, m.n, m.pause,
+	acks0, lost0 := l.acks, int64(0)
+	if fl != nil {
+		lost0 = fl.lost
+	}
+	lat, err = echoRunSettled(ctx, m.n, m.pause,
 		func(c byte) error { key[0] = c; return l.input(ch, key) },
 		func() (int, error) { return l.read(ch) },
 		l.idle)
+	if err == nil && b.leanStats != nil {
+		b.leanStats["acks: "+m.name] = append(b.leanStats["acks: "+m.name], l.acks-acks0)
+		if fl != nil {
+			b.leanStats["stream gap bytes: "+m.name] = append(b.leanStats["stream gap bytes: "+m.name], fl.lost-lost0)
+		}
+	}
+	return lat, err
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -71,35 +72,40 @@ func (f *fakeSocket) acks(t *testing.T) []uint32 {
 	return out
 }
 
-// A channel's consumed bytes are acknowledged once ackBytes are due, and the rest when the
-// client goes idle; output on a channel never bound is a protocol error.
+// The echo's channel (hold) is acknowledged once ackBytes are due and the rest when the client
+// goes idle; every other channel's output frame as soon as it is consumed. Output on a channel
+// never bound is a protocol error.
 func TestLeanAcks(t *testing.T) {
 	f := &fakeSocket{}
 	l := newLean(f)
 	l.ackBytes = 10
 	a, b := &leanChan{id: 1}, &leanChan{id: 2}
 	l.chans[1], l.chans[2] = a, b
+	l.hold = a
 	f.output(1, "123456")
 	f.output(2, "xy")
+	f.output(2, "z")
 	f.output(1, "7890ab")
-	for range 3 {
+	f.output(1, "c")
+	for range 5 {
 		if _, _, err := l.step(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := f.acks(t); len(got) != 1 || got[0] != 1<<24|12 {
-		t.Fatalf("acks after 12 bytes on channel 1 with ackBytes 10: %x, want one of 12 on channel 1", got)
+	want := []uint32{2<<24 | 2, 2<<24 | 1, 1<<24 | 12}
+	if got := f.acks(t); !slices.Equal(got, want) {
+		t.Fatalf("acks: %x, want %x (each frame of channel 2 at once, channel 1 at ackBytes 10)", got, want)
 	}
-	if a.recv != 12 || a.unacked != 0 || b.recv != 2 || b.unacked != 2 {
-		t.Fatalf("accounting: a %+v, b %+v", a, b)
+	if a.recv != 13 || a.unacked != 1 || b.recv != 3 || b.unacked != 0 || l.acks != 3 {
+		t.Fatalf("accounting: a %+v, b %+v, %d acks", a, b, l.acks)
 	}
 	if err := l.idle(); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.acks(t); len(got) != 2 || got[1] != 2<<24|2 {
-		t.Fatalf("acks after idle: %x, want channel 2's 2 bytes", got)
+	if got := f.acks(t); len(got) != 4 || got[3] != 1<<24|1 || l.acks != 4 {
+		t.Fatalf("acks after idle: %x (%d counted), want channel 1's last byte", got, l.acks)
 	}
-	if err := l.idle(); err != nil || len(f.acks(t)) != 2 {
+	if err := l.idle(); err != nil || len(f.acks(t)) != 4 {
 		t.Fatalf("a second idle acknowledged again (%v): %x", err, f.acks(t))
 	}
 	f.output(7, "z")
@@ -139,6 +145,13 @@ func TestLeanReadAndNotifications(t *testing.T) {
 	f.text(`{"jsonrpc":"2.0","method":"session.closed","params":{"channel":1,"session":"s","reason":"exited"}}`)
 	if _, err := l.read(cat); err == nil || !cat.exited {
 		t.Fatalf("read of a channel closed without a kill: %v (exited %v)", err, cat.exited)
+	}
+	// A gap in the echo (hold's channel) fails the client.
+	echo := &leanChan{id: 3}
+	l.chans[3], l.hold = echo, echo
+	f.text(`{"jsonrpc":"2.0","method":"session.gap","params":{"channel":3,"lost":5}}`)
+	if _, _, err := l.step(); err == nil || !strings.Contains(err.Error(), "gap") || echo.lost != 5 {
+		t.Fatalf("a gap in the echo: %v (lost %d)", err, echo.lost)
 	}
 }
 
@@ -195,17 +208,31 @@ func TestLeanEchoAgainstMux(t *testing.T) {
 	reg := session.NewRegistry(session.Options{Shell: "/bin/sh", KillGrace: 100 * time.Millisecond}, nil)
 	up := websocket.Upgrader{Subprotocols: []string{proto.Subprotocol}}
 	sctx, cancel := context.WithCancelCause(context.Background())
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex // guards closing, and orders wg.Add before the cleanup's wg.Wait
+		closing bool       // the cleanup has begun: no more connections
+	)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if closing {
+			mu.Unlock()
+			http.Error(w, "closing", http.StatusServiceUnavailable)
+			return
+		}
+		wg.Add(1)
+		mu.Unlock()
+		defer wg.Done()
 		ws, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
 		}
-		wg.Add(1)
-		defer wg.Done()
 		_ = mux.Serve(sctx, ws, mux.ServerOptions{Registry: reg, Principal: "p", AllowCmd: func([]string) bool { return true }})
 	}))
 	t.Cleanup(func() {
+		mu.Lock()
+		closing = true
+		mu.Unlock()
 		cancel(mux.ErrShutdown)
 		wg.Wait()
 		hs.Close()
@@ -236,7 +263,8 @@ func TestLeanEchoAgainstMux(t *testing.T) {
 			t.Fatalf("%s: %d sessions left after the lean client's kill", m.name, n)
 		}
 	}
-	// A cancelled context unblocks a read and fails the run.
+	// A cancelled context unblocks a read and fails the run; kill then kills the sessions over a
+	// fresh connection, so that the stream does not go on in the gateway.
 	cctx, cc := context.WithCancel(ctx)
 	l, err := dialLean(cctx, gw.URL(), "")
 	if err != nil {
@@ -273,7 +301,16 @@ func TestLeanEchoAgainstMux(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a read did not return within 10 s of its context's end")
 	}
-	if err := l.kill(); err == nil {
-		t.Fatal("kill after the context ended succeeded")
+	if len(reg.List("p")) != 2 {
+		t.Fatalf("%d sessions before the kill, want the stream and cat", len(reg.List("p")))
+	}
+	if err := l.kill(); err != nil {
+		t.Fatalf("kill after the context ended: %v", err)
+	}
+	if n := len(reg.List("p")); n != 0 {
+		t.Fatalf("%d sessions left after a cancelled client's kill", n)
+	}
+	if !fl.closed || !ch.closed {
+		t.Fatalf("the channels are not marked closed after the kill: stream %v, cat %v", fl.closed, ch.closed)
 	}
 }

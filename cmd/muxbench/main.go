@@ -81,7 +81,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.EchoN, "echo-n", 5000, "keystrokes per repetition, back to back and under load")
 	fs.IntVar(&c.EchoIdleN, "echo-idle-n", 300, "keystrokes per repetition from idle")
 	fs.DurationVar(&c.IdlePause, "idle-pause", 20*time.Millisecond, "pause before each keystroke from idle")
-	fs.BoolVar(&c.EchoLean, "echo-lean", true, "also time the echo through muxbench's lean protocol client, which reads the socket in the measuring goroutine (rows \"echo (lean client)\")")
+	fs.BoolVar(&c.EchoLean, "echo-lean", false, "a diagnostic: also time the echo through muxbench's lean protocol client, which reads the socket in the measuring goroutine (rows \"echo (lean client)\")")
 	fs.IntVar(&c.ConnectN, "connect-n", 50, "connect samples per repetition")
 	fs.IntVar(&c.ScaleSessions, "sessions", 1000, "sessions held on one socket")
 	fs.IntVar(&c.KillN, "kill-n", 50, "kills per repetition of the plain and escapee shells")
@@ -210,6 +210,10 @@ type bench struct {
 	// neighbour, while runEcho runs: the streaming neighbour's MiB/s during each repetition's
 	// keystrokes, by client (raw, pass, mux, lean).
 	neighbour map[string][]float64
+	// leanStats, while runEcho runs: per repetition, the lean client's ack frames during the
+	// keystrokes ("acks: MODE") and the bytes its streaming neighbour's session.gap reported
+	// skipped ("stream gap bytes: MODE").
+	leanStats map[string][]int64
 }
 
 func (b *bench) tag() string { return b.tagKey + "=" + b.tagVal }
