@@ -175,7 +175,7 @@ func (r *readPoller) settle(s *Session, read int, full, paused, closing, echoHel
 // the others wait for. s.mu is held (taken before r.mu).
 func (r *readPoller) dropShare(s *Session) {
 	r.mu.Lock()
-	s.inTurn.Store(false) // parked, not in a turn
+	s.inTurn.Store(false) // light now: the flag matters only to a master with a share
 	delete(r.shares, s)
 	r.mu.Unlock()
 }

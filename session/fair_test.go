@@ -273,3 +273,41 @@ func TestFairShareIdleIsEmptyAndOutOfTurn(t *testing.T) {
 		t.Error("a master with output to read was taken for idle")
 	}
 }
+
+// A worker's turn marks its master in a turn from the claim to the fair share's count, so the
+// fair share cannot take a master that a worker drained and still ingests for idle. The turn is
+// stopped before its ingest: the master is marked, and dropIdleLocked keeps it although its PTY
+// is empty and its last turn an hour old; once the turn is counted the mark is gone.
+func TestFairShareTurnIsMarked(t *testing.T) {
+	t.Parallel()
+	o, rp, _ := ownPollers(testOptions())
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	o.testHookBeforeIngest = func([]byte) {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	}
+	s := spawnT(t, o, "/bin/sh", "-c", "printf X; exec sleep 1000")
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("no turn read the session's output within 10s")
+	}
+	inTurn := s.inTurn.Load()
+	rp.mu.Lock()
+	rp.shares[s] = &share{last: time.Now().Add(-time.Hour)}
+	dropped := rp.dropIdleLocked(time.Now(), 1<<62)
+	delete(rp.shares, s)
+	rp.mu.Unlock()
+	close(release)
+	if !inTurn {
+		t.Error("a worker's turn did not mark its master")
+	}
+	if dropped {
+		t.Error("a master in a worker's turn was taken for idle")
+	}
+	testutil.WaitFor(t, 10*time.Second, "the turn counted", func() bool { return !s.inTurn.Load() })
+}

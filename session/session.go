@@ -101,8 +101,10 @@ type Session struct {
 	// read a batch since; it is not held again before it has (echofirst.go).
 	released atomic.Bool
 	// inTurn: a readers worker has claimed its master for a turn that the fair share has not
-	// counted yet (readReady sets it, readPoller.settle clears it before the re-arm); the fair
-	// share never takes a master in a turn for idle (fair.go).
+	// counted yet (readReady sets it; readPoller.settle clears it before the re-arm, dropShare
+	// when the master is parked for an echo); the fair share never takes a master in a turn
+	// for idle (fair.go). It stays set after a turn that ends the reading or stops it for a
+	// handover, which is harmless: the master then has no share.
 	inTurn atomic.Bool
 
 	// mu guards the fields below. Registry.mu is taken before mu, never after.
