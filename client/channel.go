@@ -426,11 +426,19 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 		ch.mu.Unlock()
 		return 0, err
 	}
-	seg := &ch.segs[0]
-	n := copy(p, seg.data)
-	current := seg.epoch == ch.epoch
-	seg.data = seg.data[n:]
-	if len(seg.data) == 0 {
+	// As much as p takes of the data at the head, across segments of one binding (epoch), up to
+	// the next gap: what one segment held before segments were a frame's size each.
+	epoch := ch.segs[0].epoch
+	current := epoch == ch.epoch
+	n := 0
+	for n < len(p) && len(ch.segs) > 0 && ch.segs[0].gap == 0 && ch.segs[0].epoch == epoch {
+		seg := &ch.segs[0]
+		m := copy(p[n:], seg.data)
+		n += m
+		seg.data = seg.data[m:]
+		if len(seg.data) > 0 {
+			break // p is full
+		}
 		seg.drop()
 		ch.segs = ch.segs[1:]
 	}
