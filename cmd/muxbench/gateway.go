@@ -252,6 +252,26 @@ func (g *gatewayProc) stopProfile() {
 
 // benchDialer is the WebSocket dialer for the gateway and the pass-through: loopback only,
 // with read buffers large enough for whole 32 KiB output frames.
+// dialRaw opens a muxterm.v1 socket to url with token (none if empty) for muxbench's own
+// protocol clients (the probe, the lean client), and checks the gateway chose the subprotocol.
+func dialRaw(ctx context.Context, url, token string) (*websocket.Conn, error) {
+	d := benchDialer()
+	d.Subprotocols = []string{proto.Subprotocol}
+	h := http.Header{}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	ws, _, err := d.DialContext(ctx, url, h)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", url, err)
+	}
+	if ws.Subprotocol() != proto.Subprotocol {
+		ws.Close()
+		return nil, fmt.Errorf("dial %s: the gateway chose subprotocol %q", url, ws.Subprotocol())
+	}
+	return ws, nil
+}
+
 func benchDialer() *websocket.Dialer {
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	return &websocket.Dialer{

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -86,19 +85,9 @@ type leanReply struct {
 // closes the socket's net.Conn, which ends every blocked read and write (a deadline set on the
 // net.Conn would not bound writes: gorilla sets the write deadline again on every data write).
 func dialLean(ctx context.Context, url, token string) (*leanClient, error) {
-	d := benchDialer()
-	d.Subprotocols = []string{proto.Subprotocol}
-	h := http.Header{}
-	if token != "" {
-		h.Set("Authorization", "Bearer "+token)
-	}
-	ws, _, err := d.DialContext(ctx, url, h)
+	ws, err := dialRaw(ctx, url, token)
 	if err != nil {
-		return nil, fmt.Errorf("lean client: dial %s: %w", url, err)
-	}
-	if ws.Subprotocol() != proto.Subprotocol {
-		ws.Close()
-		return nil, fmt.Errorf("lean client: the gateway chose subprotocol %q", ws.Subprotocol())
+		return nil, fmt.Errorf("lean client: %w", err)
 	}
 	l := newLean(ws)
 	l.url, l.token, l.ctx = url, token, ctx

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,11 +39,9 @@ type probeResponse struct {
 }
 
 func dialProbe(ctx context.Context, g *gatewayProc) (*probe, error) {
-	d := benchDialer()
-	d.Subprotocols = []string{proto.Subprotocol}
-	ws, _, err := d.DialContext(ctx, g.URL(), http.Header{"Authorization": {"Bearer " + g.token}})
+	ws, err := dialRaw(ctx, g.URL(), g.token)
 	if err != nil {
-		return nil, fmt.Errorf("probe dial %s: %w", g.Addr, err)
+		return nil, fmt.Errorf("probe: %w", err)
 	}
 	p := &probe{ws: ws, pending: map[string]chan probeResponse{}, counts: map[uint32]*atomic.Int64{},
 		first: map[uint32]chan struct{}{}, done: make(chan struct{})}
