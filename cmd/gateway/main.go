@@ -57,6 +57,11 @@ func main() {
 	// tests that call run must keep their own children's exit statuses). An image started by
 	// an upgrade does it in run, once the sessions it adopted have registered their children,
 	// so that the orphan reaper never takes an adopted child's exit status.
+	if inheritedFD < 0 && inheritedErr == nil {
+		if err := closeOnExecInherited(); err != nil { // cloexec.go
+			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
+		}
+	}
 	if inheritedFD < 0 {
 		if err := session.AdoptOrphans(slog.Default()); err != nil {
 			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
