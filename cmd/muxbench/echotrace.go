@@ -281,6 +281,9 @@ func (b *bench) runEchotrace(ctx context.Context) (err error) {
 	if err := tfs.write("tracing_on", "1", false); err != nil {
 		return err
 	}
+	if b.tracingOn != nil {
+		b.tracingOn()
+	}
 	key := []byte{'a'}
 	buf := make([]byte, 64)
 	passKey := func() error {

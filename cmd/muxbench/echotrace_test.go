@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -148,9 +150,23 @@ func TestEchotraceRefuses(t *testing.T) {
 	}
 }
 
-// setup changes the events, record-tgid and the buffer size, and restore puts back what it
-// found (on a directory of plain files standing in for tracefs).
-func TestEchotraceSetupRestores(t *testing.T) {
+// testGatewayBin is $MUXTERM_BIN, or the gateway built into a temporary directory.
+func testGatewayBin(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("MUXTERM_BIN"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(t.TempDir(), "gateway")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/muxterm/muxterm/cmd/gateway").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build the gateway: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// fakeTracefs is a directory of plain files standing in for tracefs, with tracing off.
+func fakeTracefs(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{"tracing_on": "0\n", "set_event": "sched:sched_wakeup\n", "options/record-tgid": "0\n",
 		"buffer_size_kb": "7 (expanded: 1408)\n", "trace": "old lines\n"}
@@ -162,23 +178,64 @@ func TestEchotraceSetupRestores(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tfs, err := openTracefs([]string{dir})
+	return dir
+}
+
+// checkFiles compares files under dir with want.
+func checkFiles(t *testing.T, when, dir string, want map[string]string) {
+	t.Helper()
+	for name, w := range want {
+		if got, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(got) != w {
+			t.Errorf("%s: %s = %q, %v; want %q", when, name, got, err, w)
+		}
+	}
+}
+
+// restored is what fakeTracefs holds once restored.
+var restored = map[string]string{"set_event": "sched:sched_wakeup\n", "options/record-tgid": "0",
+	"buffer_size_kb": "7", "trace": "", "tracing_on": "0"}
+
+// A run cancelled while tracing puts tracefs back as it found it (a fake tracefs: no root
+// needed), and leaves no process behind.
+func TestEchotraceRestoresOnCancel(t *testing.T) {
+	dir := fakeTracefs(t)
+	cfg, err := parseFlags([]string{"-only", "echotrace", "-echo-idle-n", "1000", "-gateway", testGatewayBin(t), "-json", ""})
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(when string, want map[string]string) {
-		t.Helper()
-		for name, w := range want {
-			if got, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(got) != w {
-				t.Errorf("%s: %s = %q, %v; want %q", when, name, got, err, w)
-			}
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	on := false
+	b := &bench{cfg: cfg, tagKey: "MUXBENCH_TEST", tagVal: fmt.Sprintf("echotrace-%d", os.Getpid()), log: io.Discard,
+		report: &Report{Details: map[string]any{}}, tracefsRoots: []string{dir},
+		tracingOn: func() {
+			on = true
+			checkFiles(t, "while tracing", dir, map[string]string{"tracing_on": "1", "options/record-tgid": "1", "trace": ""})
+			cancel()
+		}}
+	err = b.runEchotrace(ctx)
+	if cerr := b.cleanup(); cerr != nil {
+		t.Errorf("cleanup: %v", cerr)
+	}
+	if !on || !errors.Is(err, context.Canceled) {
+		t.Fatalf("tracing on: %v; the run returned %v, want context.Canceled", on, err)
+	}
+	checkFiles(t, "after the cancelled run", dir, restored)
+}
+
+// setup changes the events, record-tgid and the buffer size, and restore puts back what it
+// found (on a directory of plain files standing in for tracefs).
+func TestEchotraceSetupRestores(t *testing.T) {
+	dir := fakeTracefs(t)
+	tfs, err := openTracefs([]string{dir})
+	if err != nil {
+		t.Fatal(err)
 	}
 	restore, err := tfs.setup(echotraceEvents, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check("after setup", map[string]string{"set_event": strings.Join(echotraceEvents, "\n") + "\n",
+	checkFiles(t, "after setup", dir, map[string]string{"set_event": strings.Join(echotraceEvents, "\n") + "\n",
 		"options/record-tgid": "1", "buffer_size_kb": "4096", "trace": "", "tracing_on": "0\n"})
 	if err := tfs.write("tracing_on", "1", false); err != nil {
 		t.Fatal(err)
@@ -186,8 +243,7 @@ func TestEchotraceSetupRestores(t *testing.T) {
 	if err := restore(); err != nil {
 		t.Fatal(err)
 	}
-	check("after restore", map[string]string{"set_event": "sched:sched_wakeup\n", "options/record-tgid": "0",
-		"buffer_size_kb": "7", "trace": "", "tracing_on": "0"})
+	checkFiles(t, "after restore", dir, restored)
 }
 
 // One real run of the section, tiny: it needs root and tracefs (CI has both) and skips without.
@@ -196,14 +252,7 @@ func TestEchotraceRun(t *testing.T) {
 	if _, err := openTracefs(defaultTracefsRoots); err != nil {
 		t.Skipf("no tracefs to trace with: %v", err)
 	}
-	bin := os.Getenv("MUXTERM_BIN")
-	if bin == "" {
-		bin = filepath.Join(t.TempDir(), "gateway")
-		out, err := exec.Command("go", "build", "-o", bin, "github.com/muxterm/muxterm/cmd/gateway").CombinedOutput()
-		if err != nil {
-			t.Fatalf("build the gateway: %v\n%s", err, out)
-		}
-	}
+	bin := testGatewayBin(t)
 	dir := t.TempDir()
 	cfg, err := parseFlags([]string{"-only", "echotrace", "-echo-idle-n", "20", "-echo-n", "20", "-idle-pause", "5ms",
 		"-gateway", bin, "-json", filepath.Join(dir, "r.json"), "-echotrace-out", filepath.Join(dir, "trace.txt")})

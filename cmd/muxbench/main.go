@@ -221,6 +221,8 @@ type bench struct {
 	leanStats map[string][]int64
 	// tracefsRoots, if not nil, replaces defaultTracefsRoots for the echotrace section (tests).
 	tracefsRoots []string
+	// tracingOn, if not nil, is called by the echotrace section once tracing is on (tests).
+	tracingOn func()
 }
 
 func (b *bench) tag() string { return b.tagKey + "=" + b.tagVal }
