@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -189,6 +190,10 @@ func pause(ctx context.Context, d time.Duration) error {
 
 // runEchotrace is the echotrace section.
 func (b *bench) runEchotrace(ctx context.Context) (err error) {
+	if runtime.GOARCH != "amd64" {
+		// The trace names system calls by number: read is 0 and write 1 on x86-64 only.
+		return fmt.Errorf("echotrace reads x86-64 system call numbers; this is %s", runtime.GOARCH)
+	}
 	roots := b.tracefsRoots
 	if roots == nil {
 		roots = defaultTracefsRoots

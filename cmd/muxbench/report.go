@@ -108,8 +108,12 @@ func writeJSON(path string, r *Report) error {
 
 // writeMarkdown renders the report as Markdown tables.
 func writeMarkdown(w io.Writer, r *Report) {
-	fmt.Fprintf(w, "muxbench, %s — %d × %s, Linux %s, %s; %d interleaved repetitions%s; %.0f s\n\n",
-		r.Date, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel, r.Machine.Go, r.Config.Reps,
+	reps := fmt.Sprintf("%d interleaved repetitions", r.Config.Reps)
+	if len(r.Config.Only) > 0 && !slices.ContainsFunc(r.Config.Only, func(s string) bool { return s != "echotrace" }) {
+		reps = "one traced run of each mode" // -reps does not apply to echotrace
+	}
+	fmt.Fprintf(w, "muxbench, %s — %d × %s, Linux %s, %s; %s%s; %.0f s\n\n",
+		r.Date, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel, r.Machine.Go, reps,
 		map[bool]string{true: " (-short)", false: ""}[r.Config.Short], r.Seconds)
 	fmt.Fprintf(w, "Gateway %s (sha256 %.12s…), run with --listen 127.0.0.1:0 --allow-cmd '*' --max-sessions/--max-channels as needed %s.\n\n",
 		r.Gateway, r.GatewaySHA256, r.GatewayArgs)
