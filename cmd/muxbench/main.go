@@ -58,6 +58,7 @@ type config struct {
 	GatewayArgs   []string      `json:"gateway_args,omitempty"` // extra flags for every gateway
 	Variants      []string      `json:"variants,omitempty"`     // -variant: compare these gateways (compare.go)
 	TraceGateway  string        `json:"trace_gateway,omitempty"`
+	EchotraceOut  string        `json:"echotrace_out,omitempty"` // -only echotrace: save the raw ftrace text here
 
 	UpgradeSessions int `json:"upgrade_sessions"` // sessions held across each upgrade in place (upgrade.go)
 }
@@ -67,7 +68,10 @@ type config struct {
 const sectionTimeout = 30 * time.Minute
 
 // sectionNames in run order.
-var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume", "upgrade", "cluster"}
+var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume", "upgrade", "cluster", "echotrace"}
+
+// namedOnlySections run only when -only names them: never in the default or -short runs.
+var namedOnlySections = []string{"echotrace"}
 
 func parseFlags(args []string) (config, error) {
 	var c config
@@ -103,6 +107,7 @@ func parseFlags(args []string) (config, error) {
 		return nil
 	})
 	fs.StringVar(&c.TraceGateway, "trace-gateway", "", "with -variant: save a 2 s execution trace of each variant's gateway during echo into PREFIX.<variant>.<mode>.trace")
+	fs.StringVar(&c.EchotraceOut, "echotrace-out", "", "with -only echotrace: also save the raw ftrace text into PATH")
 	fs.StringVar(&c.CPUProfile, "cpuprofile-gateway", "", "profile the main gateway's CPU into PATH.1, PATH.2, … (5 s each, through its --pprof-listen; perf record into PATH for a binary without it)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -214,6 +219,10 @@ type bench struct {
 	// keystrokes ("acks: MODE") and the bytes its streaming neighbour's session.gap reported
 	// skipped ("stream gap bytes: MODE").
 	leanStats map[string][]int64
+	// tracefsRoots, if not nil, replaces defaultTracefsRoots for the echotrace section (tests).
+	tracefsRoots []string
+	// tracingOn, if not nil, is called by the echotrace section once tracing is on (tests).
+	tracingOn func()
 }
 
 func (b *bench) tag() string { return b.tagKey + "=" + b.tagVal }
@@ -268,7 +277,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) 
 	}()
 
 	for _, name := range sectionNames {
-		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, name) {
+		if !runsSection(cfg, name) {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -318,6 +327,15 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) 
 	return nil
 }
 
+// runsSection reports whether a run of cfg runs section name: every section but those of
+// namedOnlySections without -only, else those -only names.
+func runsSection(cfg config, name string) bool {
+	if len(cfg.Only) == 0 {
+		return !slices.Contains(namedOnlySections, name)
+	}
+	return slices.Contains(cfg.Only, name)
+}
+
 func (b *bench) section(ctx context.Context, name string) error {
 	switch name {
 	case "throughput":
@@ -340,6 +358,8 @@ func (b *bench) section(ctx context.Context, name string) error {
 		return b.runUpgrade(ctx) // upgrade.go
 	case "cluster":
 		return b.runCluster(ctx) // cluster.go
+	case "echotrace":
+		return b.runEchotrace(ctx) // echotrace.go
 	}
 	return fmt.Errorf("unknown section %q", name)
 }
@@ -462,6 +482,12 @@ func (b *bench) addRow(r Row) {
 	ratio := ""
 	if r.RatioRaw != nil {
 		ratio = " ratio " + fmtStat(r.RatioRaw, "×")
+	}
+	if r.Mux == nil && r.Pass != nil {
+		ratio += " pass-through " + fmtStat(r.Pass, r.Unit)
+	}
+	if r.Lean != nil {
+		ratio += " lean client " + fmtStat(r.Lean, r.Unit)
 	}
 	b.logf("   %s / %s: %s%s%s", r.Section, r.Name, fmtStat(r.Mux, r.Unit), ratio, verdict)
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 )
 
@@ -50,8 +51,9 @@ type Row struct {
 	Mux       *Stat   `json:"muxterm"`
 	Raw       *Stat   `json:"raw,omitempty"`
 	Pass      *Stat   `json:"passthrough,omitempty"`
-	RatioRaw  *Stat   `json:"ratio_raw,omitempty"`  // per-repetition muxterm/raw
-	RatioPass *Stat   `json:"ratio_pass,omitempty"` // per-repetition muxterm/pass-through
+	RatioRaw  *Stat   `json:"ratio_raw,omitempty"`   // per-repetition muxterm/raw
+	RatioPass *Stat   `json:"ratio_pass,omitempty"`  // per-repetition muxterm/pass-through
+	Lean      *Stat   `json:"lean_client,omitempty"` // the gateway through the lean client (echotrace)
 	Target    *Target `json:"target,omitempty"`
 	Met       *bool   `json:"met,omitempty"`
 	Note      string  `json:"note,omitempty"`
@@ -106,16 +108,27 @@ func writeJSON(path string, r *Report) error {
 
 // writeMarkdown renders the report as Markdown tables.
 func writeMarkdown(w io.Writer, r *Report) {
-	fmt.Fprintf(w, "muxbench, %s — %d × %s, Linux %s, %s; %d interleaved repetitions%s; %.0f s\n\n",
-		r.Date, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel, r.Machine.Go, r.Config.Reps,
+	reps := fmt.Sprintf("%d interleaved repetitions", r.Config.Reps)
+	if len(r.Config.Only) > 0 && !slices.ContainsFunc(r.Config.Only, func(s string) bool { return s != "echotrace" }) {
+		reps = "one traced run of each mode" // -reps does not apply to echotrace
+	}
+	fmt.Fprintf(w, "muxbench, %s — %d × %s, Linux %s, %s; %s%s; %.0f s\n\n",
+		r.Date, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel, r.Machine.Go, reps,
 		map[bool]string{true: " (-short)", false: ""}[r.Config.Short], r.Seconds)
 	fmt.Fprintf(w, "Gateway %s (sha256 %.12s…), run with --listen 127.0.0.1:0 --allow-cmd '*' --max-sessions/--max-channels as needed %s.\n\n",
 		r.Gateway, r.GatewaySHA256, r.GatewayArgs)
 	fmt.Fprintln(w, "Values are the median over repetitions with the range (min–max) in brackets; ratios are")
 	fmt.Fprintln(w, "per-repetition muxterm/baseline. Latency quantiles are per repetition, then summarised.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| measurement | muxterm | raw PTY | pass-through | muxterm/raw | muxterm/pass | target | met |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+	// The lean client's column only when a row has one (the echotrace section's).
+	lean := slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Lean != nil })
+	if lean {
+		fmt.Fprintln(w, "| measurement | muxterm | raw PTY | pass-through | muxterm/raw | muxterm/pass | target | met | muxterm, lean client |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	} else {
+		fmt.Fprintln(w, "| measurement | muxterm | raw PTY | pass-through | muxterm/raw | muxterm/pass | target | met |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+	}
 	section := ""
 	for _, row := range r.Rows {
 		name := row.Name
@@ -135,9 +148,13 @@ func writeMarkdown(w io.Writer, r *Report) {
 				met = "**missed**"
 			}
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", name,
+		line := fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s |", name,
 			fmtStat(row.Mux, row.Unit), fmtStat(row.Raw, row.Unit), fmtStat(row.Pass, row.Unit),
 			fmtStat(row.RatioRaw, "×"), fmtStat(row.RatioPass, "×"), target, met)
+		if lean {
+			line += " " + fmtStat(row.Lean, row.Unit) + " |"
+		}
+		fmt.Fprintln(w, line)
 	}
 	notes := false
 	for _, row := range r.Rows {
