@@ -57,7 +57,7 @@ func main() {
 	// tests that call run must keep their own children's exit statuses). An image started by
 	// an upgrade does it in run, once the sessions it adopted have registered their children,
 	// so that the orphan reaper never takes an adopted child's exit status.
-	if inheritedFD < 0 && inheritedErr == nil {
+	if inheritedFD < 0 && inheritedErr == nil && keepInherited == "" {
 		if err := closeOnExecInherited(); err != nil { // cloexec.go
 			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
 		}
@@ -269,6 +269,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if ho != nil {
 		holdForTest(log) // upgrade_adopt.go; nothing unless built for that test
 		adoptHandover(ho, reg, log)
+		// What is still inheritable now was not handed over to be adopted: what an image older
+		// than cloexec.go inherited from its launcher and passed on unmarked. Nothing has been
+		// spawned yet (the gate holds every WebSocket).
+		if err := closeOnExecInherited(); err != nil { // cloexec.go
+			log.Warn("inherited descriptors", "err", err)
+		}
 		// Only now: every adopted child is registered as ours (see main).
 		if err := session.AdoptOrphans(log); err != nil {
 			log.Warn("child subreaper", "err", err)
