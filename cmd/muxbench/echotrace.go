@@ -335,32 +335,6 @@ func (b *bench) runEchotrace(parent context.Context) (err error) {
 	}
 	defer guard(ctx, c, ch)()
 
-	who := traceWho{me: os.Getpid(), pass: pt.cmd.Process.Pid, gw: gw.Pid, cats: map[int]bool{}}
-	for _, pid := range taggedProcs(b.tag()) {
-		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "cat" {
-			who.cats[pid] = true
-		}
-	}
-	if len(who.cats) != 3 {
-		return fmt.Errorf("echotrace: found %d cat processes of this run, want 3 (pass-through, lean client, Go client)", len(who.cats))
-	}
-	mk, err := openMarker()
-	if err != nil {
-		return err
-	}
-	defer mk.f.Close()
-
-	bufKB := echotraceBufferKB(runtime.NumCPU())
-	if err := tfs.setup(echotraceEvents, bufKB); err != nil {
-		return err
-	}
-	b.logf("   tracing in %s (%d KiB per CPU): muxbench %d, pass-through %d, gateway %d, cats %v", tfs.dir, bufKB, who.me, who.pass, who.gw, slices.Sorted(maps.Keys(who.cats)))
-	if err := tfs.write("tracing_on", "1", false); err != nil {
-		return err
-	}
-	if b.tracingOn != nil {
-		b.tracingOn()
-	}
 	key := []byte{'a'}
 	buf := make([]byte, 64)
 	passKey := func() error {
@@ -394,6 +368,42 @@ func (b *bench) runEchotrace(parent context.Context) (err error) {
 			return fmt.Errorf("echo through the Go client: %w", err)
 		}
 		return nil
+	}
+	// One keystroke through each client before tracing: its echo means that the shell has become
+	// cat (it prints R before the exec), so that the cats can be found by name.
+	for _, first := range []func() error{passKey, leanKey, goKey} {
+		if err := first(); err != nil {
+			return fmt.Errorf("echotrace: the keystroke before tracing: %w", err)
+		}
+	}
+	if err := l.idle(); err != nil {
+		return err
+	}
+	who := traceWho{me: os.Getpid(), pass: pt.cmd.Process.Pid, gw: gw.Pid, cats: map[int]bool{}}
+	for _, pid := range taggedProcs(b.tag()) {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "cat" {
+			who.cats[pid] = true
+		}
+	}
+	if len(who.cats) != 3 {
+		return fmt.Errorf("echotrace: found %d cat processes of this run, want 3 (pass-through, lean client, Go client)", len(who.cats))
+	}
+	mk, err := openMarker()
+	if err != nil {
+		return err
+	}
+	defer mk.f.Close()
+
+	bufKB := echotraceBufferKB(runtime.NumCPU())
+	if err := tfs.setup(echotraceEvents, bufKB); err != nil {
+		return err
+	}
+	b.logf("   tracing in %s (%d KiB per CPU): muxbench %d, pass-through %d, gateway %d, cats %v", tfs.dir, bufKB, who.me, who.pass, who.gw, slices.Sorted(maps.Keys(who.cats)))
+	if err := tfs.write("tracing_on", "1", false); err != nil {
+		return err
+	}
+	if b.tracingOn != nil {
+		b.tracingOn()
 	}
 	keyTimeout := b.echoKeyTimeout
 	if keyTimeout == 0 {

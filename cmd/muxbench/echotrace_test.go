@@ -440,6 +440,30 @@ func TestEchotraceRemovesInstanceOnCancel(t *testing.T) {
 	checkFiles(t, "after the cancelled run (global)", dir, fakeGlobal)
 }
 
+// A panic in the section's goroutine while tracing still removes the instance.
+func TestEchotraceRemovesInstanceOnPanic(t *testing.T) {
+	dir, ops := fakeTracefs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b := fakeTracefsBench(t, dir, ops, "-echo-idle-n", "5")
+	b.tracingOn = func() { panic("boom") }
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v, want the hook's panic", r)
+			}
+		}()
+		_ = b.runEchotrace(ctx)
+	}()
+	if cerr := b.cleanup(); cerr != nil {
+		t.Errorf("cleanup: %v", cerr)
+	}
+	if _, err := os.Stat(ownInstance(dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the instance outlived the panic: %v", err)
+	}
+	checkFiles(t, "after the panic (global)", dir, fakeGlobal)
+}
+
 // A keystroke whose echo does not come (the cats are stopped) ends the run after the
 // per-keystroke deadline, saying so, and removes the instance.
 func TestEchotraceKeystrokeDeadline(t *testing.T) {
