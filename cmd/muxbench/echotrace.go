@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -22,7 +24,8 @@ import (
 // the pass-through and the gateway, and back to back through the Go client and the lean client,
 // each keystroke between two marker writes (echotrace_parse.go); then it finds in each window
 // the syscalls the echo goes through and reports where the time went. It runs only when named
-// in -only, needs root and tracefs, and leaves tracefs as it found it.
+// in -only and needs root and tracefs. It traces in a tracefs instance of its own
+// (instances/muxbench-<pid>, removed when the section ends), never in the global buffer.
 
 // defaultTracefsRoots are where tracefs is looked for, in order.
 var defaultTracefsRoots = []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}
@@ -30,8 +33,24 @@ var defaultTracefsRoots = []string{"/sys/kernel/tracing", "/sys/kernel/debug/tra
 // echotraceEvents are the events traced.
 var echotraceEvents = []string{"sched:sched_switch", "sched:sched_waking", "raw_syscalls:sys_enter", "raw_syscalls:sys_exit"}
 
-// echotraceBufferKB is the ring buffer's size per CPU while tracing.
-const echotraceBufferKB = 65536
+// The instance's ring buffer: echotraceBufferTotalKB shared by the CPUs, at most
+// echotraceBufferMaxKB each.
+const (
+	echotraceBufferTotalKB = 256 << 10
+	echotraceBufferMaxKB   = 64 << 10
+)
+
+// echotraceBufferKB is the ring buffer's size per CPU for a machine of cpus CPUs.
+func echotraceBufferKB(cpus int) int {
+	return min(echotraceBufferTotalKB/max(cpus, 1), echotraceBufferMaxKB)
+}
+
+// echotraceKeyTimeout is how long a traced keystroke waits for its echo: a lost echo ends the
+// run then, not at the section's timeout with tracing still on.
+const echotraceKeyTimeout = 5 * time.Second
+
+// echotraceInstancePrefix names muxbench's tracefs instances: instances/muxbench-<pid>.
+const echotraceInstancePrefix = "muxbench-"
 
 // echotraceBlock is the back-to-back mode's block: that many keystrokes through one client,
 // then as many through the other; the first echotraceBlockWarm of each block are not counted.
@@ -40,48 +59,103 @@ const (
 	echotraceBlockWarm = 10
 )
 
-// tracefs is a writable tracefs mount that nobody else is tracing with.
-type tracefs struct{ root string }
+// tracefsOps makes and removes an instance directory; tests replace them to stand a directory
+// of plain files in for tracefs.
+type tracefsOps struct {
+	mkdir func(dir string) error // nil: os.Mkdir (tracefs fills the new instance)
+	rmdir func(dir string) error // nil: os.Remove (tracefs frees the instance and its buffer)
+}
 
-// openTracefs returns the first of roots that is a writable tracefs, and refuses when tracing
-// is on there already (someone else is tracing: echotrace would clobber their trace).
-func openTracefs(roots []string) (*tracefs, error) {
+func (o tracefsOps) mk(dir string) error {
+	if o.mkdir != nil {
+		return o.mkdir(dir)
+	}
+	return os.Mkdir(dir, 0o700)
+}
+
+func (o tracefsOps) rm(dir string) error {
+	if o.rmdir != nil {
+		return o.rmdir(dir)
+	}
+	return os.Remove(dir)
+}
+
+// tracefs is this process's own instance of tracefs (instances/muxbench-<pid>), with its own
+// ring buffer, events, clock and options: the global trace and its settings are never touched,
+// so whoever else traces is not disturbed.
+type tracefs struct {
+	root string // the tracefs mount
+	dir  string // the instance: root/instances/muxbench-<pid>
+	ops  tracefsOps
+}
+
+// openTracefs makes this process's instance in the first of roots that is a tracefs with
+// writable instances, after removing the instances of muxbench processes no longer alive.
+// The caller removes it with close.
+func openTracefs(roots []string, ops tracefsOps) (*tracefs, error) {
 	var tried []string
 	for _, root := range roots {
-		f, err := os.OpenFile(filepath.Join(root, "tracing_on"), os.O_WRONLY, 0)
-		if err != nil {
+		inst := filepath.Join(root, "instances")
+		if _, err := os.Stat(filepath.Join(root, "tracing_on")); err != nil {
 			tried = append(tried, err.Error())
 			continue
 		}
-		_ = f.Close()
-		t := &tracefs{root: root}
-		on, err := t.read("tracing_on")
-		if err != nil {
-			return nil, err
+		if err := sweepTracefsInstances(inst, ops); err != nil {
+			tried = append(tried, err.Error())
+			continue
 		}
-		if on != "0" {
-			return nil, fmt.Errorf("echotrace: tracing is already on in %s (tracing_on = %s): someone else is tracing; not clobbering it", root, on)
+		dir := filepath.Join(inst, fmt.Sprintf("%s%d", echotraceInstancePrefix, os.Getpid()))
+		if err := ops.mk(dir); err != nil {
+			tried = append(tried, err.Error())
+			continue
 		}
-		return t, nil
+		return &tracefs{root: root, dir: dir, ops: ops}, nil
 	}
-	return nil, fmt.Errorf("echotrace needs root and a writable tracefs (mount -t tracefs nodev /sys/kernel/tracing): %s", strings.Join(tried, "; "))
+	return nil, fmt.Errorf("echotrace needs root and a tracefs with writable instances (mount -t tracefs nodev /sys/kernel/tracing): %s", strings.Join(tried, "; "))
 }
 
-func (t *tracefs) read(name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(t.root, name))
+// sweepTracefsInstances removes the instances muxbench processes that are no longer alive
+// left under inst (a process that died before it could: killed, or a crash).
+func sweepTracefsInstances(inst string, ops tracefsOps) error {
+	entries, err := os.ReadDir(inst)
 	if err != nil {
-		return "", fmt.Errorf("tracefs: %w", err)
+		return fmt.Errorf("tracefs: %w", err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	var errs []error
+	for _, e := range entries {
+		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), echotraceInstancePrefix))
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), echotraceInstancePrefix) || err != nil || pid <= 0 || processAlive(pid) {
+			continue
+		}
+		if err := ops.rm(filepath.Join(inst, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("tracefs: remove the stale instance %s: %w", e.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// write writes s to name, truncating (for set_event and trace: clearing) or appending.
+// processAlive reports whether a process pid exists (a zombie counts).
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// close removes the instance, and its ring buffer with it.
+func (t *tracefs) close() error {
+	if err := t.ops.rm(t.dir); err != nil {
+		return fmt.Errorf("tracefs: remove the instance %s: %w", t.dir, err)
+	}
+	return nil
+}
+
+// write writes s to the instance's file name, truncating (for set_event and trace: clearing)
+// or appending.
 func (t *tracefs) write(name, s string, appendTo bool) error {
 	flag := os.O_WRONLY | os.O_TRUNC
 	if appendTo {
 		flag = os.O_WRONLY | os.O_APPEND
 	}
-	f, err := os.OpenFile(filepath.Join(t.root, name), flag, 0)
+	f, err := os.OpenFile(filepath.Join(t.dir, name), flag, 0)
 	if err != nil {
 		return fmt.Errorf("tracefs: %w", err)
 	}
@@ -95,63 +169,52 @@ func (t *tracefs) write(name, s string, appendTo bool) error {
 	return nil
 }
 
-// setup enables events, the tgid in each line and a ring buffer of bufKB per CPU, and clears
-// the buffer; tracing stays off. restore (never nil, even on error) turns tracing off and puts
-// back the events, record-tgid and the buffer size it found, and clears the buffer.
-func (t *tracefs) setup(events []string, bufKB int) (restore func() error, err error) {
-	var undo []func() error
-	restore = func() error {
-		errs := []error{t.write("tracing_on", "0", false)}
-		for _, u := range slices.Backward(undo) {
-			errs = append(errs, u())
-		}
-		errs = append(errs, t.write("trace", "", false))
-		return errors.Join(errs...)
-	}
-	prevEvents, err := t.read("set_event")
-	if err != nil {
-		return restore, err
-	}
-	undo = append(undo, func() error {
-		if err := t.write("set_event", "", false); err != nil {
+// setup readies the instance, tracing off (a new instance traces at once): the mono clock
+// (one clock for every CPU, so that events of different CPUs are ordered), the tgid in each
+// line, a ring buffer of bufKB per CPU, the events, and an empty buffer.
+func (t *tracefs) setup(events []string, bufKB int) error {
+	for _, w := range []struct{ name, s string }{
+		{"tracing_on", "0"}, {"trace_clock", "mono"}, {"options/record-tgid", "1"},
+		{"buffer_size_kb", fmt.Sprint(bufKB)}, {"set_event", ""},
+	} {
+		if err := t.write(w.name, w.s, false); err != nil {
 			return err
 		}
-		for _, ev := range strings.Fields(prevEvents) {
-			if err := t.write("set_event", ev+"\n", true); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err := t.write("set_event", "", false); err != nil {
-		return restore, err
 	}
 	for _, ev := range events {
 		if err := t.write("set_event", ev+"\n", true); err != nil {
-			return restore, err
+			return err
 		}
 	}
-	prevTgid, err := t.read("options/record-tgid")
-	if err != nil {
-		return restore, err
+	return t.write("trace", "", false)
+}
+
+// overruns sums, over the instance's CPUs, the events the ring buffer lost: overwritten
+// before they were read ("overrun") or dropped ("dropped events").
+func (t *tracefs) overruns() (int64, error) {
+	stats, err := filepath.Glob(filepath.Join(t.dir, "per_cpu", "cpu*", "stats"))
+	if err != nil || len(stats) == 0 {
+		return 0, fmt.Errorf("tracefs: no per_cpu/cpu*/stats in %s (%v)", t.dir, err)
 	}
-	undo = append(undo, func() error { return t.write("options/record-tgid", prevTgid, false) })
-	if err := t.write("options/record-tgid", "1", false); err != nil {
-		return restore, err
+	var n int64
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, fmt.Errorf("tracefs: %w", err)
+		}
+		for line := range strings.Lines(string(b)) {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok || (k != "overrun" && k != "dropped events") {
+				continue
+			}
+			c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("tracefs: %s: %q: %w", path, line, err)
+			}
+			n += c
+		}
 	}
-	// "1408", or "7 (expanded: 1408)" before the buffer was first used, or "X" when the CPUs'
-	// sizes differ (then it is left as set here).
-	prevKB, err := t.read("buffer_size_kb")
-	if err != nil {
-		return restore, err
-	}
-	if f := strings.Fields(prevKB); len(f) > 0 && f[0] != "X" {
-		undo = append(undo, func() error { return t.write("buffer_size_kb", f[0], false) })
-	}
-	if err := t.write("buffer_size_kb", fmt.Sprint(bufKB), false); err != nil {
-		return restore, err
-	}
-	return restore, t.write("trace", "", false)
+	return n, nil
 }
 
 // marker writes markerBase+kind*1000+i%1000 bytes to /dev/null, which the trace shows as
@@ -189,7 +252,7 @@ func pause(ctx context.Context, d time.Duration) error {
 }
 
 // runEchotrace is the echotrace section.
-func (b *bench) runEchotrace(ctx context.Context) (err error) {
+func (b *bench) runEchotrace(parent context.Context) (err error) {
 	if runtime.GOARCH != "amd64" {
 		// The trace names system calls by number: read is 0 and write 1 on x86-64 only.
 		return fmt.Errorf("echotrace reads x86-64 system call numbers; this is %s", runtime.GOARCH)
@@ -198,11 +261,25 @@ func (b *bench) runEchotrace(ctx context.Context) (err error) {
 	if roots == nil {
 		roots = defaultTracefsRoots
 	}
-	tfs, err := openTracefs(roots)
+	tfs, err := openTracefs(roots, b.tracefsOps)
 	if err != nil {
 		return err
 	}
-	gw, pt, err := b.mainAndPassthrough(ctx)
+	// The instance goes however the section ends (an error, a cancel, a panic).
+	defer func() {
+		if cerr := tfs.close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("echotrace: %w", cerr))
+		}
+	}()
+	// A keystroke whose echo does not come in time cancels ctx with its cause (keystroke).
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	defer func() {
+		if err != nil && parent.Err() == nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+		}
+	}()
+	gw, pt, err := b.mainAndPassthrough(parent) // they outlive the section: not on ctx
 	if err != nil {
 		return err
 	}
@@ -258,37 +335,6 @@ func (b *bench) runEchotrace(ctx context.Context) (err error) {
 	}
 	defer guard(ctx, c, ch)()
 
-	who := traceWho{me: os.Getpid(), pass: pt.cmd.Process.Pid, gw: gw.Pid, cats: map[int]bool{}}
-	for _, pid := range taggedProcs(b.tag()) {
-		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "cat" {
-			who.cats[pid] = true
-		}
-	}
-	if len(who.cats) != 3 {
-		return fmt.Errorf("echotrace: found %d cat processes of this run, want 3 (pass-through, lean client, Go client)", len(who.cats))
-	}
-	mk, err := openMarker()
-	if err != nil {
-		return err
-	}
-	defer mk.f.Close()
-
-	restore, err := tfs.setup(echotraceEvents, echotraceBufferKB)
-	defer func() {
-		if rerr := restore(); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("echotrace: restore %s: %w", tfs.root, rerr))
-		}
-	}()
-	if err != nil {
-		return err
-	}
-	b.logf("   tracing in %s: muxbench %d, pass-through %d, gateway %d, cats %v", tfs.root, who.me, who.pass, who.gw, slices.Sorted(maps.Keys(who.cats)))
-	if err := tfs.write("tracing_on", "1", false); err != nil {
-		return err
-	}
-	if b.tracingOn != nil {
-		b.tracingOn()
-	}
 	key := []byte{'a'}
 	buf := make([]byte, 64)
 	passKey := func() error {
@@ -323,8 +369,52 @@ func (b *bench) runEchotrace(ctx context.Context) (err error) {
 		}
 		return nil
 	}
-	// keystroke: the markers around one keystroke of kind.
+	// One keystroke through each client before tracing: its echo means that the shell has become
+	// cat (it prints R before the exec), so that the cats can be found by name.
+	for _, first := range []func() error{passKey, leanKey, goKey} {
+		if err := first(); err != nil {
+			return fmt.Errorf("echotrace: the keystroke before tracing: %w", err)
+		}
+	}
+	if err := l.idle(); err != nil {
+		return err
+	}
+	who := traceWho{me: os.Getpid(), pass: pt.cmd.Process.Pid, gw: gw.Pid, cats: map[int]bool{}}
+	for _, pid := range taggedProcs(b.tag()) {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "cat" {
+			who.cats[pid] = true
+		}
+	}
+	if len(who.cats) != 3 {
+		return fmt.Errorf("echotrace: found %d cat processes of this run, want 3 (pass-through, lean client, Go client)", len(who.cats))
+	}
+	mk, err := openMarker()
+	if err != nil {
+		return err
+	}
+	defer mk.f.Close()
+
+	bufKB := echotraceBufferKB(runtime.NumCPU())
+	if err := tfs.setup(echotraceEvents, bufKB); err != nil {
+		return err
+	}
+	b.logf("   tracing in %s (%d KiB per CPU): muxbench %d, pass-through %d, gateway %d, cats %v", tfs.dir, bufKB, who.me, who.pass, who.gw, slices.Sorted(maps.Keys(who.cats)))
+	if err := tfs.write("tracing_on", "1", false); err != nil {
+		return err
+	}
+	if b.tracingOn != nil {
+		b.tracingOn()
+	}
+	keyTimeout := b.echoKeyTimeout
+	if keyTimeout == 0 {
+		keyTimeout = echotraceKeyTimeout
+	}
+	// keystroke: the markers around one keystroke of kind, which must echo within keyTimeout.
 	keystroke := func(kind, i int, key func() error) error {
+		late := time.AfterFunc(keyTimeout, func() {
+			cancel(fmt.Errorf("echotrace: keystroke %d through the %s: no echo within %v", i, echotraceKindName(kind), keyTimeout))
+		})
+		defer late.Stop()
 		if err := mk.mark(kind, i); err != nil {
 			return err
 		}
@@ -376,29 +466,34 @@ func (b *bench) runEchotrace(ctx context.Context) (err error) {
 	if err := tfs.write("tracing_on", "0", false); err != nil {
 		return err
 	}
+	overruns, err := tfs.overruns()
+	if err != nil {
+		return fmt.Errorf("echotrace: %w", err)
+	}
 	res, err := b.readEchotrace(tfs, who)
 	if err != nil {
 		return err
 	}
-	return b.echotraceRows(res)
+	return b.echotraceRows(res, overruns)
 }
 
 // readEchotrace reads the trace (copying it to -echotrace-out if set) and analyzes it; the
 // first echotraceBlockWarm keystrokes of each back-to-back block are not counted.
 func (b *bench) readEchotrace(tfs *tracefs, who traceWho) (echoTraceResult, error) {
-	f, err := os.Open(filepath.Join(tfs.root, "trace"))
+	var none echoTraceResult
+	f, err := os.Open(filepath.Join(tfs.dir, "trace"))
 	if err != nil {
-		return nil, fmt.Errorf("echotrace: %w", err)
+		return none, fmt.Errorf("echotrace: %w", err)
 	}
 	defer f.Close()
 	var r io.Reader = f
 	if b.cfg.EchotraceOut != "" {
 		if err := os.MkdirAll(filepath.Dir(b.cfg.EchotraceOut), 0o755); err != nil {
-			return nil, fmt.Errorf("echotrace: create %s: %w", b.cfg.EchotraceOut, err)
+			return none, fmt.Errorf("echotrace: create %s: %w", b.cfg.EchotraceOut, err)
 		}
 		out, err := os.Create(b.cfg.EchotraceOut)
 		if err != nil {
-			return nil, fmt.Errorf("echotrace: %w", err)
+			return none, fmt.Errorf("echotrace: %w", err)
 		}
 		defer out.Close()
 		r = io.TeeReader(f, out)
@@ -409,7 +504,7 @@ func (b *bench) readEchotrace(tfs *tracefs, who traceWho) (echoTraceResult, erro
 	}
 	res, err := analyzeEchoTrace(r, who, skip)
 	if err != nil {
-		return nil, fmt.Errorf("echotrace: %w", err)
+		return none, fmt.Errorf("echotrace: %w", err)
 	}
 	return res, nil
 }
@@ -417,17 +512,26 @@ func (b *bench) readEchotrace(tfs *tracefs, who traceWho) (echoTraceResult, erro
 // echotraceRows adds the section's rows: per mode, segment and quantile (p50, p90), the
 // pass-through's and the Go client's figures in the pass-through and muxterm columns, the lean
 // client's in the lean client column.
-func (b *bench) echotraceRows(res echoTraceResult) error {
+func (b *bench) echotraceRows(res echoTraceResult, overruns int64) error {
 	b.report.Details["echotrace"] = map[string]any{
-		"idle: pass-through":         res[kindIdlePass],
-		"idle: lean client":          res[kindIdleLean],
-		"back to back: Go client":    res[kindB2BGo],
-		"back to back: lean client":  res[kindB2BLean],
+		"idle: pass-through":         res.Kinds[kindIdlePass],
+		"idle: lean client":          res.Kinds[kindIdleLean],
+		"back to back: Go client":    res.Kinds[kindB2BGo],
+		"back to back: lean client":  res.Kinds[kindB2BLean],
 		"segments":                   echoSegments,
 		"points":                     echoPoints,
 		"back to back warm-up/block": fmt.Sprintf("%d of %d", echotraceBlockWarm, echotraceBlock),
+		"lost events": map[string]any{
+			"ring buffer overruns":                  overruns,
+			"lost-events lines":                     res.LostLines,
+			"events those lines counted":            res.LostEvents,
+			"windows those lines cut (not counted)": res.CutWindows,
+		},
 	}
-	b.report.Notes = append(b.report.Notes, "echotrace: one traced run of each mode (-reps does not apply); each row's figure is that run's quantile over its keystrokes")
+	b.report.Notes = append(b.report.Notes,
+		"echotrace: one traced run of each mode (-reps does not apply); each row's figure is that run's quantile over its keystrokes",
+		fmt.Sprintf("echotrace: the ring buffer lost %d events (overrun and dropped, per_cpu/cpu*/stats); the trace had %d lost-events lines (%d events), which cut %d windows (not counted)",
+			overruns, res.LostLines, res.LostEvents, res.CutWindows))
 	type mode struct {
 		section        string
 		mux, pass, alt int // kinds; 0: none
@@ -446,7 +550,7 @@ func (b *bench) echotraceRows(res echoTraceResult) error {
 			if k == 0 {
 				continue
 			}
-			r := res[k]
+			r := res.Kinds[k]
 			if r == nil || r.Complete == 0 {
 				missing = append(missing, fmt.Sprintf("%s: %s", m.section, echotraceKindName(k)))
 				continue
@@ -454,7 +558,7 @@ func (b *bench) echotraceRows(res echoTraceResult) error {
 			used = append(used, fmt.Sprintf("%s %d of %d", echotraceKindName(k), r.Complete, r.Windows))
 		}
 		col := func(k int, seg int, q float64) []float64 {
-			r := res[k]
+			r := res.Kinds[k]
 			if k == 0 || r == nil {
 				return nil
 			}
@@ -481,7 +585,8 @@ func (b *bench) echotraceRows(res echoTraceResult) error {
 				note := ""
 				if seg == -1 && q.name == "p50" {
 					note = m.note + "; windows with every point (the segments' samples): " + strings.Join(used, ", ") +
-						"; the whole window counts every window. The points, each the first after the one before: " + strings.Join(echoPoints, " → ")
+						"; the whole window counts every window. The points, each the first after the one before: " + strings.Join(echoPoints, " → ") +
+						fmt.Sprintf(" (the client's socket write is the keystroke's frame: a %d-byte write to the pass-through, %d to the gateway)", keystrokeWriteLen(kindIdlePass), keystrokeWriteLen(kindB2BGo))
 				}
 				r := newRow(m.section, name+", "+q.name, "µs", col(m.mux, seg, q.v), nil, col(m.pass, seg, q.v), nil, note)
 				r.Lean = newStat(col(m.alt, seg, q.v))

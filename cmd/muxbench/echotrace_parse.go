@@ -6,6 +6,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/muxterm/muxterm/proto"
 )
 
 // The echotrace section's analysis (echotrace.go runs it): an ftrace text trace (the `trace`
@@ -42,14 +44,34 @@ type ftraceEvent struct {
 }
 
 // parseFtraceLine parses "comm-tid (tgid) [cpu] flags seconds: event: details"; the tgid is
-// "-------" when ftrace has none recorded (then the tid stands for it). It reports false for
-// comment lines and lines of another shape. For sys_enter it parses "NR n (a0, a1, a2, …)"
-// (hexadecimal arguments), for sys_exit "NR n = ret".
+// "-------" when ftrace has none recorded (then the tid stands for it). The comm may hold
+// anything (dashes, spaces, parentheses: "(sd-pam)", "a (b)"), so the line is read from its
+// "(tgid) [cpu]" field: the first ") [" whose parenthesis holds a tgid and whose bracket a
+// CPU. It reports false for comment lines, lines of another shape, and timestamps that are
+// not seconds with a decimal point (a raw counter clock such as x86-tsc). For sys_enter it
+// parses "NR n (a0, a1, a2, …)" (hexadecimal arguments), for sys_exit "NR n = ret".
 func parseFtraceLine(line string) (ftraceEvent, bool) {
 	var e ftraceEvent
-	open := strings.Index(line, " (")
-	if open < 0 || strings.HasPrefix(strings.TrimSpace(line), "#") {
+	if strings.HasPrefix(strings.TrimSpace(line), "#") {
 		return e, false
+	}
+	open, closeP := -1, -1
+	for from := 0; ; {
+		k := strings.Index(line[from:], ") [")
+		if k < 0 {
+			return e, false
+		}
+		k += from
+		from = k + 1
+		o := strings.LastIndexByte(line[:k], '(')
+		if o < 1 || line[o-1] != ' ' || !isTgidField(strings.TrimSpace(line[o+1:k])) {
+			continue
+		}
+		if cpu, _, ok := strings.Cut(line[k+3:], "] "); !ok || !isDigits(cpu) {
+			continue
+		}
+		open, closeP = o, k
+		break
 	}
 	head := strings.TrimRight(line[:open], " ")
 	dash := strings.LastIndexByte(head, '-')
@@ -61,18 +83,14 @@ func parseFtraceLine(line string) (ftraceEvent, bool) {
 		return e, false
 	}
 	e.comm, e.tid = strings.TrimSpace(head[:dash]), tid
-	rest := line[open+2:]
-	closeP := strings.IndexByte(rest, ')')
-	if closeP < 0 {
-		return e, false
-	}
-	if tg := strings.TrimSpace(rest[:closeP]); tg == "-------" {
+	if tg := strings.TrimSpace(line[open+1 : closeP]); tg == "-------" {
 		e.tgid = tid
 	} else if e.tgid, err = strconv.Atoi(tg); err != nil {
 		return e, false
 	}
+	rest := line[closeP:]
 	// "[cpu] flags seconds: event: details"
-	f := strings.SplitN(strings.TrimLeft(rest[closeP+1:], " "), " ", 2)
+	f := strings.SplitN(strings.TrimLeft(rest[1:], " "), " ", 2)
 	if len(f) != 2 || !strings.HasPrefix(f[0], "[") {
 		return e, false
 	}
@@ -125,23 +143,64 @@ func parseFtraceLine(line string) (ftraceEvent, bool) {
 	return e, true
 }
 
-// parseSeconds reads "12345.678901" (any number of decimals up to nine) as nanoseconds.
+// isTgidField reports whether s is a tgid column's content: a number, or "-------" (none).
+func isTgidField(s string) bool {
+	return s == "-------" || isDigits(s)
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseSeconds reads "12345.678901" (one to nine decimals) as nanoseconds. A timestamp without
+// a decimal point is a counter clock's raw count (x86-tsc, counter), not seconds: refused.
 func parseSeconds(s string) (int64, bool) {
-	whole, frac, _ := strings.Cut(s, ".")
-	w, err := strconv.ParseInt(whole, 10, 64)
-	if err != nil || len(frac) > 9 {
+	whole, frac, ok := strings.Cut(s, ".")
+	if !ok || !isDigits(whole) || !isDigits(frac) || len(frac) > 9 {
 		return 0, false
 	}
-	var f int64
-	if frac != "" {
-		if f, err = strconv.ParseInt(frac, 10, 64); err != nil {
-			return 0, false
-		}
-		for range 9 - len(frac) {
-			f *= 10
-		}
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	f, err := strconv.ParseInt(frac, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	for range 9 - len(frac) {
+		f *= 10
 	}
 	return w*1e9 + f, true
+}
+
+// parseLostLine reads the line ftrace puts where a CPU's ring buffer lost events: "CPU:1
+// [LOST 42 EVENTS]", or "CPU:1 [LOST EVENTS]" when it does not know how many (n is then -1).
+func parseLostLine(line string) (n int64, ok bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "CPU:")
+	if !ok {
+		return 0, false
+	}
+	cpu, rest, ok := strings.Cut(rest, " [LOST ")
+	if !ok || !isDigits(cpu) {
+		return 0, false
+	}
+	if rest == "EVENTS]" {
+		return -1, true
+	}
+	count, ok := strings.CutSuffix(rest, " EVENTS]")
+	if !ok || !isDigits(count) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(count, 10, 64)
+	return n, err == nil
 }
 
 const (
@@ -175,7 +234,7 @@ func (w traceWho) isCat(e *ftraceEvent) bool {
 // echoPoints names the points of a window, in order: each is the first event after the one
 // before it that matches (echoPoint).
 var echoPoints = []string{
-	"client's socket write", // muxbench's first write enter: the keystroke
+	"client's socket write", // muxbench's write enter of the keystroke's frame (keystrokeWriteLen)
 	"server's socket read",  // the server's first read exit with bytes: the keystroke arrived
 	"server's PTY write",    // the server's next write enter: the keystroke to the PTY
 	"cat's echo",            // cat's write exit: the echo is in the PTY
@@ -195,12 +254,28 @@ var echoSegments = []string{
 	"client's read → end",
 }
 
+// wsClientHeaderLen is the header of a client's WebSocket frame of fewer than 126 bytes: two
+// bytes, then the 4-byte masking key (RFC 6455, 5.2: a client masks every frame).
+const wsClientHeaderLen = 2 + 4
+
+// keystrokeWriteLen is the length of the socket write that carries a window's keystroke (one
+// byte): a WebSocket binary message of the byte itself to the pass-through, of a muxterm input
+// frame (docs/protocol.md §2) to the gateway. The Go client writes other frames in a window
+// too (its ackLoop acknowledges the previous echo: a 9-byte ack frame, a 15-byte write), so
+// point 0 is the write of this length, not muxbench's first write.
+func keystrokeWriteLen(kind int) uint64 {
+	if kind == kindIdlePass {
+		return wsClientHeaderLen + 1
+	}
+	return wsClientHeaderLen + proto.HeaderLen + 1
+}
+
 // echoPoint reports whether e is point p of a window of kind.
 func (w traceWho) echoPoint(p, kind int, e *ftraceEvent) bool {
 	srv := w.server(kind)
 	switch p {
 	case 0:
-		return e.tgid == w.me && e.event == "sys_enter" && e.nr == sysWrite
+		return e.tgid == w.me && e.event == "sys_enter" && e.nr == sysWrite && e.args[2] == keystrokeWriteLen(kind)
 	case 1:
 		return e.tgid == srv && e.event == "sys_exit" && e.nr == sysRead && e.ret > 0
 	case 2, 4:
@@ -221,14 +296,22 @@ type echoKind struct {
 	Segs     [][]float64 `json:"-"`        // per segment (echoSegments), the complete windows' values
 }
 
-// echoTraceResult is the analysis of one trace, by start marker kind.
-type echoTraceResult map[int]*echoKind
+// echoTraceResult is the analysis of one trace.
+type echoTraceResult struct {
+	Kinds map[int]*echoKind // by start marker kind
+	// LostLines counts the trace's "CPU:N [LOST n EVENTS]" lines: there the ring buffer lost
+	// events. LostEvents sums their n (a line without a count adds nothing); CutWindows counts
+	// the windows such a line ended (not counted: a window with a hole cannot be trusted).
+	LostLines  int   `json:"lost_lines"`
+	LostEvents int64 `json:"lost_events"`
+	CutWindows int   `json:"windows_cut_by_lost_events"`
+}
 
 // analyzeEchoTrace reads an ftrace text trace and measures every keystroke window in it.
 // skip (if not nil) drops windows by kind and keystroke number (warm-up keystrokes); a window
-// whose end marker never came (the run failed) is not counted.
+// whose end marker never came (the run failed), or that a lost-events line cut, is not counted.
 func analyzeEchoTrace(r io.Reader, who traceWho, skip func(kind, i int) bool) (echoTraceResult, error) {
-	res := echoTraceResult{}
+	res := echoTraceResult{Kinds: map[int]*echoKind{}}
 	type window struct {
 		kind, i int
 		t0      int64
@@ -240,6 +323,14 @@ func analyzeEchoTrace(r io.Reader, who traceWho, skip func(kind, i int) bool) (e
 	for sc.Scan() {
 		e, ok := parseFtraceLine(sc.Text())
 		if !ok {
+			if n, lost := parseLostLine(sc.Text()); lost {
+				res.LostLines++
+				res.LostEvents += max(n, 0)
+				if cur != nil {
+					res.CutWindows++
+					cur = nil
+				}
+			}
 			continue
 		}
 		if e.tgid == who.me && e.event == "sys_enter" && e.nr == sysWrite && e.args[2] >= markerBase && e.args[2] < markerMax {
@@ -249,10 +340,10 @@ func analyzeEchoTrace(r io.Reader, who traceWho, skip func(kind, i int) bool) (e
 				cur = &window{kind: kind, i: i, t0: e.ns}
 			case cur != nil && kind == cur.kind+1 && i == cur.i:
 				if skip == nil || !skip(cur.kind, cur.i) {
-					k := res[cur.kind]
+					k := res.Kinds[cur.kind]
 					if k == nil {
 						k = &echoKind{Segs: make([][]float64, len(echoSegments))}
-						res[cur.kind] = k
+						res.Kinds[cur.kind] = k
 					}
 					k.Windows++
 					k.Total = append(k.Total, float64(e.ns-cur.t0)/1e3)
@@ -276,7 +367,7 @@ func analyzeEchoTrace(r io.Reader, who traceWho, skip func(kind, i int) bool) (e
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read trace: %w", err)
+		return echoTraceResult{}, fmt.Errorf("read trace: %w", err)
 	}
 	return res, nil
 }

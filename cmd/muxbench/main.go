@@ -221,8 +221,12 @@ type bench struct {
 	leanStats map[string][]int64
 	// tracefsRoots, if not nil, replaces defaultTracefsRoots for the echotrace section (tests).
 	tracefsRoots []string
+	// tracefsOps, if set, make and remove the echotrace section's tracefs instance (tests).
+	tracefsOps tracefsOps
 	// tracingOn, if not nil, is called by the echotrace section once tracing is on (tests).
 	tracingOn func()
+	// echoKeyTimeout, if not 0, replaces echotraceKeyTimeout (tests).
+	echoKeyTimeout time.Duration
 }
 
 func (b *bench) tag() string { return b.tagKey + "=" + b.tagVal }

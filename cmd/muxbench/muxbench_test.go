@@ -74,7 +74,11 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if testGatewayDir != "" {
+		_ = os.RemoveAll(testGatewayDir) // the gateway built once for the tests (echotrace_test.go)
+	}
+	os.Exit(code)
 }
 
 // The pass-through runs in its own process, echoes through a real PTY, and leaves no process

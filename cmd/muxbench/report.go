@@ -109,7 +109,8 @@ func writeJSON(path string, r *Report) error {
 // writeMarkdown renders the report as Markdown tables.
 func writeMarkdown(w io.Writer, r *Report) {
 	reps := fmt.Sprintf("%d interleaved repetitions", r.Config.Reps)
-	if len(r.Config.Only) > 0 && !slices.ContainsFunc(r.Config.Only, func(s string) bool { return s != "echotrace" }) {
+	traceOnly := len(r.Config.Only) > 0 && !slices.ContainsFunc(r.Config.Only, func(s string) bool { return s != "echotrace" })
+	if traceOnly {
 		reps = "one traced run of each mode" // -reps does not apply to echotrace
 	}
 	fmt.Fprintf(w, "muxbench, %s — %d × %s, Linux %s, %s; %s%s; %.0f s\n\n",
@@ -117,8 +118,13 @@ func writeMarkdown(w io.Writer, r *Report) {
 		map[bool]string{true: " (-short)", false: ""}[r.Config.Short], r.Seconds)
 	fmt.Fprintf(w, "Gateway %s (sha256 %.12s…), run with --listen 127.0.0.1:0 --allow-cmd '*' --max-sessions/--max-channels as needed %s.\n\n",
 		r.Gateway, r.GatewaySHA256, r.GatewayArgs)
-	fmt.Fprintln(w, "Values are the median over repetitions with the range (min–max) in brackets; ratios are")
-	fmt.Fprintln(w, "per-repetition muxterm/baseline. Latency quantiles are per repetition, then summarised.")
+	if traceOnly {
+		fmt.Fprintln(w, "Values come from one traced run: each is that run's quantile over its keystrokes, in µs from")
+		fmt.Fprintln(w, "ftrace's text timestamps (1 µs resolution); there are no repetitions, ranges or ratios.")
+	} else {
+		fmt.Fprintln(w, "Values are the median over repetitions with the range (min–max) in brackets; ratios are")
+		fmt.Fprintln(w, "per-repetition muxterm/baseline. Latency quantiles are per repetition, then summarised.")
+	}
 	fmt.Fprintln(w)
 	// The lean client's column only when a row has one (the echotrace section's).
 	lean := slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Lean != nil })
