@@ -112,6 +112,9 @@ func TestUpgradeFromAnImageThatLeakedMarksInherited(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.waitLog(t, "upgrade complete", 1, 60*time.Second)
+	if !heldBy(t, g.cmd.Process.Pid)[pipeID] {
+		t.Fatalf("the new image does not hold the pipe the old one passed on: the test proves nothing")
+	}
 	after := open(dialRetry(t, g, 20*time.Second))
 	if heldBy(t, after)[pipeID] {
 		t.Errorf("a session opened after the upgrade (pid %d) holds the old image's inherited pipe", after)

@@ -53,15 +53,17 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// What a fresh start inherited reaches no session; an image started by an upgrade marks it
+	// in run, once it has adopted (cloexec.go).
+	if inheritedFD < 0 && inheritedErr == nil && keepInherited == "" {
+		if err := closeOnExecInherited(); err != nil {
+			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
+		}
+	}
 	// Descendants that double-fork are re-parented to us and reaped here (not in run: the
 	// tests that call run must keep their own children's exit statuses). An image started by
 	// an upgrade does it in run, once the sessions it adopted have registered their children,
 	// so that the orphan reaper never takes an adopted child's exit status.
-	if inheritedFD < 0 && inheritedErr == nil && keepInherited == "" {
-		if err := closeOnExecInherited(); err != nil { // cloexec.go
-			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
-		}
-	}
 	if inheritedFD < 0 {
 		if err := session.AdoptOrphans(slog.Default()); err != nil {
 			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -116,6 +117,11 @@ func checkConfig(args []string) error {
 	if err != nil {
 		return err
 	}
+	for _, f := range [][2]string{{"--tokens", c.sec.tokensFile}, {"--tls-cert", c.sec.tlsCert}, {"--tls-key", c.sec.tlsKey}} {
+		if inheritedDescriptor(f[1]) {
+			return fmt.Errorf("%s %s names a descriptor inherited at start, which an upgrade in place does not pass on; restart instead", f[0], f[1])
+		}
+	}
 	if c.sec.tokensFile != "" {
 		if _, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, slog.New(slog.DiscardHandler)); err != nil {
 			return err
@@ -127,6 +133,11 @@ func checkConfig(args []string) error {
 		}
 	}
 	return nil
+}
+
+// inheritedDescriptor reports whether path names one of this process's descriptors.
+func inheritedDescriptor(path string) bool {
+	return strings.HasPrefix(path, "/dev/fd/") || strings.HasPrefix(path, "/proc/self/fd/")
 }
 
 // upgradeState is the whole handover: the gateway's part and the registry's.

@@ -28,6 +28,8 @@ func TestHandoverCheck(t *testing.T) {
 		{[]string{"--handover-check", cur, "--kill-grace", "-1s"}, true, 3, "cannot start with this configuration"},
 		{[]string{"--handover-check", cur, "--tokens", "/nonexistent/tokens"}, true, 3, "cannot start with this configuration"},
 		{[]string{"--handover-check", cur, "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"}, true, 3, "--tls-cert/--tls-key"},
+		{[]string{"--handover-check", cur, "--tokens", "/dev/fd/3"}, true, 3, "--tokens /dev/fd/3 names a descriptor inherited at start"},
+		{[]string{"--handover-check", cur, "--tls-cert", "/proc/self/fd/4", "--tls-key", "/k"}, true, 3, "--tls-cert /proc/self/fd/4 names a descriptor"},
 	} {
 		var out bytes.Buffer
 		handled, code := handoverCheck(tc.args, &out)

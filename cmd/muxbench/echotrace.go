@@ -190,7 +190,7 @@ func (t *tracefs) setup(events []string, bufKB int) error {
 }
 
 // overruns sums, over the instance's CPUs, the events the ring buffer lost: overwritten
-// before they were read ("overrun") or dropped ("dropped events").
+// before they were read ("overrun", "commit overrun") or dropped ("dropped events").
 func (t *tracefs) overruns() (int64, error) {
 	stats, err := filepath.Glob(filepath.Join(t.dir, "per_cpu", "cpu*", "stats"))
 	if err != nil || len(stats) == 0 {
@@ -204,7 +204,7 @@ func (t *tracefs) overruns() (int64, error) {
 		}
 		for line := range strings.Lines(string(b)) {
 			k, v, ok := strings.Cut(line, ":")
-			if !ok || (k != "overrun" && k != "dropped events") {
+			if !ok || (k != "overrun" && k != "commit overrun" && k != "dropped events") {
 				continue
 			}
 			c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
@@ -469,6 +469,11 @@ func (b *bench) runEchotrace(parent context.Context) (err error) {
 	overruns, err := tfs.overruns()
 	if err != nil {
 		return fmt.Errorf("echotrace: %w", err)
+	}
+	if overruns > 0 {
+		// An overwritten buffer loses each CPU's oldest events without a lost-events line, so a
+		// window could be whole on one CPU and cut on another and match a later event: no rows.
+		return fmt.Errorf("echotrace: the ring buffer lost %d events (per_cpu/cpu*/stats); run fewer keystrokes (-echo-idle-n, -echo-n)", overruns)
 	}
 	res, err := b.readEchotrace(tfs, who)
 	if err != nil {
