@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -172,6 +173,10 @@ func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
 // two: it sends session.open right behind initialize, without waiting for initialize's result
 // (the server handles a socket's messages in order; see docs/protocol.md). On any error the
 // client is closed.
+//
+// A ctx that ends while DialOpen connects ends it at once. One that ends after session.open went
+// out leaves no session running: DialOpen then waits up to openCleanupWait more for the open's
+// answer, kills the session it started, if any, and returns ctx's error.
 func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) (*Client, *Channel, error) {
 	if err := opts.check(); err != nil {
 		return nil, nil, err
@@ -193,20 +198,56 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 		c.abort(l, err)
 		return nil, nil, err
 	}
+	// session.open is out: the answers are awaited until openCleanupWait after ctx's end, so that
+	// a session started by an open that ctx gave up on is known, and killed below.
+	wctx, release := graceAfter(ctx, openCleanupWait)
+	defer release()
 	var init proto.InitializeResult
-	if err := initCall.wait(ctx, &init); err != nil {
+	if err := initCall.wait(wctx, &init); err != nil {
 		c.abort(l, err)
-		return nil, nil, fmt.Errorf("initialize: %w", err)
+		return nil, nil, fmt.Errorf("initialize: %w", orEnded(ctx, err))
 	}
 	if err := c.setUp(l, init); err != nil {
 		c.abort(l, err)
 		return nil, nil, err
 	}
-	if err := openCall.wait(ctx, nil); err != nil {
+	err = openCall.wait(wctx, nil)
+	if ctx.Err() != nil {
+		if err == nil {
+			// Opened, but the caller gave up: no session may outlive that.
+			if _, kerr := c.Kill(wctx, ch.Session()); kerr != nil {
+				err = fmt.Errorf("kill the session opened after the caller gave up: %w", kerr)
+			}
+		}
+		c.Close()
+		return nil, nil, errors.Join(fmt.Errorf("session.open: %w", ctx.Err()), err)
+	}
+	if err != nil {
 		c.Close()
 		return nil, nil, err
 	}
 	return c, ch, nil
+}
+
+// openCleanupWait is how long DialOpen waits for session.open's answer after its ctx ended, to
+// kill the session it may have started.
+const openCleanupWait = 2 * time.Second
+
+// graceAfter returns a context that ends grace after ctx ends (not when it does), and its
+// release.
+func graceAfter(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	w, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return w, func() { stop(); cancel() }
+}
+
+// orEnded is err, or ctx's error when ctx has ended: a wait that outlived ctx failed because
+// the caller gave up.
+func orEnded(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 // abort ends a client that never got a current link, closing l if it was dialed, and waits for
@@ -288,8 +329,21 @@ func (c *Client) dialLink(ctx context.Context) (*link, error) {
 	if c.opts.Origin != "" {
 		h.Set("Origin", c.opts.Origin)
 	}
+	// gorilla's DialContext honours only ctx's deadline once connected: a ctx cancelled during
+	// the upgrade (a server that accepts and never answers) ends it here, through a deadline in
+	// the past on the connection.
+	var conns netConns
+	dd.NetDialContext, dd.NetDialTLSContext = conns.wrap(dd.NetDialContext, dd.NetDial), conns.wrapTLS(dd.NetDialTLSContext)
+	stop := context.AfterFunc(ctx, conns.expire)
 	ws, resp, err := dd.DialContext(ctx, c.url, h)
+	if !stop() && err == nil {
+		ws.Close() // ctx ended as the upgrade completed; its connection may be expired
+		err = ctx.Err()
+	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("dial %s: %w", c.url, ctx.Err())
+		}
 		if resp != nil {
 			return nil, &DialError{Status: resp.StatusCode, Err: err}
 		}
@@ -300,6 +354,65 @@ func (c *Client) dialLink(ctx context.Context) (*link, error) {
 	c.readers.Add(1)
 	go c.readLoop(l)
 	return l, nil
+}
+
+// netConns records the connections a dial made, so that a cancelled ctx can expire them.
+type netConns struct {
+	mu      sync.Mutex // guards conns and expired
+	conns   []net.Conn
+	expired bool
+}
+
+func (n *netConns) add(conn net.Conn) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.conns = append(n.conns, conn)
+	if n.expired {
+		_ = conn.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// expire sets a deadline in the past on every connection made and to come.
+func (n *netConns) expire() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.expired = true
+	for _, conn := range n.conns {
+		_ = conn.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// wrap returns the dialer's NetDialContext (else NetDial, else a net.Dialer's) recording what
+// it dials.
+func (n *netConns) wrap(dial dialFunc, legacy func(network, addr string) (net.Conn, error)) dialFunc {
+	if dial == nil && legacy != nil {
+		dial = func(_ context.Context, network, addr string) (net.Conn, error) { return legacy(network, addr) }
+	}
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	return n.recording(dial)
+}
+
+// wrapTLS is wrap for NetDialTLSContext, which stays unset when it was.
+func (n *netConns) wrapTLS(dial dialFunc) dialFunc {
+	if dial == nil {
+		return nil
+	}
+	return n.recording(dial)
+}
+
+func (n *netConns) recording(dial dialFunc) dialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err == nil {
+			n.add(conn)
+		}
+		return conn, err
+	}
 }
 
 func (c *Client) initializeParams() map[string]any {

@@ -423,24 +423,28 @@ func scriptedServer(t *testing.T) (url string, reqs <-chan map[string]any, repli
 	return url, reqCh, repCh
 }
 
+// nextRequest is the next request scriptedServer read, failing t after 10 s without one.
+func nextRequest(t *testing.T, reqs <-chan map[string]any) map[string]any {
+	t.Helper()
+	select {
+	case m, ok := <-reqs:
+		if !ok {
+			t.Fatal("the server's socket ended")
+		}
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request")
+	}
+	return nil
+}
+
 // An open or attach whose caller stopped waiting is undone when its result comes after all:
 // the session the gateway opened is killed, the binding it made is detached, and the channel
 // number is not reused meanwhile.
 func TestGivenUpBindingIsUndone(t *testing.T) {
 	url, reqs, replies := scriptedServer(t)
 	c := dial(t, url, DialOptions{})
-	next := func() map[string]any {
-		select {
-		case m, ok := <-reqs:
-			if !ok {
-				t.Fatal("the server's socket ended")
-			}
-			return m
-		case <-time.After(10 * time.Second):
-			t.Fatal("no request")
-		}
-		return nil
-	}
+	next := func() map[string]any { return nextRequest(t, reqs) }
 	for _, tc := range []struct {
 		method, undo string
 		do           func(ctx context.Context) error
@@ -572,5 +576,81 @@ func TestManualAckWithReconnectRefused(t *testing.T) {
 	}
 	if c, ch, err := DialOpen(ctx, url, opts, OpenOptions{Cols: 80, Rows: 24}); err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("DialOpen: client %v, channel %v, err %v; want %q", c, ch, err, want)
+	}
+}
+
+// A DialOpen whose caller gives up after session.open went out leaves no session running: the
+// open's result, come after all, is followed by a session.kill of what it started, answered
+// before DialOpen returns the caller's error.
+func TestDialOpenGivenUpKillsItsSession(t *testing.T) {
+	url, reqs, replies := scriptedServer(t)
+	next := func() map[string]any { return nextRequest(t, reqs) }
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		c, _, err := DialOpen(ctx, url, DialOptions{}, OpenOptions{Cols: 80, Rows: 24})
+		if err == nil {
+			c.Close()
+		}
+		errc <- err
+	}()
+	open := next()
+	if open["method"] != "session.open" {
+		t.Fatalf("request: got %v, want session.open", open["method"])
+	}
+	cancel()
+	sid := strings.Repeat("ef", 16)
+	params := open["params"].(map[string]any)
+	replies <- []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{"session":"%s","channel":%v,"pid":1,"offset":0,"live":0}}`,
+		open["id"], sid, params["channel"]))
+	kill := next()
+	if kill["method"] != "session.kill" || kill["params"].(map[string]any)["session"] != sid {
+		t.Fatalf("after the late result: %v %v, want session.kill of %s", kill["method"], kill["params"], sid)
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("DialOpen returned (%v) before its kill was answered", err)
+	default:
+	}
+	replies <- []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{"survivors":0}}`, kill["id"]))
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("DialOpen after cancel: %v, want context.Canceled", err)
+	}
+}
+
+// A DialOpen whose caller gives up while the server has not even answered the upgrade ends at
+// once (here: a listener that accepts and never answers).
+func TestDialOpenGivenUpWhileConnecting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := ln.Accept(); err == nil {
+			accepted <- conn
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		c, _, err := DialOpen(ctx, "ws://"+ln.Addr().String()+"/ws", DialOptions{}, OpenOptions{Cols: 80, Rows: 24})
+		if err == nil {
+			c.Close()
+		}
+		errc <- err
+	}()
+	conn := <-accepted
+	defer conn.Close()
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("DialOpen after cancel: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("DialOpen did not end within 10 s of its ctx's cancel, while the upgrade hung")
 	}
 }

@@ -499,6 +499,58 @@ func TestCLIExecSIGTERMKillsSession(t *testing.T) {
 	}
 }
 
+// Ctrl-C while exec connects ends it at once with 130, even when the server accepted the
+// connection and never answers the upgrade (before, exec waited out its 10 s dial timeout).
+func TestCLIExecInterruptedWhileConnecting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := ln.Accept(); err == nil {
+			accepted <- conn
+		}
+	}()
+	cmd := exec.Command(cliBinary(t), "exec", "--", "true")
+	cmd.Env = cliEnv(t, nil, "MUXTERM_URL=ws://"+ln.Addr().String(), "MUXTERM_TOKEN="+randomToken())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	select {
+	case conn := <-accepted:
+		defer conn.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("exec did not connect")
+	}
+	sent := time.Now()
+	_ = cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-done:
+		done <- err // for the cleanup's receive
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+			t.Fatalf("exec after Ctrl-C while connecting: %v, want exit 130; stderr %q", err, stderr.String())
+		}
+		if took := time.Since(sent); took > 5*time.Second {
+			t.Errorf("exec took %v to end after Ctrl-C", took)
+		}
+	case <-time.After(8 * time.Second):
+		_ = cmd.Process.Kill()
+		done <- <-done // stderr is complete once Wait returned; the cleanup receives again
+		t.Fatalf("exec still connecting 8 s after Ctrl-C (its dial timeout is 10 s); stderr %q", stderr.String())
+	}
+}
+
 func TestCLIKillAndNames(t *testing.T) {
 	g := startGateway(t)
 	env := cliEnv(t, g)

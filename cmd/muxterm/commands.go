@@ -325,13 +325,33 @@ func (a *app) cmdExec(args []string) (outcome, error) {
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), a.openOptions(o, cmd))
-	if err != nil {
+	// A stop signal while connecting ends the connect at once; DialOpen then leaves no session
+	// running (it kills one its open started), so nothing is left to the loop.
+	var stopped os.Signal
+	watching, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
 		select {
-		case sig := <-sigs: // stopped while the open failed: the signal's code, as after it
-			return outcome{code: 128 + signalNumber(sig), line: fmt.Sprintf("%s: %v", sig, err)}, nil
-		default:
+		case stopped = <-sigs:
+			cancel()
+		case <-watching:
 		}
+	}()
+	c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), a.openOptions(o, cmd))
+	close(watching)
+	<-watched
+	if stopped != nil {
+		if err == nil {
+			// The signal came as DialOpen returned: the loop kills the session, as after it.
+			select {
+			case sigs <- stopped:
+			default: // another stop signal is already waiting there
+			}
+		} else {
+			return outcome{code: 128 + signalNumber(stopped), line: fmt.Sprintf("%s: %v", stopped, err)}, nil
+		}
+	}
+	if err != nil {
 		if rpcKind(err) != "" {
 			return outcome{}, explainOpen(err, cmd)
 		}
