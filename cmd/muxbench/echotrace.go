@@ -12,10 +12,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/muxterm/muxterm/internal/procfs"
 )
 
 // The echotrace section: a kernel-level timeline of a keystroke's echo (issue 17). It traces
@@ -25,7 +25,7 @@ import (
 // each keystroke between two marker writes (echotrace_parse.go); then it finds in each window
 // the syscalls the echo goes through and reports where the time went. It runs only when named
 // in -only and needs root and tracefs. It traces in a tracefs instance of its own
-// (instances/muxbench-<pid>, removed when the section ends), never in the global buffer.
+// (instances/muxbench-<pid>-<start time>, removed when the section ends), never in the global buffer.
 
 // defaultTracefsRoots are where tracefs is looked for, in order.
 var defaultTracefsRoots = []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}
@@ -49,7 +49,8 @@ func echotraceBufferKB(cpus int) int {
 // run then, not at the section's timeout with tracing still on.
 const echotraceKeyTimeout = 5 * time.Second
 
-// echotraceInstancePrefix names muxbench's tracefs instances: instances/muxbench-<pid>.
+// echotraceInstancePrefix names muxbench's tracefs instances: instances/muxbench-<pid>-<start
+// time in clock ticks since boot>.
 const echotraceInstancePrefix = "muxbench-"
 
 // echotraceBlock is the back-to-back mode's block: that many keystrokes through one client,
@@ -80,12 +81,12 @@ func (o tracefsOps) rm(dir string) error {
 	return os.Remove(dir)
 }
 
-// tracefs is this process's own instance of tracefs (instances/muxbench-<pid>), with its own
+// tracefs is this process's own instance of tracefs (instances/muxbench-<pid>-<start>), with its own
 // ring buffer, events, clock and options: the global trace and its settings are never touched,
 // so whoever else traces is not disturbed.
 type tracefs struct {
 	root string // the tracefs mount
-	dir  string // the instance: root/instances/muxbench-<pid>
+	dir  string // the instance: root/instances/muxbench-<pid>-<start>
 	ops  tracefsOps
 }
 
@@ -104,7 +105,11 @@ func openTracefs(roots []string, ops tracefsOps) (*tracefs, error) {
 			tried = append(tried, err.Error())
 			continue
 		}
-		dir := filepath.Join(inst, fmt.Sprintf("%s%d", echotraceInstancePrefix, os.Getpid()))
+		name, err := instanceName(os.Getpid())
+		if err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(inst, name)
 		if err := ops.mk(dir); err != nil {
 			tried = append(tried, err.Error())
 			continue
@@ -123,8 +128,8 @@ func sweepTracefsInstances(inst string, ops tracefsOps) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), echotraceInstancePrefix))
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), echotraceInstancePrefix) || err != nil || pid <= 0 || processAlive(pid) {
+		rest, ok := strings.CutPrefix(e.Name(), echotraceInstancePrefix)
+		if !e.IsDir() || !ok || instanceLive(rest) {
 			continue
 		}
 		if err := ops.rm(filepath.Join(inst, e.Name())); err != nil {
@@ -134,10 +139,26 @@ func sweepTracefsInstances(inst string, ops tracefsOps) error {
 	return errors.Join(errs...)
 }
 
-// processAlive reports whether a process pid exists (a zombie counts).
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+// instanceName names the instance of process pid: its pid and start time, so that a pid reused
+// by another process does not keep a dead run's instance (the cgroup sweep's rule).
+func instanceName(pid int) (string, error) {
+	st, err := procfs.ReadStat(pid)
+	if err != nil {
+		return "", fmt.Errorf("echotrace: %w", err)
+	}
+	return fmt.Sprintf("%s%d-%d", echotraceInstancePrefix, pid, st.StartTime), nil
+}
+
+// instanceLive reports whether the process an instance's name (after the prefix) names runs,
+// or whether the name is not one of muxbench's (then it is not ours to remove).
+func instanceLive(rest string) bool {
+	p, start, ok := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(p)
+	if !ok || err != nil || pid <= 0 {
+		return true
+	}
+	name, err := instanceName(pid)
+	return err == nil && name == echotraceInstancePrefix+p+"-"+start
 }
 
 // close removes the instance, and its ring buffer with it.

@@ -337,7 +337,11 @@ func checkFiles(t *testing.T, when, dir string, want map[string]string) {
 
 // ownInstance is this process's instance under the fake tracefs dir.
 func ownInstance(dir string) string {
-	return filepath.Join(dir, "instances", fmt.Sprintf("muxbench-%d", os.Getpid()))
+	name, err := instanceName(os.Getpid())
+	if err != nil {
+		panic(err)
+	}
+	return filepath.Join(dir, "instances", name)
 }
 
 // setup readies the instance (tracing off, the mono clock, record-tgid, the buffer, the
@@ -350,9 +354,14 @@ func TestEchotraceInstance(t *testing.T) {
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
-	stale := fmt.Sprintf("muxbench-%d", gone.ProcessState.Pid())
-	kept := []string{"muxbench-1", "muxbench-x", "someone-else", fmt.Sprintf("other-%d", gone.ProcessState.Pid())}
-	for _, name := range append([]string{stale}, kept...) {
+	init1, err := instanceName(1) // a live process's own name
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A dead process's, and a live pid's with another start time (the pid was reused).
+	stales := []string{fmt.Sprintf("muxbench-%d-1", gone.ProcessState.Pid()), init1 + "0"}
+	kept := []string{init1, "muxbench-1", "muxbench-x", "someone-else", fmt.Sprintf("other-%d", gone.ProcessState.Pid())}
+	for _, name := range append(stales, kept...) {
 		if err := ops.mkdir(filepath.Join(dir, "instances", name)); err != nil {
 			t.Fatal(err)
 		}
@@ -364,8 +373,10 @@ func TestEchotraceInstance(t *testing.T) {
 	if tfs.dir != ownInstance(dir) {
 		t.Errorf("instance %s, want %s", tfs.dir, ownInstance(dir))
 	}
-	if _, err := os.Stat(filepath.Join(dir, "instances", stale)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the stale instance of a process that is gone is still there: %v", err)
+	for _, stale := range stales {
+		if _, err := os.Stat(filepath.Join(dir, "instances", stale)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the stale instance %s is still there: %v", stale, err)
+		}
 	}
 	for _, name := range kept {
 		if _, err := os.Stat(filepath.Join(dir, "instances", name)); err != nil {
