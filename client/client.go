@@ -175,8 +175,9 @@ func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
 // client is closed.
 //
 // A ctx that ends while DialOpen connects ends it at once. One that ends after session.open went
-// out leaves no session running: DialOpen then waits up to openCleanupWait more for the open's
-// answer, kills the session it started, if any, and returns ctx's error.
+// out makes DialOpen wait up to openCleanupWait more for the open's answer and kill the session
+// it started, if any, before it returns ctx's error; an answer later than that, or one a dropped
+// connection lost, leaves the session to the gateway's reaper.
 func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) (*Client, *Channel, error) {
 	if err := opts.check(); err != nil {
 		return nil, nil, err
@@ -216,8 +217,10 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 		if err == nil {
 			// Opened, but the caller gave up: no session may outlive that.
 			if _, kerr := c.Kill(wctx, ch.Session()); kerr != nil {
-				err = fmt.Errorf("kill the session opened after the caller gave up: %w", kerr)
+				err = fmt.Errorf("kill the session opened after the caller gave up: %w", afterGrace(wctx, kerr))
 			}
+		} else {
+			err = afterGrace(wctx, err)
 		}
 		c.Close()
 		return nil, nil, errors.Join(fmt.Errorf("session.open: %w", ctx.Err()), err)
@@ -234,11 +237,40 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 const openCleanupWait = 2 * time.Second
 
 // graceAfter returns a context that ends grace after ctx ends (not when it does), and its
-// release.
+// release, which also stops the grace's timer.
 func graceAfter(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
 	w, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
-	return w, func() { stop(); cancel() }
+	var (
+		mu       sync.Mutex // guards timer and released
+		timer    *time.Timer
+		released bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !released {
+			timer = time.AfterFunc(grace, cancel)
+		}
+	})
+	return w, func() {
+		stop()
+		mu.Lock()
+		released = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+// afterGrace is err, or, when the grace context w ended, an error that says so without
+// wrapping w's cancellation (which is not the caller's).
+func afterGrace(w context.Context, err error) error {
+	if w.Err() != nil {
+		return fmt.Errorf("no answer within %v after the caller gave up", openCleanupWait)
+	}
+	return err
 }
 
 // orEnded is err, or ctx's error when ctx has ended: a wait that outlived ctx failed because
@@ -330,14 +362,14 @@ func (c *Client) dialLink(ctx context.Context) (*link, error) {
 		h.Set("Origin", c.opts.Origin)
 	}
 	// gorilla's DialContext honours only ctx's deadline once connected: a ctx cancelled during
-	// the upgrade (a server that accepts and never answers) ends it here, through a deadline in
-	// the past on the connection.
+	// the upgrade (a server that accepts and never answers) ends it here, by closing the
+	// connection.
 	var conns netConns
 	dd.NetDialContext, dd.NetDialTLSContext = conns.wrap(dd.NetDialContext, dd.NetDial), conns.wrapTLS(dd.NetDialTLSContext)
 	stop := context.AfterFunc(ctx, conns.expire)
 	ws, resp, err := dd.DialContext(ctx, c.url, h)
 	if !stop() && err == nil {
-		ws.Close() // ctx ended as the upgrade completed; its connection may be expired
+		ws.Close() // ctx ended as the upgrade completed; its connection may be closed
 		err = ctx.Err()
 	}
 	if err != nil {
@@ -356,29 +388,36 @@ func (c *Client) dialLink(ctx context.Context) (*link, error) {
 	return l, nil
 }
 
-// netConns records the connections a dial made, so that a cancelled ctx can expire them.
+// errDialGivenUp is a dial's connection closed because its ctx ended meanwhile.
+var errDialGivenUp = errors.New("dial given up")
+
+// netConns records the connections a dial made, so that a cancelled ctx can close them.
 type netConns struct {
 	mu      sync.Mutex // guards conns and expired
 	conns   []net.Conn
 	expired bool
 }
 
-func (n *netConns) add(conn net.Conn) {
+// add records conn, or closes it and reports false when the dial was given up meanwhile.
+func (n *netConns) add(conn net.Conn) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.conns = append(n.conns, conn)
 	if n.expired {
-		_ = conn.SetDeadline(time.Unix(1, 0))
+		_ = conn.Close()
+		return false
 	}
+	n.conns = append(n.conns, conn)
+	return true
 }
 
-// expire sets a deadline in the past on every connection made and to come.
+// expire closes every connection made, and those to come: the caller gave up on the dial. A
+// close, unlike a deadline, cannot be undone by the deadline gorilla sets after dialing.
 func (n *netConns) expire() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.expired = true
 	for _, conn := range n.conns {
-		_ = conn.SetDeadline(time.Unix(1, 0))
+		_ = conn.Close()
 	}
 }
 
@@ -408,8 +447,8 @@ func (n *netConns) wrapTLS(dial dialFunc) dialFunc {
 func (n *netConns) recording(dial dialFunc) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
-		if err == nil {
-			n.add(conn)
+		if err == nil && !n.add(conn) {
+			return nil, errDialGivenUp
 		}
 		return conn, err
 	}

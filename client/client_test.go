@@ -423,6 +423,20 @@ func scriptedServer(t *testing.T) (url string, reqs <-chan map[string]any, repli
 	return url, reqCh, repCh
 }
 
+// dialOpenAsync runs DialOpen of an 80x24 shell at url in a goroutine; its error comes on the
+// channel (a client it returned is closed).
+func dialOpenAsync(ctx context.Context, url string) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		c, _, err := DialOpen(ctx, url, DialOptions{}, OpenOptions{Cols: 80, Rows: 24})
+		if err == nil {
+			c.Close()
+		}
+		errc <- err
+	}()
+	return errc
+}
+
 // nextRequest is the next request scriptedServer read, failing t after 10 s without one.
 func nextRequest(t *testing.T, reqs <-chan map[string]any) map[string]any {
 	t.Helper()
@@ -586,14 +600,7 @@ func TestDialOpenGivenUpKillsItsSession(t *testing.T) {
 	url, reqs, replies := scriptedServer(t)
 	next := func() map[string]any { return nextRequest(t, reqs) }
 	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		c, _, err := DialOpen(ctx, url, DialOptions{}, OpenOptions{Cols: 80, Rows: 24})
-		if err == nil {
-			c.Close()
-		}
-		errc <- err
-	}()
+	errc := dialOpenAsync(ctx, url)
 	open := next()
 	if open["method"] != "session.open" {
 		t.Fatalf("request: got %v, want session.open", open["method"])
@@ -613,8 +620,28 @@ func TestDialOpenGivenUpKillsItsSession(t *testing.T) {
 	default:
 	}
 	replies <- []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{"survivors":0}}`, kill["id"]))
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("DialOpen after cancel: %v, want context.Canceled", err)
+	if err := <-errc; err == nil || err.Error() != "session.open: context canceled" {
+		t.Fatalf("DialOpen after cancel: %v, want only the caller's cancel (the kill answered)", err)
+	}
+}
+
+// A DialOpen given up whose open is never answered returns within the grace, with the caller's
+// error and one that says no answer came, not the grace's own cancellation.
+func TestDialOpenGivenUpUnanswered(t *testing.T) {
+	url, reqs, _ := scriptedServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	errc := dialOpenAsync(ctx, url)
+	if open := nextRequest(t, reqs); open["method"] != "session.open" {
+		t.Fatalf("request: got %v, want session.open", open["method"])
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "no answer within 2s after the caller gave up") {
+			t.Fatalf("DialOpen: %v; want the caller's cancel and no answer within the grace", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("DialOpen did not return within 10 s of its cancel (grace 2 s)")
 	}
 }
 
@@ -634,14 +661,7 @@ func TestDialOpenGivenUpWhileConnecting(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		c, _, err := DialOpen(ctx, "ws://"+ln.Addr().String()+"/ws", DialOptions{}, OpenOptions{Cols: 80, Rows: 24})
-		if err == nil {
-			c.Close()
-		}
-		errc <- err
-	}()
+	errc := dialOpenAsync(ctx, "ws://"+ln.Addr().String()+"/ws")
 	conn := <-accepted
 	defer conn.Close()
 	cancel()
