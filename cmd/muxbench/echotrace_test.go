@@ -530,10 +530,14 @@ func TestEchotraceRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	globals := globalTracefs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := run(ctx, cfg, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
+	}
+	if after := globalTracefs(t); !maps.Equal(after, globals) {
+		t.Errorf("the global tracefs settings changed: before %v, after %v", globals, after)
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "r.json"))
 	if err != nil {
@@ -575,11 +579,36 @@ func TestEchotraceRun(t *testing.T) {
 	if _, ok := rep.Details.Echotrace["lost events"]; !ok {
 		t.Errorf("no lost events in the details: %v", slices.Sorted(maps.Keys(rep.Details.Echotrace)))
 	}
+	own, err := instanceName(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, root := range defaultTracefsRoots {
-		if _, err := os.Stat(filepath.Join(root, "instances", fmt.Sprintf("muxbench-%d", os.Getpid()))); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(root, "instances", own)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the instance in %s outlived the run: %v", root, err)
 		}
 	}
+}
+
+// globalTracefs reads the global tracing settings echotrace must leave alone, from the first
+// tracefs root that has them.
+func globalTracefs(t *testing.T) map[string]string {
+	t.Helper()
+	for _, root := range defaultTracefsRoots {
+		got := map[string]string{}
+		for _, name := range []string{"tracing_on", "trace_clock", "buffer_size_kb", "set_event", "current_tracer", "options/record-tgid"} {
+			b, err := os.ReadFile(filepath.Join(root, name))
+			if err != nil {
+				break
+			}
+			got[name] = string(b)
+		}
+		if len(got) == 6 {
+			return got
+		}
+	}
+	t.Fatal("no tracefs root with the global settings")
+	return nil
 }
 
 // echotrace runs only when named: not in the default or -short runs, not with -variant.
