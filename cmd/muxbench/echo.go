@@ -112,20 +112,11 @@ func (b *bench) passEcho(ctx context.Context, pt *passthrough, m echoMode) (late
 		<-f.first
 		count = f.count
 	}
-	ws, err := pt.dial(ctx, catScript)
+	ws, err := pt.dialCat(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer ws.Close()
-	for seen := false; !seen; {
-		_, p, err := ws.ReadMessage()
-		if err != nil {
-			return nil, fmt.Errorf("pass-through: wait for R: %w", err)
-		}
-		for _, c := range p {
-			seen = seen || c == 'R'
-		}
-	}
 	defer b.neighbourRate("pass", count)()
 	return echoRun(ctx, m.n, m.pause,
 		func(c byte) error { return ws.WriteMessage(websocket.BinaryMessage, []byte{c}) },

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -194,6 +195,26 @@ func (p *passthrough) dial(ctx context.Context, script string) (*websocket.Conn,
 		return nil, fmt.Errorf("dial pass-through %s: %w", p.addr, err)
 	}
 	return ws, nil
+}
+
+// dialCat connects to the pass-through running catScript and waits for its R (the terminal is
+// raw and cat is about to run), or ctx's end.
+func (p *passthrough) dialCat(ctx context.Context) (*websocket.Conn, error) {
+	ws, err := p.dial(ctx, catScript)
+	if err != nil {
+		return nil, err
+	}
+	defer context.AfterFunc(ctx, func() { _ = ws.Close() })() // a ctx that ends ends the wait
+	for {
+		_, msg, err := ws.ReadMessage()
+		if err != nil {
+			ws.Close()
+			return nil, fmt.Errorf("pass-through: wait for R: %w", err)
+		}
+		if bytes.IndexByte(msg, 'R') >= 0 {
+			return ws, nil
+		}
+	}
 }
 
 // ptReadAtLeast reads messages until n payload bytes arrived.
