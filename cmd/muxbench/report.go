@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Target is a goal a figure is compared against. It is reported as met or missed, never
@@ -128,13 +129,12 @@ func writeMarkdown(w io.Writer, r *Report) {
 	fmt.Fprintln(w)
 	// The lean client's column only when a row has one (the echotrace section's).
 	lean := slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Lean != nil })
+	cols := []string{"measurement", "muxterm", "raw PTY", "pass-through", "muxterm/raw", "muxterm/pass", "target", "met"}
 	if lean {
-		fmt.Fprintln(w, "| measurement | muxterm | raw PTY | pass-through | muxterm/raw | muxterm/pass | target | met | muxterm, lean client |")
-		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-	} else {
-		fmt.Fprintln(w, "| measurement | muxterm | raw PTY | pass-through | muxterm/raw | muxterm/pass | target | met |")
-		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+		cols = append(cols, "muxterm, lean client")
 	}
+	fmt.Fprintln(w, "| "+strings.Join(cols, " | ")+" |")
+	fmt.Fprintln(w, strings.Repeat("| --- ", len(cols))+"|")
 	section := ""
 	for _, row := range r.Rows {
 		name := row.Name
