@@ -460,19 +460,7 @@ func TestCLIExec(t *testing.T) {
 
 func TestCLIExecSIGTERMKillsSession(t *testing.T) {
 	g := startGateway(t, "--allow-cmd", "*")
-	cmd := exec.Command(cliBinary(t), "exec", "--", "sleep", "1000")
-	cmd.Env = cliEnv(t, g)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
+	r := startCLI(t, cliEnv(t, g), "exec", "--", "sleep", "1000")
 	c := g.dial(t)
 	var pid int
 	testutil.WaitFor(t, 10*time.Second, "the exec session", func() bool {
@@ -482,16 +470,9 @@ func TestCLIExecSIGTERMKillsSession(t *testing.T) {
 		}
 		return pid != 0
 	})
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		done <- err // for the cleanup's receive
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 143 {
-			t.Fatalf("exec after SIGTERM: %v, want exit 143; stderr %q", err, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("exec did not exit on SIGTERM")
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	if code := r.exitCode(t, 15*time.Second, "exec after SIGTERM"); code != 143 {
+		t.Fatalf("exec after SIGTERM: exit %d, want 143; stderr %q", code, r.stderr.String())
 	}
 	list, err := c.List(ctxT(t, 5*time.Second))
 	if err != nil || len(list) != 0 || testutil.Alive(pid) {
@@ -513,19 +494,8 @@ func TestCLIExecInterruptedWhileConnecting(t *testing.T) {
 			accepted <- conn
 		}
 	}()
-	cmd := exec.Command(cliBinary(t), "exec", "--", "true")
-	cmd.Env = cliEnv(t, nil, "MUXTERM_URL=ws://"+ln.Addr().String(), "MUXTERM_TOKEN="+randomToken())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
+	r := startCLI(t, cliEnv(t, nil, "MUXTERM_URL=ws://"+ln.Addr().String(), "MUXTERM_TOKEN="+randomToken()),
+		"exec", "--", "true")
 	select {
 	case conn := <-accepted:
 		defer conn.Close()
@@ -533,22 +503,64 @@ func TestCLIExecInterruptedWhileConnecting(t *testing.T) {
 		t.Fatal("exec did not connect")
 	}
 	sent := time.Now()
-	_ = cmd.Process.Signal(os.Interrupt)
-	select {
-	case err := <-done:
-		done <- err // for the cleanup's receive
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-			t.Fatalf("exec after Ctrl-C while connecting: %v, want exit 130; stderr %q", err, stderr.String())
-		}
-		if took := time.Since(sent); took > 5*time.Second {
-			t.Errorf("exec took %v to end after Ctrl-C", took)
-		}
-	case <-time.After(8 * time.Second):
-		_ = cmd.Process.Kill()
-		done <- <-done // stderr is complete once Wait returned; the cleanup receives again
-		t.Fatalf("exec still connecting 8 s after Ctrl-C (its dial timeout is 10 s); stderr %q", stderr.String())
+	_ = r.cmd.Process.Signal(os.Interrupt)
+	// Within 8 s: its dial timeout is 10 s.
+	if code := r.exitCode(t, 8*time.Second, "exec after Ctrl-C while connecting"); code != 130 {
+		t.Fatalf("exec after Ctrl-C while connecting: exit %d, want 130; stderr %q", code, r.stderr.String())
 	}
+	if took := time.Since(sent); took > 5*time.Second {
+		t.Errorf("exec took %v to end after Ctrl-C", took)
+	}
+}
+
+// cliRun is a muxterm process a test started; it is killed and waited for at the test's end.
+type cliRun struct {
+	cmd    *exec.Cmd
+	stderr bytes.Buffer  // read it only once done is closed
+	done   chan struct{} // closed once the process was waited for, with err its result
+	err    error
+}
+
+// startCLI starts the muxterm binary with env and args.
+func startCLI(t *testing.T, env []string, args ...string) *cliRun {
+	t.Helper()
+	r := &cliRun{cmd: exec.Command(cliBinary(t), args...), done: make(chan struct{})}
+	r.cmd.Env = env
+	r.cmd.Stderr = &r.stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		r.err = r.cmd.Wait()
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	})
+	return r
+}
+
+// exitCode waits up to d for the process to exit and returns its exit code; it fails t, with
+// the process's stderr, when it is still running then (it is killed) or did not exit by itself.
+func (r *cliRun) exitCode(t *testing.T, d time.Duration, what string) int {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(d):
+		_ = r.cmd.Process.Kill()
+		<-r.done
+		t.Fatalf("%s: still running after %v; stderr %q", what, d, r.stderr.String())
+	}
+	var ee *exec.ExitError
+	switch {
+	case r.err == nil:
+		return 0
+	case errors.As(r.err, &ee) && ee.ExitCode() >= 0:
+		return ee.ExitCode()
+	}
+	t.Fatalf("%s: %v; stderr %q", what, r.err, r.stderr.String())
+	return -1
 }
 
 func TestCLIKillAndNames(t *testing.T) {
