@@ -648,22 +648,15 @@ func TestDialOpenGivenUpUnanswered(t *testing.T) {
 // A DialOpen whose caller gives up while the server has not even answered the upgrade ends at
 // once (here: a listener that accepts and never answers).
 func TestDialOpenGivenUpWhileConnecting(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		if conn, err := ln.Accept(); err == nil {
-			accepted <- conn
-		}
-	}()
+	addr, accepted := testutil.MuteListener(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	errc := dialOpenAsync(ctx, "ws://"+ln.Addr().String()+"/ws")
-	conn := <-accepted
-	defer conn.Close()
+	errc := dialOpenAsync(ctx, "ws://"+addr+"/ws")
+	select {
+	case <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("DialOpen did not connect")
+	}
 	cancel()
 	select {
 	case err := <-errc:

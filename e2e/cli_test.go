@@ -483,22 +483,11 @@ func TestCLIExecSIGTERMKillsSession(t *testing.T) {
 // Ctrl-C while exec connects ends it at once with 130, even when the server accepted the
 // connection and never answers the upgrade (before, exec waited out its 10 s dial timeout).
 func TestCLIExecInterruptedWhileConnecting(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		if conn, err := ln.Accept(); err == nil {
-			accepted <- conn
-		}
-	}()
-	r := startCLI(t, cliEnv(t, nil, "MUXTERM_URL=ws://"+ln.Addr().String(), "MUXTERM_TOKEN="+randomToken()),
+	addr, accepted := testutil.MuteListener(t)
+	r := startCLI(t, cliEnv(t, nil, "MUXTERM_URL=ws://"+addr, "MUXTERM_TOKEN="+randomToken()),
 		"exec", "--", "true")
 	select {
-	case conn := <-accepted:
-		defer conn.Close()
+	case <-accepted:
 	case <-time.After(10 * time.Second):
 		t.Fatal("exec did not connect")
 	}

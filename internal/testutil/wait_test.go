@@ -2,6 +2,8 @@ package testutil
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"testing"
@@ -68,5 +70,24 @@ func TestWaitClosedCtxAndShutdownAtEnd(t *testing.T) {
 	t.Run("sub", func(t *testing.T) { ShutdownAtEnd(t, "s", s) })
 	if !s.called {
 		t.Fatal("Shutdown not called when the subtest ended")
+	}
+}
+
+// MuteListener accepts a connection, hands it over, and never writes to it.
+func TestMuteListener(t *testing.T) {
+	addr, accepted := MuteListener(t)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	select {
+	case <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection was not accepted")
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, err := conn.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read from the mute listener: %d, %v; want the deadline", n, err)
 	}
 }
