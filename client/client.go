@@ -401,22 +401,25 @@ type netConns struct {
 // add records conn, or closes it and reports false when the dial was given up meanwhile.
 func (n *netConns) add(conn net.Conn) bool {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.expired {
-		_ = conn.Close()
-		return false
+	expired := n.expired
+	if !expired {
+		n.conns = append(n.conns, conn)
 	}
-	n.conns = append(n.conns, conn)
-	return true
+	n.mu.Unlock()
+	if expired {
+		_ = conn.Close()
+	}
+	return !expired
 }
 
 // expire closes every connection made, and those to come: the caller gave up on the dial. A
 // close, unlike a deadline, cannot be undone by the deadline gorilla sets after dialing.
 func (n *netConns) expire() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.expired = true
-	for _, conn := range n.conns {
+	conns := n.conns
+	n.mu.Unlock()
+	for _, conn := range conns {
 		_ = conn.Close()
 	}
 }
