@@ -209,6 +209,9 @@ func (p *passthrough) dialCat(ctx context.Context) (*websocket.Conn, error) {
 		_, msg, err := ws.ReadMessage()
 		if err != nil {
 			ws.Close()
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("pass-through: wait for R: %w (%w)", context.Cause(ctx), err)
+			}
 			return nil, fmt.Errorf("pass-through: wait for R: %w", err)
 		}
 		if bytes.IndexByte(msg, 'R') >= 0 {

@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"net"
-	"sync"
 	"testing"
 )
 
@@ -17,22 +16,16 @@ func MuteListener(t testing.TB) (addr string, accepted <-chan net.Conn) {
 		t.Fatal(err)
 	}
 	ch := make(chan net.Conn, 4)
-	var (
-		mu   sync.Mutex // guards held
-		held []net.Conn
-		wg   sync.WaitGroup
-	)
-	wg.Add(1)
+	var held []net.Conn // the accept loop's until it returns, then the cleanup's
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		for {
 			conn, err := ln.Accept()
 			if err != nil {
 				return // closed at the test's end
 			}
-			mu.Lock()
 			held = append(held, conn)
-			mu.Unlock()
 			select {
 			case ch <- conn:
 			default:
@@ -41,9 +34,7 @@ func MuteListener(t testing.TB) (addr string, accepted <-chan net.Conn) {
 	}()
 	t.Cleanup(func() {
 		ln.Close()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
+		<-done
 		for _, conn := range held {
 			conn.Close()
 		}

@@ -3,6 +3,7 @@ package testutil
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -73,21 +74,32 @@ func TestWaitClosedCtxAndShutdownAtEnd(t *testing.T) {
 	}
 }
 
-// MuteListener accepts a connection, hands it over, and never writes to it.
+// MuteListener accepts a connection, hands it over, never writes to it, and closes it when the
+// test that made it ends.
 func TestMuteListener(t *testing.T) {
-	addr, accepted := MuteListener(t)
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	var conn net.Conn
+	t.Run("mute", func(t *testing.T) {
+		addr, accepted := MuteListener(t)
+		var err error
+		if conn, err = net.Dial("tcp", addr); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-accepted:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the connection was not accepted")
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, err := conn.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read from the mute listener: %d, %v; want the deadline", n, err)
+		}
+	})
+	if conn == nil {
+		return
 	}
 	defer conn.Close()
-	select {
-	case <-accepted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the connection was not accepted")
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-	if n, err := conn.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read from the mute listener: %d, %v; want the deadline", n, err)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("read once the subtest ended: %d, %v; want EOF (the listener's side closed)", n, err)
 	}
 }
