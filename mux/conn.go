@@ -177,12 +177,15 @@ type conn struct {
 	readDone   chan struct{} // closed when readLoop has returned
 	pending    chan struct{} // semaphore for slow requests
 
-	// mu guards channels, ctrl, closeAfter, closeWhy and lingerUntil. Nothing is taken under it, and it is
+	// mu guards channels, ctrl, refusals, closeAfter, closeWhy and lingerUntil. Nothing is taken under it, and it is
 	// never taken with a session lock held (the viewer wake callbacks take only readyMu), so
 	// never call into session or registry while holding mu.
 	mu       sync.Mutex
 	channels map[uint32]*channel
-	ctrl     [][]byte // queued text messages, written ahead of data
+	ctrl     []ctrlMsg // queued text messages, written ahead of data
+	// refusals maps each kind of frame refusal that waits in ctrl to its message, so that the
+	// next refusal of that kind joins it (refuse.go); emptied when the writer takes ctrl.
+	refusals map[refusalKey]*refusal
 	// closeAfter, when set, is the close frame the writer sends once ctrl is written, and
 	// closeWhy the connection's end cause then.
 	closeAfter []byte

@@ -56,10 +56,13 @@ func (c *conn) readLoop() error {
 			return err
 		}
 		over := msg.Len() > limit
+		size := int64(msg.Len()) // the message's whole length, its discarded part included
 		if over {
-			if _, err := io.Copy(io.Discard, r); err != nil {
+			n, err := io.Copy(io.Discard, r)
+			if err != nil {
 				return err
 			}
+			size += n
 		}
 		if typ == websocket.TextMessage && !over && !utf8.Valid(msg.Bytes()) {
 			// RFC 6455 §8.1: a text message that is not UTF-8 fails the connection (1007). It
@@ -87,7 +90,7 @@ func (c *conn) readLoop() error {
 			if f, err := proto.ParseFrame(msg.Bytes()[:proto.HeaderLen]); err == nil {
 				e = withChannel(e, f.Channel)
 			}
-			c.replyErr(nullID, e)
+			c.refuseFrame(msg.Bytes(), int(size)-proto.HeaderLen, e)
 		default:
 			c.handleBinary(msg.Bytes())
 		}
@@ -172,26 +175,27 @@ func (c *conn) handleText(b []byte) {
 
 // handleBinary handles input and ack frames.
 func (c *conn) handleBinary(b []byte) {
+	payload := max(len(b)-proto.HeaderLen, 0)
 	f, err := proto.ParseFrame(b)
 	if err != nil {
-		c.replyErr(nullID, c.onKnownChannel(proto.ErrBadFrame(err.Error()), b))
+		c.refuseFrame(b, payload, c.onKnownChannel(proto.ErrBadFrame(err.Error()), b))
 		return
 	}
 	if f.Type == proto.FrameOutput {
-		c.replyErr(nullID, c.onKnownChannel(proto.ErrBadFrame("output frames go from server to client"), b))
+		c.refuseFrame(b, payload, c.onKnownChannel(proto.ErrBadFrame("output frames go from server to client"), b))
 		return
 	}
 	c.mu.Lock()
 	ch := c.channels[f.Channel]
 	c.mu.Unlock()
 	if ch == nil || !ch.ready.Load() || ch.detached.Load() {
-		c.replyErr(nullID, proto.ErrUnknownChannel(f.Channel))
+		c.refuseFrame(b, payload, proto.ErrUnknownChannel(f.Channel))
 		return
 	}
 	switch f.Type {
 	case proto.FrameAck:
 		if err := ch.credit.give(int64(f.AckCount())); err != nil {
-			c.replyErr(nullID, withChannel(proto.ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)), f.Channel))
+			c.refuseFrame(b, payload, withChannel(proto.ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)), f.Channel))
 			return
 		}
 		if ch.relay != nil {
@@ -202,17 +206,17 @@ func (c *conn) handleBinary(b []byte) {
 		}
 	case proto.FrameInput:
 		if c.opts.ReadOnly {
-			c.replyErr(nullID, withChannel(proto.ErrForbidden("read-only principal: input dropped"), f.Channel))
+			c.refuseFrame(b, payload, withChannel(proto.ErrForbidden("read-only principal: input dropped"), f.Channel))
 			return
 		}
 		if !c.opts.InputRate.Allow(ch.sessionID(), float64(len(f.Payload))) {
-			c.replyErr(nullID, withChannel(errInputRate(c.opts.InputRate), f.Channel))
+			c.refuseFrame(b, payload, withChannel(errInputRate(c.opts.InputRate), f.Channel))
 			return
 		}
 		c.tel.Instruments.BytesIn.Add(c.ctx, int64(len(f.Payload)))
 		if ch.relay != nil {
 			if err := ch.relay.Write(f.Payload); err != nil {
-				c.replyErr(nullID, withChannel(remoteError(err, ch.sessionID()), f.Channel))
+				c.refuseFrame(b, payload, withChannel(remoteError(err, ch.sessionID()), f.Channel))
 			}
 			return
 		}
@@ -224,7 +228,7 @@ func (c *conn) handleBinary(b []byte) {
 				e.Data = map[string]any{}
 			}
 			e.Data["channel"] = f.Channel
-			c.replyErr(nullID, e)
+			c.refuseFrame(b, payload, e)
 		}
 	}
 }

@@ -33,9 +33,22 @@ func notify(ch chan struct{}) {
 	}
 }
 
+// ctrlMsg is one queued text message: msg, or a refusal marshalled when it is written (its
+// counts may still grow while it waits, refuse.go).
+type ctrlMsg struct {
+	msg []byte
+	ref *refusal
+}
+
 // send queues a text message for the writer. A client that lets maxQueuedCtrl messages pile
 // up unread is dropped (1008). It reports whether the message was queued.
 func (c *conn) send(msg []byte) bool {
+	return c.enqueue(ctrlMsg{msg: msg}, nil)
+}
+
+// enqueue is send for a message or a refusal; key, when not nil, registers the refusal in
+// c.refusals so that later refusals of its kind join it until the writer takes it.
+func (c *conn) enqueue(m ctrlMsg, key *refusalKey) bool {
 	c.mu.Lock()
 	if len(c.ctrl) >= maxQueuedCtrl {
 		c.mu.Unlock()
@@ -46,7 +59,13 @@ func (c *conn) send(msg []byte) bool {
 		c.mu.Unlock()
 		return false
 	}
-	c.ctrl = append(c.ctrl, msg)
+	c.ctrl = append(c.ctrl, m)
+	if key != nil {
+		if c.refusals == nil {
+			c.refusals = make(map[refusalKey]*refusal)
+		}
+		c.refusals[*key] = m.ref
+	}
 	c.mu.Unlock()
 	notify(c.wake)
 	return true
@@ -58,7 +77,7 @@ func (c *conn) send(msg []byte) bool {
 // written, which is harmless.
 func (c *conn) sendLocked(msg []byte) {
 	if len(c.ctrl) < maxQueuedCtrl {
-		c.ctrl = append(c.ctrl, msg)
+		c.ctrl = append(c.ctrl, ctrlMsg{msg: msg})
 		notify(c.wake)
 	}
 }
@@ -167,6 +186,7 @@ func (c *conn) flushControl() error {
 		c.mu.Lock()
 		msgs := c.ctrl
 		c.ctrl = nil
+		clear(c.refusals) // taken: a refusal from now on is a new message
 		closing := c.closeAfter
 		c.mu.Unlock()
 		if len(msgs) == 0 && closing != nil {
@@ -184,7 +204,11 @@ func (c *conn) flushControl() error {
 			return nil
 		}
 		for _, m := range msgs {
-			if err := c.write(websocket.TextMessage, m); err != nil {
+			b := m.msg
+			if m.ref != nil {
+				b = m.ref.message()
+			}
+			if err := c.write(websocket.TextMessage, b); err != nil {
 				return fmt.Errorf("write control: %w", err)
 			}
 		}
