@@ -45,9 +45,9 @@ const (
 	colorMask uint32 = 1<<26 - 1
 )
 
-func (c cell) r() rune          { return rune(c.c & runeMask) }
-func (c cell) attrs() uint32    { return c.c & attrMask }
-func (c cell) isTail() bool     { return c.c&runeMask == runeWideTail }
+func (c cell) r() rune       { return rune(c.c & runeMask) }
+func (c cell) attrs() uint32 { return c.c & attrMask }
+func (c cell) isTail() bool  { return c.c&runeMask == runeWideTail }
 func (c cell) sameStyle(d cell) bool {
 	return c.c&attrMask == d.c&attrMask && c.fg == d.fg && c.bg == d.bg
 }

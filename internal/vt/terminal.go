@@ -63,7 +63,7 @@ type charsets struct {
 type screen struct {
 	lines    []line // the ring of rows; row y is lines[(head+y)%len(lines)]
 	head     int
-	top, bot int      // scroll region, inclusive
+	top, bot int       // scroll region, inclusive
 	tabs     *tabStops // nil: a stop every 8 columns
 	saved    savedCursor
 }
