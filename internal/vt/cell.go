@@ -1,0 +1,72 @@
+package vt
+
+// A cell is one column of one row: 12 bytes.
+//
+// c holds the rune in bits 0-20 and the attribute flags in bits 21-31; fg and bg hold a colour
+// each, laid out as xterm.js lays out its own: the colour mode in bits 24-25 (cmDefault,
+// cmP16, cmP256, cmRGB) and the palette index or 0xRRGGBB in bits 0-23.
+//
+// A rune of 0 is a cell nothing was printed in (blank; erasing makes those, keeping only the
+// background colour, as xterm does with BCE). runeWideTail marks the second column of a wide
+// character; its head is the cell to its left, whose rune is two columns wide.
+type cell struct {
+	c  uint32
+	fg uint32
+	bg uint32
+}
+
+const (
+	runeMask     = 1<<21 - 1
+	runeWideTail = runeMask // above U+10FFFF, so never a real rune
+)
+
+// Attribute flags, in a cell's c (and a pen's a).
+const (
+	attrBold      uint32 = 1 << 21
+	attrDim       uint32 = 1 << 22
+	attrItalic    uint32 = 1 << 23
+	attrULShift          = 24 // underline style: 0 none, 1 single, 2 double, 3 curly, 4 dotted, 5 dashed
+	attrULMask    uint32 = 7 << attrULShift
+	attrBlink     uint32 = 1 << 27
+	attrInverse   uint32 = 1 << 28
+	attrInvisible uint32 = 1 << 29
+	attrStrike    uint32 = 1 << 30
+	attrOverline  uint32 = 1 << 31
+	attrMask      uint32 = ^uint32(runeMask)
+)
+
+// Colour modes, in bits 24-25 of fg and bg.
+const (
+	cmDefault uint32 = 0
+	cmP16     uint32 = 1 << 24 // 30-37, 90-97 (index 0-15)
+	cmP256    uint32 = 2 << 24 // 38;5;n
+	cmRGB     uint32 = 3 << 24 // 38;2;r;g;b
+	cmMask    uint32 = 3 << 24
+	colorMask uint32 = 1<<26 - 1
+)
+
+func (c cell) r() rune       { return rune(c.c & runeMask) }
+func (c cell) attrs() uint32 { return c.c & attrMask }
+func (c cell) isTail() bool  { return c.c&runeMask == runeWideTail }
+func (c cell) sameStyle(d cell) bool {
+	return c.c&attrMask == d.c&attrMask && c.fg == d.fg && c.bg == d.bg
+}
+
+// isWideHead reports whether the cell holds a character two columns wide.
+func (c cell) isWideHead() bool {
+	r := c.c & runeMask
+	return r >= 0x1100 && r != runeWideTail && runeWidth(rune(r)) == 2
+}
+
+// pen is the current graphic rendition (SGR): attribute flags and colours.
+type pen struct {
+	a, fg, bg uint32
+}
+
+func (p pen) cell(r rune) cell { return cell{c: uint32(r) | p.a, fg: p.fg, bg: p.bg} }
+
+// blank is the cell erasing makes under this pen: no rune, the background colour only.
+func (p pen) blank() cell { return cell{bg: p.bg} }
+
+// A line is one row's cells; nil is a row nothing has touched (all blank, default colours).
+type line []cell
