@@ -44,7 +44,12 @@ type Channel struct {
 	// next is the offset of the next byte to arrive: what a reconnect resumes from, since the
 	// bytes received and not yet read are kept.
 	next int64
-	segs []segment // received, not yet read, in order
+	// paintIn and paintOut are the bytes of a paint of the screen (an attach's result.screen)
+	// still to arrive and still to be read: they have no offsets, so they advance neither next
+	// nor offset. screen is the attach's screen mode, which a resume keeps.
+	paintIn, paintOut int64
+	screen            string
+	segs              []segment // received, not yet read, in order
 	// unacked counts bytes of the current binding Read returned and not yet acknowledged. Read
 	// acknowledges them itself once they reach the server's ackBytes; when it drains the buffer
 	// with fewer, the client's ackLoop acknowledges them right after Read returns, so the ack
@@ -120,7 +125,7 @@ func (ch *Channel) bindOpenSized(o OpenOptions) func(response) {
 }
 
 // bindAttach returns the binder of session.attach's response (see bindOpen).
-func (ch *Channel) bindAttach(from *int64) func(response) {
+func (ch *Channel) bindAttach(from *int64, screen string) func(response) {
 	return func(r response) {
 		var res proto.AttachResult
 		if r.Err != nil || r.lost != nil || json.Unmarshal(r.Result, &res) != nil {
@@ -129,6 +134,8 @@ func (ch *Channel) bindAttach(from *int64) func(response) {
 		ch.mu.Lock()
 		ch.session, ch.pid, ch.on = res.Session, res.Pid, r.on
 		ch.offset, ch.next = res.Offset, res.Offset
+		ch.screen = screen
+		ch.paintIn, ch.paintOut = int64(res.Screen), int64(res.Screen)
 		ch.mu.Unlock()
 		ch.setSize(res.Cols, res.Rows)
 		if res.Exit != nil {
@@ -155,6 +162,11 @@ func (ch *Channel) bindResume(from int64) func(response) {
 			ch.cond.Broadcast()
 		}
 		ch.next = res.Offset
+		// A paint arrives before the bytes from res.Offset; one cut short by the drop is
+		// followed by this whole new one (resumable asked for it).
+		// The old paint's bytes that never arrived will not be read either.
+		ch.paintOut += int64(res.Screen) - ch.paintIn
+		ch.paintIn = int64(res.Screen)
 		ch.mu.Unlock()
 		if res.Exit != nil {
 			ch.setExit(*res.Exit)
@@ -162,11 +174,16 @@ func (ch *Channel) bindResume(from int64) func(response) {
 	}
 }
 
-// resumable reports ch's session and next offset if a reconnect should re-attach it.
-func (ch *Channel) resumable() (string, int64, bool) {
+// resumable reports ch's session, next offset and screen mode if a reconnect should re-attach
+// it: the attach's own mode, or a paint whatever happened if the last paint was cut short.
+func (ch *Channel) resumable() (string, int64, string, bool) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	return ch.session, ch.next, ch.session != "" && !ch.detaching && ch.endErr == nil
+	screen := ch.screen
+	if ch.paintIn > 0 && screen != proto.ScreenNever {
+		screen = proto.ScreenAlways
+	}
+	return ch.session, ch.next, screen, ch.session != "" && !ch.detaching && ch.endErr == nil
 }
 
 // Session returns the session id.
@@ -291,7 +308,9 @@ func (ch *Channel) push(p []byte) {
 	} else {
 		ch.segs = append(ch.segs, newSegment(p, ch.epoch))
 	}
-	ch.next += int64(len(p))
+	k := min(ch.paintIn, int64(len(p)))
+	ch.paintIn -= k
+	ch.next += int64(len(p)) - k
 	ch.cond.Broadcast()
 	f := ch.notify
 	ch.mu.Unlock()
@@ -442,7 +461,9 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 		seg.drop()
 		ch.segs = ch.segs[1:]
 	}
-	ch.offset += int64(n)
+	k := min(ch.paintOut, int64(n))
+	ch.paintOut -= k
+	ch.offset += int64(n) - k
 	if current && !ch.c.opts.ManualAck {
 		ch.unacked += n
 	}

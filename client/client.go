@@ -458,7 +458,7 @@ func (n *netConns) recording(dial dialFunc) dialFunc {
 }
 
 func (c *Client) initializeParams() map[string]any {
-	return map[string]any{"client": map[string]any{"name": c.opts.Name, "version": "1"}, "capabilities": map[string]any{}}
+	return map[string]any{"client": map[string]any{"name": c.opts.Name, "version": "1"}, "capabilities": map[string]any{proto.CapabilityScreen: true}}
 }
 
 // DialError is a refused upgrade.
@@ -825,6 +825,10 @@ type AttachOptions struct {
 	// Cols and Rows declare this viewer's size (both or neither): with the gateway's
 	// --window-size policy they may size the session (docs/protocol.md §3).
 	Cols, Rows int
+	// Screen is proto.ScreenAuto (also when empty), proto.ScreenAlways or proto.ScreenNever:
+	// whether the channel starts with a paint of the session's screen (docs/protocol.md §4
+	// session.attach). The paint's bytes are read from the channel first; they have no offsets.
+	Screen string
 }
 
 // Attach binds a new channel to session id, replaying from from (nil: the oldest retained byte).
@@ -844,8 +848,11 @@ func (c *Client) AttachWith(ctx context.Context, id string, o AttachOptions) (*C
 	if o.Cols > 0 || o.Rows > 0 {
 		params["cols"], params["rows"] = o.Cols, o.Rows
 	}
+	if o.Screen != "" {
+		params["screen"] = o.Screen
+	}
 	var res proto.AttachResult
-	err, handedOff := c.callLate(ctx, "session.attach", params, &res, ch.bindAttach(o.From), c.undo(ch, "session.detach"))
+	err, handedOff := c.callLate(ctx, "session.attach", params, &res, ch.bindAttach(o.From, o.Screen), c.undo(ch, "session.detach"))
 	if err != nil {
 		if !handedOff {
 			c.dropChannel(ch)

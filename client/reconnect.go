@@ -163,11 +163,15 @@ func (c *Client) resume(ctx context.Context) ([]uint32, error) {
 	}
 	var calls []resumeCall
 	for _, ch := range chs {
-		id, from, ok := ch.resumable()
+		id, from, screen, ok := ch.resumable()
 		if !ok {
 			continue
 		}
-		p, err := c.sendOn(l, "session.attach", map[string]any{"channel": ch.ID, "session": id, "from": from}, ch.bindResume(from))
+		params := map[string]any{"channel": ch.ID, "session": id, "from": from}
+		if screen != "" {
+			params["screen"] = screen
+		}
+		p, err := c.sendOn(l, "session.attach", params, ch.bindResume(from))
 		if err != nil {
 			return fail(err)
 		}

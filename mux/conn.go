@@ -205,6 +205,7 @@ type conn struct {
 
 	// owned by readLoop:
 	initialized bool
+	screens     bool // the client's initialize declared capabilities.screen
 }
 
 // Serve runs the multiplexer over ws until the socket fails, the client leaves, or ctx ends.

@@ -117,14 +117,21 @@ func (c *conn) handleAttach(req *proto.Request) {
 	if p.From != nil {
 		from = *p.From
 	}
+	if p.Screen == "" {
+		// A client that did not say it understands paints gets raw replays (protocol.md §4);
+		// a relayed attach carries the mode so resolved.
+		p.Screen = proto.ScreenNever
+		if c.screens {
+			p.Screen = proto.ScreenAuto
+		}
+	}
 	_, span := c.startSpan(otel.SpanSessionAttach, "session.attach", p.Meta, ch.id)
 	defer span.End()
 	span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
-	attach := c.reg.Attach
-	if c.opts.ReadOnly {
-		attach = c.reg.AttachPassive // a read-only viewer never holds the owner's program back
-	}
-	v, info, err := attach(p.Session, c.opts.Principal, from, func() { c.markReady(ch) })
+	// A read-only viewer is passive: it never holds the owner's program back.
+	v, info, err := c.reg.AttachWith(p.Session, c.opts.Principal,
+		session.AttachOptions{From: from, Passive: c.opts.ReadOnly, Screen: screenMode(p.Screen)},
+		func() { c.markReady(ch) })
 	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 		// Perhaps another node's: the relay dials it, off the read loop.
 		if !c.slow(req.ID, func() { c.attachRemote(req, &p, ch) }) {
@@ -139,6 +146,7 @@ func (c *conn) handleAttach(req *proto.Request) {
 		return
 	}
 	ch.sess, ch.v = v.Session(), v
+	span.SetAttributes(attribute.Int(otel.AttrScreenBytes, info.Screen))
 	if p.Cols > 0 && !c.opts.ReadOnly {
 		// The viewer's own size counts for the window-size policy; a read-only viewer's is
 		// ignored. A failure is the session closing, which the viewer learns from its binding.
@@ -155,7 +163,8 @@ func (c *conn) handleAttach(req *proto.Request) {
 	// before the attach), every later byte was read from the PTY after it.
 	queued := c.reply(req.ID, proto.AttachResult{Session: ch.sess.ID(), Channel: ch.id,
 		Offset: info.Offset, Live: info.End, Lost: info.Lost, End: info.End, Pid: in.Pid,
-		Cols: size.Cols, Rows: size.Rows, Exit: exitInfo(in.Exit)})
+		Cols: size.Cols, Rows: size.Rows, Exit: exitInfo(in.Exit),
+		Screen: info.Screen, ScreenLost: info.ScreenLost})
 	c.activate(ch, queued, true)
 }
 
@@ -307,6 +316,40 @@ func (c *conn) handleLease(req *proto.Request) {
 	c.reply(req.ID, proto.LeaseResult{Session: p.Session, Until: until.UTC().Format(time.RFC3339Nano)})
 }
 
+// handleCapture answers session.capture on a slow-request goroutine: catching the screen up
+// may take up to session's screenWait.
+func (c *conn) handleCapture(req *proto.Request) {
+	p, e := proto.DecodeCapture(req.Params)
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	c.slow(req.ID, func() {
+		_, span := c.startSpan(otel.SpanSessionCapture, "session.capture", p.Meta, 0)
+		defer span.End()
+		span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
+		snap, err := c.reg.Capture(p.Session, c.opts.Principal, p.Format == proto.CaptureANSI, p.Scrollback)
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+			c.replyErr(req.ID, sessionError(err, p.Session))
+			return
+		}
+		c.reply(req.ID, proto.CaptureResult{Session: p.Session, Offset: snap.Offset, Cols: snap.Cols,
+			Rows: snap.Rows, Format: p.Format, Lost: snap.Lost, Screen: string(snap.Paint)})
+	})
+}
+
+// screenMode maps session.attach's screen to the session's.
+func screenMode(s string) session.ScreenMode {
+	switch s {
+	case proto.ScreenAlways:
+		return session.ScreenAlways
+	case proto.ScreenNever:
+		return session.ScreenNever
+	}
+	return session.ScreenAuto
+}
+
 // sessionError maps session errors to protocol errors.
 func sessionError(err error, id string) *proto.Error {
 	var ce *session.ClosedError
@@ -321,6 +364,8 @@ func sessionError(err error, id string) *proto.Error {
 		return proto.ErrLimitExceeded("maxSessions", err.Error())
 	case errors.Is(err, session.ErrBadOffset):
 		return proto.ErrInvalidParams("from", err.Error())
+	case errors.Is(err, session.ErrNoScreen):
+		return proto.ErrInvalidRequest("the gateway keeps no screens (--screen=false)")
 	case errors.Is(err, session.ErrBadSize):
 		return proto.ErrInvalidParams("cols", err.Error())
 	case errors.Is(err, session.ErrShuttingDown):

@@ -120,17 +120,20 @@ func (c *conn) handleFirst(typ int, b []byte, over bool) {
 		c.closeAfterQueued(websocket.ClosePolicyViolation, why)
 		return
 	}
-	if _, e := proto.DecodeInitialize(req.Params); e != nil {
+	ip, e := proto.DecodeInitialize(req.Params)
+	if e != nil {
 		c.replyErr(req.ID, e)
 		return
 	}
 	c.initialized = true
+	c.screens = ip.Capabilities[proto.CapabilityScreen] == true
 	c.reply(req.ID, proto.InitializeResult{
 		Server:   proto.ServerInfo{Name: "muxterm", Version: c.opts.Version},
 		Protocol: proto.Subprotocol,
 		Limits:   c.opts.limits(),
 		Flow: proto.Flow{Window: c.opts.Window, AckBytes: ackBytes(c.opts.Window),
 			ResumeHoldMs: c.resumeHoldMs()},
+		Capabilities: proto.ServerCapabilities{Screen: c.reg.Screens()},
 	})
 }
 
@@ -168,6 +171,8 @@ func (c *conn) handleText(b []byte) {
 		c.handleList(req)
 	case "session.lease":
 		c.handleLease(req)
+	case "session.capture":
+		c.handleCapture(req)
 	default:
 		c.replyErr(req.ID, proto.ErrMethodNotFound(req.Method))
 	}

@@ -195,7 +195,9 @@ func TestAttachLiveOffset(t *testing.T) {
 			}
 
 			b := rawmux.Dial(t, url, nil)
-			params := map[string]any{"channel": 2, "session": open.Session}
+			// A raw replay (what this test is about; a paint of the screen is
+			// TestAttachPaintsTheScreen's).
+			params := map[string]any{"channel": 2, "session": open.Session, "screen": "never"}
 			if tc.from != nil {
 				params["from"] = tc.from
 			}

@@ -37,9 +37,11 @@ const (
 	SpanSessionOpen   = "session.open"
 	SpanSessionAttach = "session.attach"
 	SpanSessionDetach = "session.detach"
-	SpanSessionKill   = "session.kill"
-	SpanSessionReader = "session.reader"
-	SpanReaperSweep   = "reaper.sweep"
+	// SpanSessionCapture: a session.capture, from the request to the screen read.
+	SpanSessionCapture = "session.capture"
+	SpanSessionKill    = "session.kill"
+	SpanSessionReader  = "session.reader"
+	SpanReaperSweep    = "reaper.sweep"
 )
 
 // Span events of session.kill.
@@ -69,6 +71,8 @@ const (
 	AttrClaimed       = "muxterm.reaper.claimed"
 	AttrLostReattach  = "muxterm.reaper.lost"
 	AttrBytes         = "muxterm.bytes"
+	// AttrScreenBytes: the length of the paint an attach starts with (0: a raw replay).
+	AttrScreenBytes = "muxterm.screen.bytes"
 )
 
 // Instrument names.

@@ -5,11 +5,22 @@ package proto
 
 // InitializeResult is the server's answer to initialize.
 type InitializeResult struct {
-	Server   ServerInfo `json:"server"`
-	Protocol string     `json:"protocol"`
-	Limits   Limits     `json:"limits"`
-	Flow     Flow       `json:"flow"`
+	Server       ServerInfo         `json:"server"`
+	Protocol     string             `json:"protocol"`
+	Limits       Limits             `json:"limits"`
+	Flow         Flow               `json:"flow"`
+	Capabilities ServerCapabilities `json:"capabilities"`
 }
+
+// ServerCapabilities are the features of the gateway that a client may rely on: Screen, that
+// sessions keep screens (session.attach's screen, session.capture).
+type ServerCapabilities struct {
+	Screen bool `json:"screen"`
+}
+
+// CapabilityScreen is the client capability (initialize's capabilities.screen: true) that makes
+// session.attach's screen default to "auto" for that socket; without it the default is "never".
+const CapabilityScreen = "screen"
 
 // ServerInfo names the server in InitializeResult.
 type ServerInfo struct {
@@ -55,6 +66,22 @@ type AttachResult struct {
 	Cols    int       `json:"cols"`
 	Rows    int       `json:"rows"`
 	Exit    *ExitInfo `json:"exit"`
+	// Screen is the length of the paint of the screen sent on the channel before the byte at
+	// Offset (0: none); ScreenLost the output bytes the screen never read.
+	Screen     int   `json:"screen"`
+	ScreenLost int64 `json:"screenLost,omitempty"`
+}
+
+// CaptureResult is session.capture's result: the screen as of output offset Offset, Cols×Rows,
+// as text or as a paint (Format), and the output bytes the screen never read (Lost).
+type CaptureResult struct {
+	Session string `json:"session"`
+	Offset  int64  `json:"offset"`
+	Cols    int    `json:"cols"`
+	Rows    int    `json:"rows"`
+	Format  string `json:"format"`
+	Lost    int64  `json:"lost"`
+	Screen  string `json:"screen"`
 }
 
 // KillResult is session.kill's result.

@@ -380,8 +380,36 @@ type AttachParams struct {
 	From    *int64 `json:"from,omitempty"`
 	Cols    int    `json:"cols,omitempty"`
 	Rows    int    `json:"rows,omitempty"`
-	Meta    *Meta  `json:"_meta,omitempty"`
+	// Screen is ScreenAuto (also when absent), ScreenAlways or ScreenNever: whether the attach
+	// starts with a paint of the session's screen (protocol.md §4 session.attach).
+	Screen string `json:"screen,omitempty"`
+	Meta   *Meta  `json:"_meta,omitempty"`
 }
+
+// The values of session.attach's screen.
+const (
+	ScreenAuto   = "auto"
+	ScreenAlways = "always"
+	ScreenNever  = "never"
+)
+
+// CaptureParams are the params of session.capture. Format is CaptureText or CaptureANSI;
+// Scrollback the lines of history above the screen to include.
+type CaptureParams struct {
+	Session    string `json:"session"`
+	Format     string `json:"format,omitempty"`
+	Scrollback int    `json:"scrollback,omitempty"`
+	Meta       *Meta  `json:"_meta,omitempty"`
+}
+
+// The values of session.capture's format.
+const (
+	CaptureText = "text"
+	CaptureANSI = "ansi"
+)
+
+// MaxCaptureScrollback bounds session.capture's scrollback.
+const MaxCaptureScrollback = 100000
 
 // DetachParams are the params of session.detach.
 type DetachParams struct {
@@ -531,6 +559,14 @@ func DecodeAttach(raw json.RawMessage, lim Limits) (AttachParams, *Error) {
 	if present {
 		p.From = &from
 	}
+	if p.Screen, e = optionalString(m, "screen", "screen"); e != nil {
+		return p, e
+	}
+	switch p.Screen {
+	case "", ScreenAuto, ScreenAlways, ScreenNever:
+	default:
+		return p, ErrInvalidParams("screen", `screen must be "auto", "always" or "never"`)
+	}
 	_, hasCols := m["cols"]
 	_, hasRows := m["rows"]
 	if hasCols || hasRows {
@@ -621,6 +657,33 @@ func DecodeLease(raw json.RawMessage) (LeaseParams, *Error) {
 		return p, e
 	}
 	p.TTLMs, e = requiredInt(m, "ttl_ms", 0, maxLeaseTTLMs)
+	return p, e
+}
+
+// DecodeCapture decodes and validates the params of session.capture: session a well-formed
+// id, format absent, "text" or "ansi", scrollback absent or in 0..MaxCaptureScrollback.
+func DecodeCapture(raw json.RawMessage) (CaptureParams, *Error) {
+	var p CaptureParams
+	m, e := paramsObject(raw)
+	if e != nil {
+		return p, e
+	}
+	p.Meta = decodeMeta(m)
+	if p.Session, e = requiredSessionID(m); e != nil {
+		return p, e
+	}
+	if p.Format, e = optionalString(m, "format", "format"); e != nil {
+		return p, e
+	}
+	switch p.Format {
+	case "":
+		p.Format = CaptureText
+	case CaptureText, CaptureANSI:
+	default:
+		return p, ErrInvalidParams("format", `format must be "text" or "ansi"`)
+	}
+	n, _, e := intMember(m, "scrollback", 0, MaxCaptureScrollback)
+	p.Scrollback = int(n)
 	return p, e
 }
 

@@ -67,6 +67,14 @@ type HandedSession struct {
 	// Cgroup is the session's cgroup directory, "" when it has none (a state from an image
 	// without cgroups decodes to "").
 	Cgroup string
+	// Screen is the paint of the session's screen (screen.go) as of output offset
+	// ScreenOffset, at ScreenCols×ScreenRows, with ScreenLost the bytes it never read; nil when
+	// the image kept no screen (the next image then rebuilds one from the ring, which lacks
+	// what the ring had dropped).
+	Screen                 []byte
+	ScreenOffset           int64
+	ScreenCols, ScreenRows int
+	ScreenLost             int64
 }
 
 // HandedHold is one resume hold and the time it had left.
@@ -173,8 +181,10 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 			}
 			t.Stop()
 		}
-		// 3. The snapshot, under the session's lock.
-		st.Sessions = append(st.Sessions, s.handedLocked(pidfd, st.Taken))
+		// 3. The snapshot, under the session's lock, and its screen.
+		h := s.handedLocked(pidfd, st.Taken)
+		s.handScreen(&h)
+		st.Sessions = append(st.Sessions, h)
 	}
 	return st, nil
 }
@@ -423,6 +433,7 @@ func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) 
 	}
 	s.ring.start, s.ring.end = h.RingStart, h.RingStart
 	s.ring.append(h.Ring)
+	s.adoptScreen(&h)
 	_, s.readerSpan = opts.Tracer.Start(context.Background(), otel.SpanSessionReader,
 		trace.WithAttributes(attribute.String(otel.AttrSessionID, s.id), semconv.ProcessPID(s.pid),
 			attribute.Bool("muxterm.session.adopted", true)))

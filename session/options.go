@@ -25,6 +25,7 @@ var (
 	ErrShuttingDown   = errors.New("registry shutting down")
 	ErrTooMany        = errors.New("too many sessions")
 	ErrSpawn          = errors.New("spawn failed")
+	ErrNoScreen       = errors.New("screens are off")
 )
 
 // ClosedError says a session is closing or gone, and why. It matches ErrSessionClosed.
@@ -110,6 +111,12 @@ type Options struct {
 	// EnvDeny are names (FOO) and prefix patterns (FOO_*) of the gateway's environment
 	// variables that the sessions do not inherit, besides the gateway's own (see childEnv).
 	EnvDeny []string
+	// NoScreen turns the sessions' screens off (screen.go): no terminal model, attaches replay
+	// raw bytes only, Capture fails with ErrNoScreen. Default: every session has a screen.
+	NoScreen bool
+	// ScreenScrollback is how many lines a screen keeps above its rows, and paints above them
+	// on an attach. Default: none (0).
+	ScreenScrollback int
 	// Logger receives diagnostics. Default: slog.Default().
 	Logger *slog.Logger
 	// Observer, if set, is told of every session the registry adds (Event.Opened) and removes
@@ -126,6 +133,8 @@ type Options struct {
 	// to own their hooks and their counts (ownPollers).
 	readers  *readPoller
 	children *waiter
+	// feeder catches lagging screens up. Default: the process-wide one (screen.go).
+	feeder *screenFeeder
 
 	// testHookBeforeIngest is copied into each session before its reader starts (tests only;
 	// nil in production).
@@ -188,6 +197,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.children == nil {
 		o.children = &children
+	}
+	if o.feeder == nil {
+		o.feeder = &feeder
 	}
 	return o
 }

@@ -226,9 +226,11 @@ func (s *Session) ingest(p []byte) (watched bool) {
 		s.dropped += int64(len(p))
 		return false
 	}
+	s.keepForScreenLocked(len(p))
 	s.ring.append(p)
 	s.opts.Instruments.BytesOut.Add(context.Background(), int64(len(p)))
 	s.wakeViewersLocked()
+	s.queueScreenLocked()
 	if !s.paused && s.minLagLocked() > int64(s.opts.HighWaterBytes) {
 		s.paused = true
 		s.pausedAt = s.now()

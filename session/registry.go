@@ -203,6 +203,97 @@ func (r *Registry) attach(id, owner string, from int64, wake func(), passive boo
 	return s.subscribeLocked(from, wake, passive)
 }
 
+// Screens reports whether the sessions keep screens (Options.NoScreen unset).
+func (r *Registry) Screens() bool { return !r.opts.NoScreen }
+
+// AttachOptions say where a viewer starts and how.
+type AttachOptions struct {
+	// From is the offset to replay from; negative: the oldest retained byte.
+	From int64
+	// Passive: a read-only viewer (AttachPassive).
+	Passive bool
+	// Screen says whether the viewer starts with a paint of the screen (ScreenMode).
+	Screen ScreenMode
+}
+
+// AttachWith is Attach with a screen: when o.Screen asks for it (ScreenAuto: the ring cannot
+// replay what was asked), the viewer first reads a paint of the session's screen, then the
+// ring's bytes from the offset the paint stands for (AttachInfo.Offset, AttachInfo.Screen).
+// Otherwise it is Attach, or AttachPassive.
+func (r *Registry) AttachWith(id, owner string, o AttachOptions, wake func()) (*Viewer, AttachInfo, error) {
+	r.mu.Lock()
+	s, err := r.lookupLocked(id, owner)
+	r.mu.Unlock()
+	if err != nil {
+		return nil, AttachInfo{}, fmt.Errorf("attach: %w", err)
+	}
+	if s.scr == nil || !s.paints(o) {
+		return r.attach(id, owner, o.From, wake, o.Passive)
+	}
+	sc := s.scr
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for try := 0; ; try++ {
+		snap := s.paintLocked()
+		// The registry checks ownership and state again: the session may have closed while
+		// it was painted. Lock order: screen.mu, then Registry.mu, then Session.mu.
+		v, info, err := r.attach(id, owner, snap.Offset, wake, o.Passive)
+		if err != nil {
+			return nil, info, err
+		}
+		if info.Lost > 0 && try < 2 {
+			// The ring dropped bytes the paint does not stand for, between the paint and the
+			// subscription (a stream faster than the ring is long): paint again.
+			v.Close()
+			continue
+		}
+		s.mu.Lock()
+		v.paint = snap.Paint
+		s.mu.Unlock()
+		info.Screen, info.ScreenLost = len(snap.Paint), snap.Lost
+		if o.From >= 0 && o.From < snap.Offset {
+			// What the ring no longer held of what was asked; the paint stands for it.
+			info.Lost = max(info.Lost, min(snap.Offset, s.ringStart())-o.From)
+		}
+		return v, info, nil
+	}
+}
+
+// Capture returns owner's session id's screen (Session.Capture): a session that is closing
+// still has one, up to its kill point.
+func (r *Registry) Capture(id, owner string, ansi bool, scrollback int) (ScreenSnapshot, error) {
+	r.mu.Lock()
+	s, err := r.lookupLocked(id, owner)
+	r.mu.Unlock()
+	if err != nil {
+		return ScreenSnapshot{}, fmt.Errorf("capture: %w", err)
+	}
+	return s.Capture(ansi, scrollback)
+}
+
+// paints reports whether an attach with o starts with a paint of the screen.
+func (s *Session) paints(o AttachOptions) bool {
+	switch o.Screen {
+	case ScreenAlways:
+		return true
+	case ScreenNever:
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o.From < 0 {
+		return s.ring.start > 0
+	}
+	return o.From < s.ring.start
+}
+
+// ringStart returns the oldest offset the ring holds.
+func (s *Session) ringStart() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ring.start
+}
+
 // List returns owner's sessions, oldest first.
 func (r *Registry) List(owner string) []Info {
 	r.mu.Lock()

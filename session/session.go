@@ -80,6 +80,8 @@ type Session struct {
 	// cgroup holds the child and everything it forks; "" when cgroups are off. Removed by the
 	// kill (killCgroup).
 	cgroup cgroup.Group
+	// scr is the session's screen (screen.go), nil when Options.NoScreen.
+	scr *screen
 
 	// exited is closed by reaped once the child is reaped. exit is written before that;
 	// read exit only after <-exited.
@@ -134,11 +136,15 @@ type Session struct {
 	readStopped chan struct{}
 	// holds: the offsets of read-write viewers lost with their socket, which backpressure
 	// follows as if they were attached, each until its own timer (ResumeHold) removes it.
-	holds    []*hold
-	dropped  int64         // bytes read after the kill point and dropped
-	killDone chan struct{} // closed when teardown finished; non-nil once closing began
-	tearing  bool          // a Teardown call is running or ran
-	killRes  *KillResult   // allocated with killDone; *killRes is valid after <-killDone
+	holds []*hold
+	// screenSizes are the sizes applied to the PTY that the screen has not read up to yet, and
+	// screenQueued says the session waits for the screen feeder (screen.go).
+	screenSizes  []sizeAt
+	screenQueued bool
+	dropped      int64         // bytes read after the kill point and dropped
+	killDone     chan struct{} // closed when teardown finished; non-nil once closing began
+	tearing      bool          // a Teardown call is running or ran
+	killRes      *KillResult   // allocated with killDone; *killRes is valid after <-killDone
 
 	// ptyMu guards ptmxClosed. The reader holds it to close ptmx; Kill holds it while it looks for
 	// processes holding the slave, so a slave name reused by a newer session is never scanned.

@@ -162,6 +162,7 @@ func (s *Session) setSizeLocked(size Size) (Size, error) {
 	s.mu.Lock()
 	if size != (Size{s.cols, s.rows}) {
 		s.cols, s.rows = size.Cols, size.Rows
+		s.noteSizeLocked(size.Cols, size.Rows)
 		s.sizeGen.Add(1)
 		s.wakeViewersLocked()
 	}

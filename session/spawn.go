@@ -48,6 +48,9 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 		echo: echo,
 	}
 	s.unwatchedSince = s.created
+	if !opts.NoScreen {
+		s.scr = newScreen(spec.Cols, spec.Rows, opts)
+	}
 	if err := s.setSize(spec.Cols, spec.Rows); err != nil {
 		master.Close()
 		tty.Close()

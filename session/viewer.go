@@ -18,7 +18,10 @@ type Viewer struct {
 	passive bool
 
 	// guarded by s.mu:
-	next   int64 // offset of the next byte to deliver
+	next int64 // offset of the next byte to deliver
+	// paint is what is left to deliver of the screen painted at the attach (screen.go), ahead
+	// of the ring's bytes from next; it has no offsets.
+	paint  []byte
 	closed bool
 	// size is the viewer's own terminal size (zero: none declared), which the window-size
 	// policy counts for a read-write viewer; used is s.sizeSeq when it last typed or declared
@@ -40,6 +43,15 @@ func (v *Viewer) Read(p []byte) (n int, lost int64, err error) {
 	if v.closed {
 		s.mu.Unlock()
 		return 0, 0, ErrViewerClosed
+	}
+	if len(v.paint) > 0 {
+		n = copy(p, v.paint)
+		v.paint = v.paint[n:]
+		if len(v.paint) == 0 {
+			v.paint = nil
+		}
+		s.mu.Unlock()
+		return n, 0, nil
 	}
 	n, lost, v.next = s.ring.readAt(p, v.next)
 	if n == 0 && lost == 0 && s.outputFinal && v.next >= s.ring.end {
@@ -78,6 +90,7 @@ func (v *Viewer) State() ViewerState {
 	if st.Pending < 0 {
 		st.Pending = 0
 	}
+	st.Pending += int64(len(v.paint))
 	st.EOF = s.outputFinal && st.Pending == 0 && v.next >= s.ring.start
 	if s.state != StateRunning {
 		st.Closing = s.reason
@@ -93,7 +106,8 @@ func (v *Viewer) State() ViewerState {
 	return st
 }
 
-// Offset returns the offset of the next byte Read will return.
+// Offset returns the offset of the next ring byte Read will return (after the rest of the
+// paint, if any).
 func (v *Viewer) Offset() int64 {
 	v.s.mu.Lock()
 	defer v.s.mu.Unlock()
@@ -140,6 +154,10 @@ type AttachInfo struct {
 	Offset int64 // the first offset the viewer will read
 	Lost   int64 // requested bytes the ring no longer holds
 	End    int64 // the output end when the viewer attached
+	// Screen is the length of the paint the viewer reads before the byte at Offset (0: no
+	// paint), and ScreenLost the output bytes its screen never read (screen.go).
+	Screen     int
+	ScreenLost int64
 }
 
 // subscribeLocked adds a viewer. s.mu must be held.

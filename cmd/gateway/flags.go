@@ -19,6 +19,8 @@ type config struct {
 	token        string
 	shell        string
 	scrollback   byteSize
+	screen       bool
+	screenLines  int
 	window       byteSize
 	idleGrace    time.Duration
 	reapInterval time.Duration
@@ -62,6 +64,8 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	fs.StringVar(&c.token, "token", "", "access `token` of principal default, read-write (MUXTERM_TOKEN keeps it out of ps)")
 	fs.StringVar(&c.shell, "shell", "", "`shell` for new sessions")
 	fs.Var(&c.scrollback, "scrollback", "scrollback ring per session, `bytes` (suffixes KiB, MiB)")
+	fs.BoolVar(&c.screen, "screen", true, "keep a terminal model of each session's screen, to paint an attach the scrollback ring cannot replay and to answer session.capture")
+	fs.IntVar(&c.screenLines, "screen-scrollback", 1000, "`lines` of history each session's screen keeps above its rows and paints above them on an attach (0-100000)")
 	fs.Var(&c.window, "window", "flow-control window per channel, `bytes` (suffixes KiB, MiB)")
 	fs.DurationVar(&c.idleGrace, "idle-grace", 15*time.Minute, "reap sessions unwatched for longer than this")
 	fs.DurationVar(&c.reapInterval, "reap-interval", 30*time.Second, "time between reaper sweeps")
@@ -126,6 +130,9 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	}
 	if c.idleGrace <= 0 || c.reapInterval <= 0 || c.killGrace <= 0 {
 		return nil, errors.New("--idle-grace, --reap-interval and --kill-grace must be positive")
+	}
+	if c.screenLines < 0 || c.screenLines > 100000 {
+		return nil, errors.New("--screen-scrollback must be between 0 and 100000 lines")
 	}
 	if c.resumeHold < 0 {
 		return nil, errors.New("--resume-hold must not be negative")

@@ -172,6 +172,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		observer = node.Observe
 	}
 	reg = session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
+		NoScreen: !c.screen, ScreenScrollback: c.screenLines,
 		KillGrace: c.killGrace, ResumeHold: c.resumeHold, EchoHold: echoHold(c.echoHold), WindowSize: c.windowSize.WindowSize,
 		EnvDeny: c.envDeny, Cgroups: cgroups, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments,
 		Observer: observer}, nil)

@@ -29,9 +29,15 @@ const (
 	maxOSC    = 4096      // an OSC string longer than this is dropped
 )
 
+// maxPend bounds the bytes AppendPending keeps of an unfinished sequence: an OSC longer than
+// maxOSC is dropped whatever follows, so its head stands for it.
+const maxPend = maxOSC + 64
+
 // Write feeds output bytes of the program to the terminal. It always returns len(p), nil.
 func (t *Terminal) Write(p []byte) (int, error) {
 	n := len(p)
+	orig := p
+	seq := -1 // where in orig the parser last left the ground state, if it did in this Write
 	if t.un > 0 {
 		p = t.finishUTF8(p)
 	}
@@ -54,6 +60,9 @@ func (t *Terminal) Write(p []byte) (int, error) {
 			}
 		}
 		if b < 0x80 {
+			if t.state == stGround {
+				seq = n - len(p)
+			}
 			t.advance(rune(b))
 			p = p[1:]
 			continue
@@ -63,14 +72,45 @@ func (t *Terminal) Write(p []byte) (int, error) {
 			break
 		}
 		r, size := utf8.DecodeRune(p)
-		p = p[size:]
 		if t.state == stGround && r >= 0xa0 {
 			t.printRune(r)
 		} else {
+			if t.state == stGround {
+				seq = n - len(p)
+			}
 			t.advance(r)
 		}
+		p = p[size:]
 	}
+	t.notePending(orig, seq)
 	return n, nil
+}
+
+// notePending keeps the raw bytes of the sequence left unfinished at the end of orig, the
+// bytes of a Write; seq is where in orig the parser last left the ground state (-1: it did
+// not in this Write, so the sequence, if any, began in an earlier one).
+func (t *Terminal) notePending(orig []byte, seq int) {
+	switch {
+	case t.state == stGround:
+		t.pend = t.pend[:0]
+		return
+	case seq >= 0:
+		t.pend = append(t.pend[:0], orig[seq:min(len(orig), seq+maxPend)]...)
+	case len(t.pend) < maxPend:
+		t.pend = append(t.pend, orig[:min(len(orig), maxPend-len(t.pend))]...)
+	}
+}
+
+// AppendPending appends the raw bytes of a sequence the output began and has not finished
+// (an escape sequence, or a UTF-8 character, cut by the end of the last Write), and nothing
+// between sequences. A terminal that is sent a snapshot and then these bytes parses what
+// follows as this terminal will: as the rest of that sequence. An unfinished OSC longer than
+// maxPend bytes is kept as its first maxPend bytes, which is dropped whatever its end.
+func (t *Terminal) AppendPending(dst []byte) []byte {
+	if t.state == stGround {
+		return append(dst, t.ubuf[:t.un]...)
+	}
+	return append(dst, t.pend...)
 }
 
 // finishUTF8 completes the sequence in ubuf with the first bytes of p and returns the rest.

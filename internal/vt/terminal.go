@@ -76,13 +76,16 @@ type Terminal struct {
 	cols, rows int
 
 	// parser state (parser.go)
-	state  uint8
-	un     uint8   // bytes of a partial UTF-8 sequence in ubuf
-	ubuf   [4]byte // a UTF-8 sequence cut by the end of a Write
-	np     uint8   // parameters collected
-	sub    uint32  // bit i: parameter i followed a ':'
-	prefix byte    // CSI private marker (< = > ?), 0 if none
-	ninter uint8   // intermediates collected (more than 2 makes the sequence invalid)
+	state uint8
+	un    uint8   // bytes of a partial UTF-8 sequence in ubuf
+	ubuf  [4]byte // a UTF-8 sequence cut by the end of a Write
+	// pend holds the raw bytes of the sequence the parser is in (from the byte that left the
+	// ground state), for AppendPending; empty in the ground state. Bounded by maxPend.
+	pend   []byte
+	np     uint8  // parameters collected
+	sub    uint32 // bit i: parameter i followed a ':'
+	prefix byte   // CSI private marker (< = > ?), 0 if none
+	ninter uint8  // intermediates collected (more than 2 makes the sequence invalid)
 	inter  [2]byte
 	params [maxParams]int32
 	osc    []byte // the OSC string (bounded by maxOSC)
@@ -118,6 +121,7 @@ func clampSize(cols, rows int) (int, int) {
 // reset is RIS: everything but the size and the title back to how New leaves it.
 func (t *Terminal) reset() {
 	t.state, t.un, t.osc, t.oscBig = stGround, 0, nil, false
+	t.pend = nil
 	t.main = screen{lines: make([]line, t.rows), bot: t.rows - 1}
 	t.alt = screen{bot: t.rows - 1}
 	t.altOn = false

@@ -1,0 +1,251 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/muxterm/muxterm/internal/testutil"
+	"github.com/muxterm/muxterm/internal/vt"
+)
+
+// fullScreenScript draws a full-screen program's screen once (alternate screen, application
+// cursor keys, a header and a middle line), then updates one line in place until the ring has
+// long rolled over, then says DONE and waits.
+const fullScreenScript = `printf '\033[?1049h\033[?1h\033[H\033[2JHEADER\033[12;1Hmiddle line'
+i=0
+while [ $i -lt 12000 ]; do printf '\033[5;1Hcounter %06d' $i; i=$((i+1)); done
+printf '\033[20;1HDONE'
+exec sleep 600`
+
+// model feeds b into a fresh model of cols×rows.
+func model(cols, rows int, b ...[]byte) *vt.Terminal {
+	m := vt.New(cols, rows, vt.Options{})
+	for _, p := range b {
+		m.Write(p)
+	}
+	return m
+}
+
+func screenText(m *vt.Terminal) string { return string(m.AppendText(nil, vt.SnapshotOptions{})) }
+
+// TestAttachPaintsTheScreen: a viewer that attaches after the ring rolled over gets a paint of
+// the screen and then the output from where it stands, and the terminal it builds is the one a
+// viewer attached throughout built: the header drawn once is there, the modes are set, and no
+// replay starts inside a sequence. A raw replay of the same ring (ScreenNever) shows what the
+// paint prevents.
+func TestAttachPaintsTheScreen(t *testing.T) {
+	t.Parallel()
+	opts := testOptions()
+	opts.ScrollbackBytes = 64 << 10
+	r := NewRegistry(opts, nil)
+	wake, wakeFn := testutil.WakeChan()
+	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", fullScreenScript)
+	all := collect(t, v, wake, nil) // attached throughout: backpressure keeps every byte for it
+	all.waitOutput(t, "DONE", 30*time.Second)
+	if info := s.Info(); info.End < 3*64<<10 {
+		t.Fatalf("output end %d: want the ring (64 KiB) rolled over several times", info.End)
+	}
+	want := model(80, 24, all.bytes())
+
+	for _, tc := range []struct {
+		name  string
+		o     AttachOptions
+		paint bool
+	}{
+		{"from 0, auto", AttachOptions{From: 0}, true},
+		{"no from, auto", AttachOptions{From: -1}, true},
+		{"from the end, always", AttachOptions{From: s.Info().End, Screen: ScreenAlways}, true},
+		{"from 0, never", AttachOptions{From: 0, Screen: ScreenNever}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wake2, wakeFn2 := testutil.WakeChan()
+			v2, info, err := r.AttachWith(s.ID(), "alice", tc.o, wakeFn2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := collect(t, v2, wake2, nil)
+			end := s.Info().End
+			testutil.WaitFor(t, 10*time.Second, "the viewer to read to the end", func() bool {
+				return v2.State().Pending == 0 && v2.Offset() == end
+			})
+			got, gaps, _ := c.result()
+			if len(gaps) != 0 {
+				t.Fatalf("gaps %v: want none after the attach", gaps)
+			}
+			if !tc.paint {
+				if info.Screen != 0 || info.Lost == 0 {
+					t.Fatalf("raw attach: got %+v, want no paint and lost > 0", info)
+				}
+				if txt := screenText(model(80, 24, got)); strings.Contains(txt, "HEADER") {
+					t.Fatalf("a raw replay of a rolled ring still shows the header:\n%s", txt)
+				}
+				return
+			}
+			if info.Screen == 0 || info.Screen > len(got) {
+				t.Fatalf("attach: got %+v and %d bytes, want a paint", info, len(got))
+			}
+			if tc.o.From == 0 && info.Lost == 0 {
+				t.Errorf("attach from 0: lost 0, want what the ring dropped")
+			}
+			if int64(len(got)-info.Screen) != end-info.Offset {
+				t.Errorf("after the paint: got %d bytes, want end %d - offset %d", len(got)-info.Screen, end, info.Offset)
+			}
+			m := model(80, 24, got)
+			if g, w := screenText(m), screenText(want); g != w {
+				t.Errorf("late viewer's screen:\n%s\nwant (the viewer attached throughout):\n%s", g, w)
+			}
+			if g, w := m.Modes(), want.Modes(); g != w {
+				t.Errorf("late viewer's modes: got %+v, want %+v", g, w)
+			}
+			if !m.Modes().AltScreen || !m.Modes().AppCursor {
+				t.Errorf("modes %+v: want the alternate screen and application cursor keys", m.Modes())
+			}
+		})
+	}
+}
+
+// TestScreenFollowsResizes: the model reads each size change after exactly the output read
+// before it, so its screen is a terminal's that was resized at that point.
+func TestScreenFollowsResizes(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry(testOptions(), nil)
+	wake, wakeFn := testutil.WakeChan()
+	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c",
+		`printf 'first %0100d\n' 7; read x; printf 'second %060d\nREADY' 9; exec sleep 600`)
+	c := collect(t, v, wake, nil)
+	c.waitOutput(t, "\n", 10*time.Second)
+	before := c.bytes()
+	if _, err := v.Resize(40, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write([]byte("\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitOutput(t, "READY", 10*time.Second)
+	after := c.bytes()[len(before):]
+	want := model(80, 24, before)
+	want.Resize(40, 10)
+	want.Write(after)
+	snap, err := r.Capture(s.ID(), "alice", false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Cols != 40 || snap.Rows != 10 || snap.Offset != int64(len(before)+len(after)) || snap.Lost != 0 {
+		t.Fatalf("capture: got %dx%d at %d lost %d, want 40x10 at %d lost 0", snap.Cols, snap.Rows, snap.Offset, snap.Lost, len(before)+len(after))
+	}
+	if g, w := string(snap.Paint), screenText(want); g != w {
+		t.Errorf("captured text:\n%q\nwant:\n%q", g, w)
+	}
+	// The paint, as ANSI, rebuilds the same screen in a fresh terminal of its size.
+	ansi, err := r.Capture(s.ID(), "alice", true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := screenText(model(40, 10, ansi.Paint)), screenText(want); g != w {
+		t.Errorf("the ANSI capture's screen:\n%q\nwant:\n%q", g, w)
+	}
+}
+
+// TestCaptureOfAnotherPrincipal: a session is captured only by its owner; to anyone else it
+// does not exist. With screens off, capture says so.
+func TestCaptureOfAnotherPrincipal(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry(testOptions(), nil)
+	s, _ := openT(t, r, "alice", func() {}, "/bin/sh", "-c", "exec sleep 600")
+	if _, err := r.Capture(s.ID(), "bob", false, 0); !errors.Is(err, ErrUnknownSession) {
+		t.Errorf("bob's capture of alice's session: got %v, want unknown session", err)
+	}
+	o := testOptions()
+	o.NoScreen = true
+	r2 := NewRegistry(o, nil)
+	s2, _ := openT(t, r2, "alice", func() {}, "/bin/sh", "-c", "exec sleep 600")
+	if _, err := r2.Capture(s2.ID(), "alice", false, 0); !errors.Is(err, ErrNoScreen) {
+		t.Errorf("capture with screens off: got %v, want ErrNoScreen", err)
+	}
+	// A paint is never forced on a registry without screens: the attach is raw.
+	_, info, err := r2.AttachWith(s2.ID(), "alice", AttachOptions{From: -1, Screen: ScreenAlways}, nil)
+	if err != nil || info.Screen != 0 {
+		t.Errorf("attach with screens off: got %+v, %v; want a raw attach", info, err)
+	}
+}
+
+// TestHandoverCarriesTheScreen: an upgrade in place hands each session's screen to the next
+// image, which paints and captures the same screen although its ring lost the header long ago.
+// A state from an image that kept no screen is rebuilt from the ring, and says what it lost.
+func TestHandoverCarriesTheScreen(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		noScreen   bool // the handed state carries no screen
+		wantHeader bool
+	}{
+		{"handed", false, true},
+		{"rebuilt from the ring", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := testOptions()
+			opts.ScrollbackBytes = 64 << 10
+			r1 := NewRegistry(opts, nil)
+			wake, w := testutil.WakeChan()
+			s1, v1, err := r1.Open(Spec{Argv: []string{"/bin/sh", "-c", fullScreenScript}, Cols: 80, Rows: 24,
+				Dir: os.TempDir(), Owner: "alice"}, 0, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := collect(t, v1, wake, nil)
+			c.waitOutput(t, "DONE", 30*time.Second)
+			before, err := r1.Capture(s1.ID(), "alice", false, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v1.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := r1.Handover(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := &st.Sessions[0]
+			if h.Screen == nil || h.ScreenOffset != h.RingStart+int64(len(h.Ring)) {
+				t.Fatalf("handed screen: %d bytes at %d, want a paint at the output's end %d", len(h.Screen), h.ScreenOffset, h.RingStart+int64(len(h.Ring)))
+			}
+			if tc.noScreen {
+				h.Screen = nil
+			}
+			dup, err := unix.FcntlInt(uintptr(h.Master), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Master = dup
+			s1.ptmx.Close()
+			r2 := NewRegistry(opts, nil)
+			if n, err := r2.Adopt(st); err != nil || n != 1 {
+				t.Fatalf("Adopt: %d, %v", n, err)
+			}
+			s2, err := r2.Get(s1.ID(), "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cleanupSession(t, s2)
+			after, err := r2.Capture(s2.ID(), "alice", false, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(string(after.Paint), "HEADER"); got != tc.wantHeader {
+				t.Fatalf("adopted screen:\n%s\nheader shown %v, want %v", after.Paint, got, tc.wantHeader)
+			}
+			if tc.wantHeader {
+				if string(after.Paint) != string(before.Paint) || after.Lost != 0 {
+					t.Errorf("adopted screen (lost %d):\n%s\nwant (lost 0):\n%s", after.Lost, after.Paint, before.Paint)
+				}
+			} else if after.Lost != h.RingStart {
+				t.Errorf("rebuilt screen: lost %d, want the ring's start %d", after.Lost, h.RingStart)
+			}
+		})
+	}
+}
