@@ -57,11 +57,15 @@ func benchWrite(b *testing.B, data []byte, o Options) {
 	}
 }
 
-func BenchmarkWriteLog(b *testing.B)            { benchWrite(b, logStream(10000), Options{}) }
-func BenchmarkWriteLogScrollback(b *testing.B)  { benchWrite(b, logStream(10000), Options{ScrollbackLines: 1000}) }
-func BenchmarkWriteRepaint(b *testing.B)        { benchWrite(b, repaintStream(120, 40, 50), Options{}) }
-func BenchmarkWriteCJKEmoji(b *testing.B)       { benchWrite(b, cjkStream(5000), Options{}) }
-func BenchmarkWriteCJKEmojiScroll(b *testing.B) { benchWrite(b, cjkStream(5000), Options{ScrollbackLines: 1000}) }
+func BenchmarkWriteLog(b *testing.B) { benchWrite(b, logStream(10000), Options{}) }
+func BenchmarkWriteLogScrollback(b *testing.B) {
+	benchWrite(b, logStream(10000), Options{ScrollbackLines: 1000})
+}
+func BenchmarkWriteRepaint(b *testing.B)  { benchWrite(b, repaintStream(120, 40, 50), Options{}) }
+func BenchmarkWriteCJKEmoji(b *testing.B) { benchWrite(b, cjkStream(5000), Options{}) }
+func BenchmarkWriteCJKEmojiScroll(b *testing.B) {
+	benchWrite(b, cjkStream(5000), Options{ScrollbackLines: 1000})
+}
 
 // colourScreen fills a cols x rows terminal with coloured text, a new colour every few cells.
 func colourScreen(cols, rows int) *Terminal {
