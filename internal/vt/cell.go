@@ -45,12 +45,8 @@ const (
 	colorMask uint32 = 1<<26 - 1
 )
 
-func (c cell) r() rune       { return rune(c.c & runeMask) }
-func (c cell) attrs() uint32 { return c.c & attrMask }
-func (c cell) isTail() bool  { return c.c&runeMask == runeWideTail }
-func (c cell) sameStyle(d cell) bool {
-	return c.c&attrMask == d.c&attrMask && c.fg == d.fg && c.bg == d.bg
-}
+func (c cell) r() rune      { return rune(c.c & runeMask) }
+func (c cell) isTail() bool { return c.c&runeMask == runeWideTail }
 
 // isWideHead reports whether the cell holds a character two columns wide.
 func (c cell) isWideHead() bool {
