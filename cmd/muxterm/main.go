@@ -224,8 +224,8 @@ Flags of every command, with their environment twins (a flag wins over its varia
                                   defaults to /ws); default ws://127.0.0.1:8222/ws
   --token TOKEN    MUXTERM_TOKEN  the gateway's access token
   Without them, url and token come from $XDG_CONFIG_HOME/muxterm/config (else
-  ~/.config/muxterm/config): lines "url = ..." and "token = ...", a file only you may read
-  (chmod 600). The other flags have no environment twin.
+  ~/.config/muxterm/config): lines "url = ..." and "token = ...", each at most once, in a
+  regular file only you may read (chmod 600). The other flags have no environment twin.
 
 Detach keys (attach): Enter, then ~ and . detach, as in ssh; ~~ sends one ~. --detach-keys takes
 a comma-separated list of keys: a character, ctrl-a … ctrl-z, ctrl-@, ctrl-[, ctrl-\, ctrl-],
