@@ -54,12 +54,15 @@ func (a *app) cmdLs(args []string) error {
 		if list == nil {
 			list = []proto.SessionInfo{}
 		}
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(list)
+		b, err := json.MarshalIndent(list, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = a.stdout.Write(append(jsonVisible(b), '\n'))
+		return err
 	case *quiet:
 		for _, s := range list {
-			fmt.Fprintln(a.stdout, s.Session)
+			fmt.Fprintln(a.stdout, visible(s.Session))
 		}
 		return nil
 	}
@@ -69,20 +72,20 @@ func (a *app) cmdLs(args []string) error {
 		status := "running"
 		if s.Exit != nil {
 			if s.Exit.Signal != nil {
-				status = "signal " + *s.Exit.Signal
+				status = "signal " + visible(*s.Exit.Signal)
 			} else {
 				status = fmt.Sprintf("exited %d", s.Exit.Code)
 			}
 		}
-		name := s.Name
+		name := visible(s.Name)
 		if name == "" {
 			name = "-"
 		}
-		cmd := strings.Join(s.Cmd, " ")
+		cmd := strings.Join(visibleAll(s.Cmd), " ")
 		if cmd == "" {
 			cmd = "(shell)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%dx%d\t%d\t%s\t%s\t%s\n", s.Session, name, s.Pid, s.Cols, s.Rows, s.Viewers, status, s.Created, cmd)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%dx%d\t%d\t%s\t%s\t%s\n", visible(s.Session), name, s.Pid, s.Cols, s.Rows, s.Viewers, status, visible(s.Created), cmd)
 	}
 	return tw.Flush()
 }
@@ -107,9 +110,9 @@ func (a *app) cmdKill(args []string) error {
 				return fmt.Errorf("kill %s: %w", s.Session, err)
 			}
 			if res.Status == "exited" && res.Exit != nil {
-				fmt.Fprintf(a.stdout, "removed %s (it had %s)\n", s.Session, describeExit(res.Exit))
+				fmt.Fprintf(a.stdout, "removed %s (it had %s)\n", visible(s.Session), visible(describeExit(res.Exit)))
 			} else {
-				fmt.Fprintf(a.stdout, "killed %s (%s)\n", s.Session, strings.Join(res.Signals, ", "))
+				fmt.Fprintf(a.stdout, "killed %s (%s)\n", visible(s.Session), strings.Join(visibleAll(res.Signals), ", "))
 			}
 		}
 		return nil
@@ -198,7 +201,7 @@ func (a *app) cmdNew(args []string) (outcome, error) {
 			return explainOpen(err, cmd)
 		}
 		if !*attach {
-			fmt.Fprintln(a.stdout, ch.Session())
+			fmt.Fprintln(a.stdout, visible(ch.Session()))
 			if err := ch.Detach(ctx); err != nil {
 				return fmt.Errorf("detach from the new session %s: %w", ch.Session(), err)
 			}

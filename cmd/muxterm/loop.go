@@ -195,7 +195,7 @@ func (a *app) ended(c *client.Client, id string, o loopOpts, ev event) outcome {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		if _, err := c.Kill(ctx, id); err != nil && rpcKind(err) != proto.KindUnknownSession {
-			fmt.Fprintf(a.stderr, "muxterm: remove %s: %v\n", o.label, err)
+			fmt.Fprintln(a.stderr, "muxterm:", visible(fmt.Sprintf("remove %s: %v", o.label, err)))
 		}
 	}
 	switch {

@@ -95,7 +95,7 @@ func (a *app) exit(o outcome, err error) int {
 		return a.fail(err)
 	}
 	if o.line != "" {
-		fmt.Fprintln(a.stderr, "muxterm:", o.line)
+		fmt.Fprintln(a.stderr, "muxterm:", visible(o.line)) // it may quote the gateway
 	}
 	return o.code
 }
@@ -104,7 +104,7 @@ func (a *app) fail(err error) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	fmt.Fprintln(a.stderr, "muxterm:", err)
+	fmt.Fprintln(a.stderr, "muxterm:", visible(err.Error())) // it may quote the gateway
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "flag provided but not defined") {
 		return 2
