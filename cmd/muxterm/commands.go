@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"golang.org/x/term"
 
@@ -329,20 +330,32 @@ func (a *app) cmdExec(args []string) (outcome, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	// A stop signal while connecting ends the connect at once; DialOpen then leaves no session
-	// running (it kills one its open started), so nothing is left to the loop.
-	var stopped os.Signal
-	watching, watched := make(chan struct{}), make(chan struct{})
+	// running (it kills one its open started), so nothing is left to the loop. It waits up to
+	// stopWait for that: a gateway that does not answer the kill leaves the session to its
+	// reaper.
+	type opened struct {
+		c   *client.Client
+		ch  *client.Channel
+		err error
+	}
+	done := make(chan opened, 1)
 	go func() {
-		defer close(watched)
-		select {
-		case stopped = <-sigs:
-			cancel()
-		case <-watching:
-		}
+		c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), a.openOptions(o, cmd))
+		done <- opened{c, ch, err}
 	}()
-	c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), a.openOptions(o, cmd))
-	close(watching)
-	<-watched
+	var stopped os.Signal
+	var r opened
+	select {
+	case r = <-done:
+	case stopped = <-sigs:
+		cancel()
+		select {
+		case r = <-done:
+		case <-time.After(stopWait):
+			return outcome{code: 128 + signalNumber(stopped), line: fmt.Sprintf("%s while opening the session; no answer within %v: a session it opened is left to the gateway's reaper", stopped, stopWait)}, nil
+		}
+	}
+	c, ch, err := r.c, r.ch, r.err
 	if stopped != nil {
 		if err == nil {
 			// The signal came as DialOpen returned: the loop kills the session, as after it.

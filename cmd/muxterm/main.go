@@ -95,7 +95,7 @@ func (a *app) exit(o outcome, err error) int {
 		return a.fail(err)
 	}
 	if o.line != "" {
-		fmt.Fprintln(a.stderr, "muxterm:", visible(o.line)) // it may quote the gateway
+		fmt.Fprintln(a.stderr, "muxterm:", visibleLines(o.line)) // it may quote the gateway
 	}
 	return o.code
 }
@@ -104,7 +104,7 @@ func (a *app) fail(err error) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	fmt.Fprintln(a.stderr, "muxterm:", visible(err.Error())) // it may quote the gateway
+	fmt.Fprintln(a.stderr, "muxterm:", visibleLines(err.Error())) // it may quote the gateway
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "flag provided but not defined") {
 		return 2
@@ -210,6 +210,7 @@ Commands:
   kill ID|NAME...             kill sessions (HUP, then TERM, then KILL) and remove them
   exec [flags] -- CMD...      run CMD in a new session, stream its output to stdout, exit with its
                               exit code, and remove the session; Ctrl-C or SIGTERM kills it
+                              and ends exec within a second, answered or not
                               (without CMD, --stdin feeds the gateway's shell)
       --name, --cwd, --env, --cols, --rows   as for new
       --stdin                 forward stdin to the session; its end sends Ctrl-D (stdin is not read

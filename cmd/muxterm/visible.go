@@ -43,6 +43,15 @@ func visible(s string) string {
 // isControl reports a C0 control, DEL or a C1 control.
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) }
 
+// visibleLines is visible over each line of s (errors.Join's, say), the line breaks kept.
+func visibleLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = visible(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // visibleAll is visible over each of ss.
 func visibleAll(ss []string) []string {
 	out := make([]string, len(ss))
