@@ -49,7 +49,10 @@ type Channel struct {
 	// nor offset. screen is the attach's screen mode, which a resume keeps.
 	paintIn, paintOut int64
 	screen            string
-	segs              []segment // received, not yet read, in order
+	// inflight counts bytes of the current binding received and not yet acknowledged: never
+	// more than the server's window, else the server ignored its window (ErrProtocol).
+	inflight int64
+	segs     []segment // received, not yet read, in order
 	// unacked counts bytes of the current binding Read returned and not yet acknowledged. Read
 	// acknowledges them itself once they reach the server's ackBytes; when it drains the buffer
 	// with fewer, the client's ackLoop acknowledges them right after Read returns, so the ack
@@ -110,30 +113,34 @@ func (ch *Channel) bindOpen(r response) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.session, ch.pid, ch.on = res.Session, res.Pid, r.on
-	ch.offset, ch.next = res.Offset, res.Offset
+	ch.offset, ch.next, ch.inflight = res.Offset, res.Offset, 0
 }
 
 // bindOpenSized is bindOpen that also records the size the session was opened at, in wire
 // order, before any session.size.
-func (ch *Channel) bindOpenSized(o OpenOptions) func(response) {
-	return func(r response) {
+func (ch *Channel) bindOpenSized(o OpenOptions) func(response) error {
+	return func(r response) error {
 		ch.bindOpen(r)
 		if r.Err == nil && r.lost == nil {
 			ch.setSize(o.Cols, o.Rows)
 		}
+		return nil
 	}
 }
 
 // bindAttach returns the binder of session.attach's response (see bindOpen).
-func (ch *Channel) bindAttach(from *int64, screen string) func(response) {
-	return func(r response) {
+func (ch *Channel) bindAttach(from *int64, screen string) func(response) error {
+	return func(r response) error {
 		var res proto.AttachResult
 		if r.Err != nil || r.lost != nil || json.Unmarshal(r.Result, &res) != nil {
-			return
+			return nil
+		}
+		if from != nil && res.Offset < *from {
+			return violation("session.attach from %d: offset %d goes back", *from, res.Offset)
 		}
 		ch.mu.Lock()
 		ch.session, ch.pid, ch.on = res.Session, res.Pid, r.on
-		ch.offset, ch.next = res.Offset, res.Offset
+		ch.offset, ch.next, ch.inflight = res.Offset, res.Offset, 0
 		ch.screen = screen
 		ch.paintIn, ch.paintOut = int64(res.Screen), int64(res.Screen)
 		ch.mu.Unlock()
@@ -141,21 +148,25 @@ func (ch *Channel) bindAttach(from *int64, screen string) func(response) {
 		if res.Exit != nil {
 			ch.setExit(*res.Exit)
 		}
+		return nil
 	}
 }
 
 // bindResume returns the binder of a reconnect's session.attach from ch's next offset: a new
 // epoch, and a gap if the gateway no longer had every byte from there.
-func (ch *Channel) bindResume(from int64) func(response) {
-	return func(r response) {
+func (ch *Channel) bindResume(from int64) func(response) error {
+	return func(r response) error {
 		var res proto.AttachResult
 		if r.Err != nil || r.lost != nil || json.Unmarshal(r.Result, &res) != nil {
-			return
+			return nil
+		}
+		if res.Offset < from {
+			return violation("session.attach from %d: offset %d goes back", from, res.Offset)
 		}
 		ch.mu.Lock()
 		ch.on = r.on
 		ch.epoch++
-		ch.unacked, ch.ackQueued = 0, false
+		ch.unacked, ch.ackQueued, ch.inflight = 0, false, 0
 		if lost := res.Offset - from; lost > 0 {
 			ch.lost += lost
 			ch.segs = append(ch.segs, segment{gap: lost})
@@ -171,6 +182,7 @@ func (ch *Channel) bindResume(from int64) func(response) {
 		if res.Exit != nil {
 			ch.setExit(*res.Exit)
 		}
+		return nil
 	}
 }
 
@@ -300,8 +312,19 @@ func (ch *Channel) Reason() string {
 	return ch.reason
 }
 
-func (ch *Channel) push(p []byte) {
+// push buffers output of the current binding. More unacknowledged output than window, or
+// output past MaxOffset, is a protocol violation, and nothing of it is kept.
+func (ch *Channel) push(p []byte, window int) error {
 	ch.mu.Lock()
+	if ch.inflight+int64(len(p)) > int64(window) {
+		ch.mu.Unlock()
+		return violation("channel %d: %d bytes unacknowledged, beyond the window of %d", ch.ID, ch.inflight+int64(len(p)), window)
+	}
+	if ch.next+int64(len(p)) > MaxOffset {
+		ch.mu.Unlock()
+		return violation("channel %d: output past offset 2^53", ch.ID)
+	}
+	ch.inflight += int64(len(p))
 	if n := len(ch.segs); n > 0 && ch.segs[n-1].gap == 0 && ch.segs[n-1].epoch == ch.epoch &&
 		cap(ch.segs[n-1].data)-len(ch.segs[n-1].data) >= len(p) {
 		ch.segs[n-1].data = append(ch.segs[n-1].data, p...) // room left in its buffer: no copy of the rest
@@ -317,10 +340,17 @@ func (ch *Channel) push(p []byte) {
 	if f != nil {
 		f()
 	}
+	return nil
 }
 
-func (ch *Channel) gap(n int64) {
+// gap records a session.gap of n bytes: at least 1, and not past MaxOffset.
+func (ch *Channel) gap(n int64) error {
 	ch.mu.Lock()
+	if n < 1 || n > MaxOffset-ch.next {
+		next := ch.next
+		ch.mu.Unlock()
+		return violation("channel %d: session.gap of %d bytes at offset %d", ch.ID, n, next)
+	}
 	ch.lost += n
 	ch.next += n
 	ch.segs = append(ch.segs, segment{gap: n})
@@ -330,6 +360,7 @@ func (ch *Channel) gap(n int64) {
 	if f != nil {
 		f()
 	}
+	return nil
 }
 
 func (ch *Channel) setExit(e proto.ExitInfo) {
@@ -385,6 +416,9 @@ func (ch *Channel) Ack(n int) error {
 	defer ch.c.wmu.Unlock()
 	ch.mu.Lock()
 	l, stop := ch.on, ch.detaching || ch.endErr != nil || ch.on == nil
+	if !stop {
+		ch.inflight = max(ch.inflight-int64(n), 0)
+	}
 	ch.mu.Unlock()
 	if stop {
 		return nil
@@ -396,8 +430,8 @@ func (ch *Channel) Ack(n int) error {
 }
 
 // Read returns buffered output, waiting for some; it returns io.EOF after session.closed or
-// Detach and io.ErrUnexpectedEOF when the client ended (a resume that found the session gone
-// returns that error). Bytes returned are acknowledged: in the same call once the server's
+// Detach and io.ErrUnexpectedEOF when the client ended, wrapping why (errors.Is finds ErrClosed,
+// ErrProtocol, ...; a resume that found the session gone returns that error). Bytes returned are acknowledged: in the same call once the server's
 // ackBytes have accumulated, else as soon as Read has drained the buffer (by the client's ack
 // goroutine, right after Read returns). Buffered bytes are returned even after the end.
 func (ch *Channel) Read(p []byte) (int, error) {
@@ -499,6 +533,7 @@ func (ch *Channel) flushAck() {
 		ack = 0
 	}
 	ch.unacked, ch.ackQueued = 0, false
+	ch.inflight = max(ch.inflight-int64(ack), 0)
 	ch.mu.Unlock()
 	if ack > 0 {
 		// A failed write ends the link; the next binding starts a new count.
@@ -544,11 +579,12 @@ func (ch *Channel) WriteContext(ctx context.Context, p []byte) (int, error) {
 func (ch *Channel) Resize(ctx context.Context, cols, rows int) error {
 	// The applied size is recorded on the reader goroutine, in wire order: a session.size that
 	// follows the result cannot be overwritten by it.
-	record := func(r response) {
+	record := func(r response) error {
 		var res proto.ResizeResult
 		if r.Err == nil && r.lost == nil && json.Unmarshal(r.Result, &res) == nil {
 			ch.setSize(res.Cols, res.Rows)
 		}
+		return nil
 	}
 	return ch.c.call(ctx, "session.resize", map[string]any{"channel": ch.ID, "cols": cols, "rows": rows}, nil, record)
 }

@@ -129,6 +129,8 @@ type link struct {
 	// link that ended is never made current.
 	ended bool
 	err   error
+	// window is the flow.window of its initialize (the default before it); owned by readLoop.
+	window int
 }
 
 // pending is a request sent and not yet answered.
@@ -140,8 +142,9 @@ type pending struct {
 	res    chan response // capacity 1
 	// apply, if set, runs on the reader goroutine with the response before the reader reads
 	// the next message: it binds a channel before any of the channel's output is handled. It
-	// is replaced by late (under Client.mu) when the caller stops waiting.
-	apply func(response)
+	// is replaced by late (under Client.mu) when the caller stops waiting. An error it returns
+	// (ErrProtocol) ends the connection.
+	apply func(response) error
 	// late, if set, takes over the response once the caller has stopped waiting (its ctx
 	// ended): a binding the server made for nobody is undone instead of leaked.
 	late func(response)
@@ -382,7 +385,7 @@ func (c *Client) dialLink(ctx context.Context) (*link, error) {
 		return nil, fmt.Errorf("dial %s: %w", c.url, err)
 	}
 	ws.SetReadLimit(c.opts.MaxMessageBytes)
-	l := &link{ws: ws, done: make(chan struct{})}
+	l := &link{ws: ws, done: make(chan struct{}), window: defaultWindow}
 	c.readers.Add(1)
 	go c.readLoop(l)
 	return l, nil
@@ -517,10 +520,23 @@ func (c *Client) finish(cause error) {
 		}
 	}
 	for _, ch := range chs {
-		ch.end(io.ErrUnexpectedEOF)
+		ch.end(&endedError{cause})
 	}
 	close(c.done)
 }
+
+// endedError is a Channel's Read error once its client ended: io.ErrUnexpectedEOF, which wraps
+// the client's cause (ErrClosed, ErrProtocol, a lost connection).
+type endedError struct{ cause error }
+
+func (e *endedError) Error() string {
+	if e.cause == nil {
+		return io.ErrUnexpectedEOF.Error()
+	}
+	return "client ended: " + e.cause.Error()
+}
+func (e *endedError) Is(target error) bool { return target == io.ErrUnexpectedEOF }
+func (e *endedError) Unwrap() error        { return e.cause }
 
 // Done is closed when the client has ended for good; Err then says why.
 func (c *Client) Done() <-chan struct{} { return c.done }
@@ -612,14 +628,14 @@ func (c *Client) Call(ctx context.Context, method string, params any, out any) e
 	return c.call(ctx, method, params, out, nil)
 }
 
-func (c *Client) call(ctx context.Context, method string, params any, out any, apply func(response)) error {
+func (c *Client) call(ctx context.Context, method string, params any, out any, apply func(response) error) error {
 	err, _ := c.callLate(ctx, method, params, out, apply, nil)
 	return err
 }
 
 // callLate is call with a handler for a response that comes after ctx ended (pending.late). It
 // reports whether late took the response over: then the caller leaves the cleanup to it.
-func (c *Client) callLate(ctx context.Context, method string, params any, out any, apply, late func(response)) (error, bool) {
+func (c *Client) callLate(ctx context.Context, method string, params any, out any, apply func(response) error, late func(response)) (error, bool) {
 	l, err := c.link(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", method, err), false
@@ -634,7 +650,7 @@ func (c *Client) callLate(ctx context.Context, method string, params any, out an
 }
 
 // sendOn sends a request on l without waiting for its response; wait collects it.
-func (c *Client) sendOn(l *link, method string, params any, apply func(response)) (*pending, error) {
+func (c *Client) sendOn(l *link, method string, params any, apply func(response) error) (*pending, error) {
 	c.mu.Lock()
 	if c.closeErr != nil {
 		err := c.closeErr
@@ -698,12 +714,14 @@ func (p *pending) giveUp() {
 	p.handedOff = true
 	p.c.mu.Lock()
 	bind := p.apply
-	p.apply = func(r response) {
+	p.apply = func(r response) error {
+		var err error
 		if bind != nil {
-			bind(r)
+			err = bind(r)
 		}
 		p.forget()
 		p.late(r)
+		return err
 	}
 	p.c.mu.Unlock()
 	select {
@@ -714,21 +732,21 @@ func (p *pending) giveUp() {
 	}
 }
 
-// readMessage reads the next message from ws. A binary message is read into scratch (and only
-// grows past it if the server sent a frame longer than any output frame), so its bytes are
-// valid until the next call; a text message gets a buffer of its own. The socket's read limit
-// bounds both.
-func readMessage(ws *websocket.Conn, scratch []byte) (int, []byte, error) {
+// readMessage reads the next message from ws. A binary message is read into scratch, so its
+// bytes are valid until the next call; one longer than scratch (than any output frame) is a
+// protocol violation, refused before the rest of it is read. A text message gets a buffer of its
+// own, which the socket's read limit bounds.
+func readMessage(ws *websocket.Conn, scratch []byte, limit int64) (int, []byte, error) {
 	typ, r, err := ws.NextReader()
 	if err != nil {
 		return typ, nil, err
 	}
 	if typ != websocket.BinaryMessage {
-		b, err := io.ReadAll(r)
+		b, err := readText(r, limit)
 		return typ, b, err
 	}
 	n := 0
-	for n < len(scratch) {
+	for {
 		m, err := r.Read(scratch[n:])
 		n += m
 		if err == io.EOF {
@@ -737,9 +755,36 @@ func readMessage(ws *websocket.Conn, scratch []byte) (int, []byte, error) {
 		if err != nil {
 			return typ, nil, err
 		}
+		if n == len(scratch) {
+			var one [1]byte
+			if m, _ := io.ReadFull(r, one[:]); m > 0 {
+				return typ, nil, violation("a binary message longer than %d bytes (an output frame's header and payload)", len(scratch))
+			}
+			return typ, scratch[:n], nil
+		}
 	}
-	rest, err := io.ReadAll(r)
-	return typ, append(scratch[:n:n], rest...), err
+}
+
+// readText reads a text message, whose length the socket's read limit bounds, into a buffer
+// that doubles up to limit: what a refused message costs is twice the limit at most, not the
+// five times io.ReadAll's growth by a quarter allocates on the way to it.
+func readText(r io.Reader, limit int64) ([]byte, error) {
+	buf := make([]byte, 0, 4<<10)
+	for {
+		if len(buf) == cap(buf) {
+			nb := make([]byte, len(buf), max(min(2*int64(cap(buf)), limit+1), int64(cap(buf))+1))
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // newChannel picks a free channel number and registers it before the request that binds it,
@@ -903,7 +948,7 @@ func (c *Client) List(ctx context.Context) ([]proto.SessionInfo, error) {
 
 // readLoop is l's only reader. It routes responses to callers and output and notifications to
 // channels, in order. When l ends it fails l's pending calls and either starts a reconnect or
-// ends the client.
+// ends the client. A message that breaks the protocol ends l with an ErrProtocol error.
 func (c *Client) readLoop(l *link) {
 	defer c.readers.Done()
 	// Output frames are read into one reused buffer and copied once, into their channel.
@@ -912,30 +957,51 @@ func (c *Client) readLoop(l *link) {
 	for {
 		var typ int
 		var b []byte
-		if typ, b, err = readMessage(l.ws, scratch); err != nil {
+		if typ, b, err = readMessage(l.ws, scratch, c.opts.MaxMessageBytes); err != nil {
+			if errors.Is(err, websocket.ErrReadLimit) {
+				err = fmt.Errorf("%w: %w", ErrProtocol, err)
+			}
 			break
 		}
 		if typ == websocket.BinaryMessage {
-			f, err := proto.ParseFrame(b)
-			if err != nil || f.Type != proto.FrameOutput {
-				continue
-			}
-			c.mu.Lock()
-			ch := c.channels[f.Channel]
-			c.mu.Unlock()
-			if ch != nil {
-				ch.push(f.Payload)
+			if err = c.handleBinary(l, b); err != nil {
+				break
 			}
 			continue
 		}
-		c.handleText(b)
+		if err = c.handleText(l, b); err != nil {
+			break
+		}
+	}
+	if errors.Is(err, ErrProtocol) {
+		// Tell the server why, if its socket takes a frame at once; the close follows anyway.
+		_ = l.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseProtocolError, "protocol violation"),
+			time.Now().Add(100*time.Millisecond))
 	}
 	l.ws.Close()
 	c.linkEnded(l, err)
 }
 
+// handleBinary hands an output frame to its channel. The server sends output frames only.
+func (c *Client) handleBinary(l *link, b []byte) error {
+	f, err := proto.ParseFrame(b)
+	if err != nil {
+		return violation("binary message: %v", err)
+	}
+	if f.Type != proto.FrameOutput {
+		return violation("a frame of type %d from the server", f.Type)
+	}
+	c.mu.Lock()
+	ch := c.channels[f.Channel]
+	c.mu.Unlock()
+	if ch == nil {
+		return nil // a binding undone meanwhile (a given-up open or attach)
+	}
+	return ch.push(f.Payload, l.window)
+}
+
 // handleText handles one text message: a response or a notification.
-func (c *Client) handleText(b []byte) {
+func (c *Client) handleText(l *link, b []byte) error {
 	var m struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
@@ -943,37 +1009,49 @@ func (c *Client) handleText(b []byte) {
 		Result json.RawMessage `json:"result"`
 		Error  *proto.Error    `json:"error"`
 	}
-	if json.Unmarshal(b, &m) != nil {
-		return
+	if err := json.Unmarshal(b, &m); err != nil {
+		return violation("a text message that is not a JSON-RPC message: %v", err)
 	}
 	if m.Method != "" {
-		c.notification(m.Method, m.Params)
-		return
+		return c.notification(m.Method, m.Params)
 	}
 	if len(m.ID) == 0 || string(m.ID) == "null" {
 		if m.Error != nil && c.opts.OnServerError != nil {
 			c.opts.OnServerError(m.Error)
 		}
-		return
+		return nil
 	}
 	c.mu.Lock()
 	p := c.calls[string(m.ID)]
-	var apply func(response)
+	var apply func(response) error
 	if p != nil {
 		apply = p.apply
 	}
 	c.mu.Unlock()
 	if p == nil {
-		return
+		return nil
+	}
+	if m.Error == nil {
+		if err := checkResult(p.method, m.Result); err != nil {
+			return err
+		}
+		if p.method == "initialize" && p.on == l {
+			var init proto.InitializeResult
+			_ = json.Unmarshal(m.Result, &init) // checked above
+			l.window, _ = windowOf(init)
+		}
 	}
 	r := response{Result: m.Result, Err: m.Error, on: p.on}
 	if apply != nil {
-		apply(r)
+		if err := apply(r); err != nil {
+			return err
+		}
 	}
 	select {
 	case p.res <- r:
 	default: // a second response with the same id: the first stands
 	}
+	return nil
 }
 
 // linkEnded fails the calls that went out on l; if l was the current link, it reconnects or
@@ -984,7 +1062,7 @@ func (c *Client) linkEnded(l *link, err error) {
 	c.mu.Lock()
 	l.ended, l.err = true, err
 	var lost []*pending
-	var applies []func(response)
+	var applies []func(response) error
 	for _, p := range c.calls {
 		if p.on == l {
 			lost, applies = append(lost, p), append(applies, p.apply)
@@ -999,7 +1077,7 @@ func (c *Client) linkEnded(l *link, err error) {
 	for i, p := range lost {
 		r := response{lost: err, on: l}
 		if applies[i] != nil {
-			applies[i](r) // a binder ignores it; a late handler frees its channel
+			_ = applies[i](r) // a binder ignores it; a late handler frees its channel
 		}
 		select {
 		case p.res <- r:
@@ -1015,7 +1093,14 @@ func (c *Client) linkEnded(l *link, err error) {
 	}
 }
 
-func (c *Client) notification(method string, raw json.RawMessage) {
+// notification hands a notification to its channel. A known notification whose params have
+// the wrong type or range is a protocol violation; an unknown one is ignored (a newer server's).
+func (c *Client) notification(method string, raw json.RawMessage) error {
+	switch method {
+	case "session.size", "session.gap", "session.exit", "session.closed":
+	default:
+		return nil
+	}
 	var p struct {
 		Channel uint32  `json:"channel"`
 		Lost    int64   `json:"lost"`
@@ -1025,24 +1110,34 @@ func (c *Client) notification(method string, raw json.RawMessage) {
 		Cols    int     `json:"cols"`
 		Rows    int     `json:"rows"`
 	}
-	if json.Unmarshal(raw, &p) != nil {
-		return
+	if len(raw) == 0 {
+		raw = json.RawMessage("null")
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return violation("%s: params: %v", method, err)
 	}
 	c.mu.Lock()
 	ch := c.channels[p.Channel]
 	c.mu.Unlock()
 	if ch == nil {
-		return
+		return nil
 	}
 	switch method {
 	case "session.size":
+		if p.Cols < 1 || p.Rows < 1 || p.Cols > maxTermSize || p.Rows > maxTermSize {
+			return violation("session.size: %dx%d out of range 1 … %d", p.Cols, p.Rows, maxTermSize)
+		}
 		ch.noteSize(p.Cols, p.Rows)
 	case "session.gap":
-		ch.gap(p.Lost)
+		return ch.gap(p.Lost)
 	case "session.exit":
 		ch.setExit(proto.ExitInfo{Code: p.Code, Signal: p.Signal})
 	case "session.closed":
 		c.dropChannel(ch)
 		ch.setClosed(p.Reason)
 	}
+	return nil
 }
+
+// maxTermSize is the largest terminal dimension a PTY takes (a u16).
+const maxTermSize = 1<<16 - 1

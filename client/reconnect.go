@@ -50,8 +50,12 @@ func (o ReconnectOptions) withDefaults(holdMs int64) ReconnectOptions {
 }
 
 // retryable reports whether a connection that ended with err may be resumed: not after a close
-// that says the client itself is at fault (protocol.md §6), which a new connection would repeat.
+// that says the client itself is at fault (protocol.md §6), which a new connection would repeat,
+// nor after the server broke the protocol.
 func retryable(err error) bool {
+	if errors.Is(err, ErrProtocol) {
+		return false // the server broke the protocol: it would again
+	}
 	var ce *websocket.CloseError
 	if errors.As(err, &ce) {
 		switch ce.Code {

@@ -65,15 +65,15 @@ func TestReadAcrossSegments(t *testing.T) {
 	fill := func(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
 	var want []byte
 	for _, f := range [][]byte{fill('a', 10), fill('b', proto.MaxOutputPayload), fill('c', 5)} {
-		ch.push(f)
+		_ = ch.push(f, MaxWindow)
 		want = append(want, f...)
 	}
-	ch.gap(7)
-	ch.push(fill('d', 3))
+	_ = ch.gap(7)
+	_ = ch.push(fill('d', 3), MaxWindow)
 	ch.mu.Lock()
 	ch.epoch++ // a new binding (a reconnect's attach)
 	ch.mu.Unlock()
-	ch.push(fill('e', 4))
+	_ = ch.push(fill('e', 4), MaxWindow)
 
 	read := func(size int) string {
 		t.Helper()

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"golang.org/x/term"
 
@@ -54,12 +55,15 @@ func (a *app) cmdLs(args []string) error {
 		if list == nil {
 			list = []proto.SessionInfo{}
 		}
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(list)
+		b, err := json.MarshalIndent(list, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = a.stdout.Write(append(jsonVisible(b), '\n'))
+		return err
 	case *quiet:
 		for _, s := range list {
-			fmt.Fprintln(a.stdout, s.Session)
+			fmt.Fprintln(a.stdout, visible(s.Session))
 		}
 		return nil
 	}
@@ -69,20 +73,20 @@ func (a *app) cmdLs(args []string) error {
 		status := "running"
 		if s.Exit != nil {
 			if s.Exit.Signal != nil {
-				status = "signal " + *s.Exit.Signal
+				status = "signal " + visible(*s.Exit.Signal)
 			} else {
 				status = fmt.Sprintf("exited %d", s.Exit.Code)
 			}
 		}
-		name := s.Name
+		name := visible(s.Name)
 		if name == "" {
 			name = "-"
 		}
-		cmd := strings.Join(s.Cmd, " ")
+		cmd := strings.Join(visibleAll(s.Cmd), " ")
 		if cmd == "" {
 			cmd = "(shell)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%dx%d\t%d\t%s\t%s\t%s\n", s.Session, name, s.Pid, s.Cols, s.Rows, s.Viewers, status, s.Created, cmd)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%dx%d\t%d\t%s\t%s\t%s\n", visible(s.Session), name, s.Pid, s.Cols, s.Rows, s.Viewers, status, visible(s.Created), cmd)
 	}
 	return tw.Flush()
 }
@@ -107,9 +111,9 @@ func (a *app) cmdKill(args []string) error {
 				return fmt.Errorf("kill %s: %w", s.Session, err)
 			}
 			if res.Status == "exited" && res.Exit != nil {
-				fmt.Fprintf(a.stdout, "removed %s (it had %s)\n", s.Session, describeExit(res.Exit))
+				fmt.Fprintf(a.stdout, "removed %s (it had %s)\n", visible(s.Session), visible(describeExit(res.Exit)))
 			} else {
-				fmt.Fprintf(a.stdout, "killed %s (%s)\n", s.Session, strings.Join(res.Signals, ", "))
+				fmt.Fprintf(a.stdout, "killed %s (%s)\n", visible(s.Session), strings.Join(visibleAll(res.Signals), ", "))
 			}
 		}
 		return nil
@@ -198,7 +202,7 @@ func (a *app) cmdNew(args []string) (outcome, error) {
 			return explainOpen(err, cmd)
 		}
 		if !*attach {
-			fmt.Fprintln(a.stdout, ch.Session())
+			fmt.Fprintln(a.stdout, visible(ch.Session()))
 			if err := ch.Detach(ctx); err != nil {
 				return fmt.Errorf("detach from the new session %s: %w", ch.Session(), err)
 			}
@@ -326,20 +330,32 @@ func (a *app) cmdExec(args []string) (outcome, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	// A stop signal while connecting ends the connect at once; DialOpen then leaves no session
-	// running (it kills one its open started), so nothing is left to the loop.
-	var stopped os.Signal
-	watching, watched := make(chan struct{}), make(chan struct{})
+	// running (it kills one its open started), so nothing is left to the loop. It waits up to
+	// stopWait for that: a gateway that does not answer the kill leaves the session to its
+	// reaper.
+	type opened struct {
+		c   *client.Client
+		ch  *client.Channel
+		err error
+	}
+	done := make(chan opened, 1)
 	go func() {
-		defer close(watched)
-		select {
-		case stopped = <-sigs:
-			cancel()
-		case <-watching:
-		}
+		c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), a.openOptions(o, cmd))
+		done <- opened{c, ch, err}
 	}()
-	c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), a.openOptions(o, cmd))
-	close(watching)
-	<-watched
+	var stopped os.Signal
+	var r opened
+	select {
+	case r = <-done:
+	case stopped = <-sigs:
+		cancel()
+		select {
+		case r = <-done:
+		case <-time.After(stopWait):
+			return outcome{code: 128 + signalNumber(stopped), line: fmt.Sprintf("%s while opening the session; no answer within %v: a session it opened is left to the gateway's reaper", stopped, stopWait)}, nil
+		}
+	}
+	c, ch, err := r.c, r.ch, r.err
 	if stopped != nil {
 		if err == nil {
 			// The signal came as DialOpen returned: the loop kills the session, as after it.

@@ -73,11 +73,12 @@ func resolveConfig(flagURL, flagToken string, getenv func(string) string) (*conf
 	return c, nil
 }
 
-// readConfigFile reads `key = value` lines (keys url and token; # starts a comment line). A
-// missing file is an empty config; a file that group or others may read is refused, as ssh
+// readConfigFile reads `key = value` lines (keys url and token, each at most once; # starts a
+// comment line). A missing file is an empty config; anything but a regular file (a FIFO, a
+// device) is refused without reading it, and so is a file that group or others may read, as ssh
 // refuses a private key.
 func readConfigFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
+	f, err := openNoBlock(path) // opening a FIFO would wait for a writer
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[string]string{}, nil
 	}
@@ -89,11 +90,15 @@ func readConfigFile(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
 	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("config file %s is not a regular file (%s): refusing to read it", path, describeMode(st.Mode()))
+	}
 	// Windows has no such mode bits; its ACLs are not checked.
 	if runtime.GOOS != "windows" && st.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("config file %s has mode %04o: it holds a token, so other users must not read it; run: chmod 600 %s", path, st.Mode().Perm(), path)
 	}
 	kv := map[string]string{}
+	first := map[string]int{} // the line of each key
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -105,12 +110,30 @@ func readConfigFile(path string) (map[string]string, error) {
 		if !ok || (k != "url" && k != "token") {
 			return nil, fmt.Errorf("config file %s line %d: want `url = ...` or `token = ...`", path, n)
 		}
-		kv[k] = v
+		if m, dup := first[k]; dup {
+			return nil, fmt.Errorf("config file %s line %d: %s is given again (first on line %d): keep one", path, n, k, m)
+		}
+		kv[k], first[k] = v, n
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	return kv, nil
+}
+
+// describeMode names a file type that is not regular.
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeDir != 0:
+		return "a directory"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
 }
 
 // normalizeURL accepts ws, wss, http and https URLs; http(s) becomes ws(s), and an empty path

@@ -17,6 +17,10 @@ import (
 // maxPending bounds the input held while the socket is being redialled.
 const maxPending = 64 << 10
 
+// stopWait bounds what a stop signal (Ctrl-C, SIGTERM, SIGHUP) waits for: exec's kill, attach's
+// detach. muxterm ends within it (and a little) however the gateway answers, or does not.
+const stopWait = 750 * time.Millisecond
+
 // loopOpts say how attach and exec differ.
 type loopOpts struct {
 	label     string     // "session ID" or "session ID (NAME)", for the last line
@@ -53,12 +57,41 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 	}
 	// cur is the binding the loop writes to; nil while the pump redials.
 	cur, curC := ch, c
+	// Sizes go out from a goroutine of their own, the latest first: the loop never waits for
+	// a resize's answer, which a gateway that does not answer would make it wait 10 s for, deaf
+	// to stop signals meanwhile.
+	resizes, resized := make(chan sizeReq, 1), make(chan struct{})
+	go func() {
+		defer close(resized)
+		for {
+			select {
+			case r := <-resizes:
+				a.resize(ctx, r.ch, r.size)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	resize := func(ch *client.Channel, size [2]int) {
+		for {
+			select {
+			case resizes <- sizeReq{ch, size}:
+				return
+			default:
+			}
+			select {
+			case <-resizes: // an older size nobody needs now
+			default:
+			}
+		}
+	}
 	defer func() {
 		cancel()
 		if curC != nil {
 			curC.Close()
 		}
 		<-p.done
+		<-resized
 	}()
 	go p.run(ctx, c, ch)
 
@@ -97,7 +130,7 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 	if o.sizeFd >= 0 {
 		if w, h, err := termSize(o.sizeFd); err == nil {
 			size = [2]int{w, h}
-			a.resize(cur, size)
+			resize(cur, size)
 		}
 		watchSize(ctx, o.sizeFd, sizes)
 	}
@@ -148,17 +181,20 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 				return a.detach(cur, o.label, "")
 			}
 		case size = <-sizes:
-			a.resize(cur, size)
+			resize(cur, size)
 		case sig := <-sigs:
 			n := signalNumber(sig)
 			if !o.exec {
-				out := a.detach(cur, o.label, "on "+sig.String())
+				out := a.detachWithin(cur, o.label, "on "+sig.String(), stopWait)
 				out.code = 128 + n
 				return out
 			}
-			kctx, kcancel := context.WithTimeout(context.Background(), callTimeout)
+			kctx, kcancel := context.WithTimeout(context.Background(), stopWait)
 			_, err := curC.Kill(kctx, id)
 			kcancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				return outcome{code: 128 + n, line: fmt.Sprintf("%s: sent the kill of %s; no answer within %v", sig, o.label, stopWait)}
+			}
 			if err != nil {
 				return outcome{code: 128 + n, line: fmt.Sprintf("%s, and could not kill %s: %v", sig, o.label, err)}
 			}
@@ -171,7 +207,7 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 				curC.Close()
 				cur, curC = ev.ch, ev.c
 				if o.sizeFd >= 0 {
-					a.resize(cur, size)
+					resize(cur, size)
 				}
 				b := pending
 				pending = nil
@@ -195,7 +231,7 @@ func (a *app) ended(c *client.Client, id string, o loopOpts, ev event) outcome {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		if _, err := c.Kill(ctx, id); err != nil && rpcKind(err) != proto.KindUnknownSession {
-			fmt.Fprintf(a.stderr, "muxterm: remove %s: %v\n", o.label, err)
+			fmt.Fprintln(a.stderr, "muxterm:", visibleLines(fmt.Sprintf("remove %s: %v", o.label, err)))
 		}
 	}
 	switch {
@@ -215,8 +251,13 @@ func (a *app) ended(c *client.Client, id string, o loopOpts, ev event) outcome {
 
 // detach detaches from the session, which keeps running.
 func (a *app) detach(ch *client.Channel, label, why string) outcome {
+	return a.detachWithin(ch, label, why, callTimeout)
+}
+
+// detachWithin is detach that waits at most wait for the gateway's answer.
+func (a *app) detachWithin(ch *client.Channel, label, why string, wait time.Duration) outcome {
 	if ch != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		_ = ch.Detach(ctx)
 	}
@@ -227,12 +268,18 @@ func (a *app) detach(ch *client.Channel, label, why string) outcome {
 	return outcome{code: 0, line: line}
 }
 
+// sizeReq is a size for a binding's session.
+type sizeReq struct {
+	ch   *client.Channel
+	size [2]int
+}
+
 // resize sends the size, if there is a binding; a refusal (a read-only token) is ignored.
-func (a *app) resize(ch *client.Channel, size [2]int) {
+func (a *app) resize(ctx context.Context, ch *client.Channel, size [2]int) {
 	if ch == nil || size[0] <= 0 || size[1] <= 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	_ = ch.Resize(ctx, size[0], size[1])
 }

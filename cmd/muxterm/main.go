@@ -95,7 +95,7 @@ func (a *app) exit(o outcome, err error) int {
 		return a.fail(err)
 	}
 	if o.line != "" {
-		fmt.Fprintln(a.stderr, "muxterm:", o.line)
+		fmt.Fprintln(a.stderr, "muxterm:", visibleLines(o.line)) // it may quote the gateway
 	}
 	return o.code
 }
@@ -104,7 +104,7 @@ func (a *app) fail(err error) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	fmt.Fprintln(a.stderr, "muxterm:", err)
+	fmt.Fprintln(a.stderr, "muxterm:", visibleLines(err.Error())) // it may quote the gateway
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "flag provided but not defined") {
 		return 2
@@ -210,6 +210,7 @@ Commands:
   kill ID|NAME...             kill sessions (HUP, then TERM, then KILL) and remove them
   exec [flags] -- CMD...      run CMD in a new session, stream its output to stdout, exit with its
                               exit code, and remove the session; Ctrl-C or SIGTERM kills it
+                              and ends exec within a second, answered or not
                               (without CMD, --stdin feeds the gateway's shell)
       --name, --cwd, --env, --cols, --rows   as for new
       --stdin                 forward stdin to the session; its end sends Ctrl-D (stdin is not read
@@ -224,8 +225,8 @@ Flags of every command, with their environment twins (a flag wins over its varia
                                   defaults to /ws); default ws://127.0.0.1:8222/ws
   --token TOKEN    MUXTERM_TOKEN  the gateway's access token
   Without them, url and token come from $XDG_CONFIG_HOME/muxterm/config (else
-  ~/.config/muxterm/config): lines "url = ..." and "token = ...", a file only you may read
-  (chmod 600). The other flags have no environment twin.
+  ~/.config/muxterm/config): lines "url = ..." and "token = ...", each at most once, in a
+  regular file only you may read (chmod 600). The other flags have no environment twin.
 
 Detach keys (attach): Enter, then ~ and . detach, as in ssh; ~~ sends one ~. --detach-keys takes
 a comma-separated list of keys: a character, ctrl-a … ctrl-z, ctrl-@, ctrl-[, ctrl-\, ctrl-],

@@ -66,6 +66,9 @@ func (p *pump) run(ctx context.Context, c *client.Client, ch *client.Channel) {
 	sentinelDue := p.sentTo >= 0
 	go detachOnExit(ctx, ch)
 	for {
+		if ctx.Err() != nil {
+			return // the loop has ended (a stop signal): whatever Read would return next
+		}
 		n, err := ch.Read(buf)
 		if n > 0 {
 			if sentinelDue {
@@ -94,6 +97,11 @@ func (p *pump) run(ctx context.Context, c *client.Client, ch *client.Channel) {
 		}
 		if errors.Is(err, io.EOF) {
 			p.send(ctx, event{kind: evEnd, exit: ch.ExitInfo(), reason: ch.Reason()})
+			return
+		}
+		if errors.Is(err, client.ErrProtocol) {
+			// The gateway broke the protocol: a redial would reach it again.
+			p.send(ctx, event{kind: evEnd, err: err})
 			return
 		}
 		// The socket ended: resume from what was written out, on a new one.
@@ -163,6 +171,9 @@ func (p *pump) reconnect(ctx context.Context, from int64) (*client.Client, *clie
 		c, ch, err := p.attachOnce(ctx, from)
 		if err == nil {
 			return c, ch, nil
+		}
+		if errors.Is(err, client.ErrProtocol) {
+			return nil, nil, fmt.Errorf("reattach to session %s after the connection dropped: %w", p.id, err)
 		}
 		if k := rpcKind(err); k == proto.KindUnknownSession || k == proto.KindSessionClosed {
 			return nil, nil, fmt.Errorf("reattach to session %s after the connection dropped: %w", p.id, err)

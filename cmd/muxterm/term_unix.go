@@ -40,3 +40,9 @@ func prepareOutput(*os.File) (restore func()) { return func() {} }
 
 // isConnRefused reports a dial refused because nothing listens.
 func isConnRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// openNoBlock opens path for reading without waiting: a FIFO opens at once (and is then refused
+// by its mode) instead of waiting for a writer.
+func openNoBlock(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}

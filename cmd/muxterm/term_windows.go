@@ -58,3 +58,6 @@ func isConnRefused(err error) bool {
 	var errno syscall.Errno
 	return errors.As(err, &errno) && errno == windows.WSAECONNREFUSED
 }
+
+// openNoBlock opens path for reading (a named pipe is refused by its mode after the open).
+func openNoBlock(path string) (*os.File, error) { return os.Open(path) }
