@@ -68,8 +68,8 @@ deps:
 	$(GO) mod download
 
 deps-browser:
-	@echo "==> chromium (Debian package)"
-	@command -v chromium >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+	@echo "==> chromium and tmux (Debian packages; tmux is the real terminal of the CLI's e2e tests)"
+	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux)
 
 test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode
 
@@ -90,7 +90,7 @@ test-fuzz: frontend
 		done; \
 	done
 
-test-e2e: build
+test-e2e: build deps-browser
 	@echo "==> e2e against the built binary"
 	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser' ./e2e/
 

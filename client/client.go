@@ -939,6 +939,28 @@ func (c *Client) Kill(ctx context.Context, id string) (proto.KillResult, error) 
 	return res, err
 }
 
+// CaptureOptions are session.capture's params other than the session.
+type CaptureOptions struct {
+	// ANSI asks for a paint of the screen instead of its text.
+	ANSI bool
+	// Scrollback is the lines of history above the screen to include.
+	Scrollback int
+}
+
+// Capture returns what is on session id's screen (docs/protocol.md §4 session.capture).
+func (c *Client) Capture(ctx context.Context, id string, o CaptureOptions) (proto.CaptureResult, error) {
+	params := map[string]any{"session": id, "format": proto.CaptureText}
+	if o.ANSI {
+		params["format"] = proto.CaptureANSI
+	}
+	if o.Scrollback > 0 {
+		params["scrollback"] = o.Scrollback
+	}
+	var res proto.CaptureResult
+	err := c.Call(ctx, "session.capture", params, &res)
+	return res, err
+}
+
 // List lists the caller's sessions.
 func (c *Client) List(ctx context.Context) ([]proto.SessionInfo, error) {
 	var res proto.ListResult

@@ -334,8 +334,12 @@ func (c *conn) handleCapture(req *proto.Request) {
 			c.replyErr(req.ID, sessionError(err, p.Session))
 			return
 		}
+		m := snap.Modes
 		c.reply(req.ID, proto.CaptureResult{Session: p.Session, Offset: snap.Offset, Cols: snap.Cols,
-			Rows: snap.Rows, Format: p.Format, Lost: snap.Lost, Screen: string(snap.Paint)})
+			Rows: snap.Rows, Format: p.Format, Lost: snap.Lost, Screen: string(snap.Paint),
+			Modes: proto.ScreenModes{AltScreen: m.AltScreen, AppCursor: m.AppCursor, AppKeypad: m.AppKeypad,
+				BracketedPaste: m.BracketedPaste, Mouse: m.MouseTracking, MouseEncoding: m.MouseEncoding,
+				FocusReporting: m.FocusReporting, CursorVisible: m.CursorVisible}})
 	})
 }
 

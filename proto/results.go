@@ -82,6 +82,23 @@ type CaptureResult struct {
 	Format  string `json:"format"`
 	Lost    int64  `json:"lost"`
 	Screen  string `json:"screen"`
+	// Modes are the terminal modes the program set, which decide how keys are encoded for it
+	// (muxterm send: Up is ESC O A under application cursor keys).
+	Modes ScreenModes `json:"modes"`
+}
+
+// ScreenModes are a screen's modes, as session.capture reports them. Mouse is the tracking
+// mode the program asked for (0 none, 9, 1000, 1002, 1003), MouseEncoding its encoding (0,
+// 1005, 1006, 1015).
+type ScreenModes struct {
+	AltScreen      bool `json:"altScreen"`
+	AppCursor      bool `json:"appCursor"`
+	AppKeypad      bool `json:"appKeypad"`
+	BracketedPaste bool `json:"bracketedPaste"`
+	Mouse          int  `json:"mouse"`
+	MouseEncoding  int  `json:"mouseEncoding"`
+	FocusReporting bool `json:"focusReporting"`
+	CursorVisible  bool `json:"cursorVisible"`
 }
 
 // KillResult is session.kill's result.

@@ -220,6 +220,8 @@ type ScreenSnapshot struct {
 	// Lost counts output bytes the model never read (it fell behind the ring), over the
 	// session's life: 0 means the screen is exact.
 	Lost int64
+	// Modes are the screen's modes.
+	Modes vt.Modes
 }
 
 // Capture returns the session's screen, caught up to the output's end (within screenWait), as
@@ -234,7 +236,7 @@ func (s *Session) Capture(ansi bool, scrollback int) (ScreenSnapshot, error) {
 	defer sc.mu.Unlock()
 	s.catchUpLocked(time.Now().Add(screenWait), 0)
 	cols, rows := sc.term.Size()
-	snap := ScreenSnapshot{Offset: sc.off, Cols: cols, Rows: rows, Lost: sc.lost}
+	snap := ScreenSnapshot{Offset: sc.off, Cols: cols, Rows: rows, Lost: sc.lost, Modes: sc.term.Modes()}
 	o := vt.SnapshotOptions{ScrollbackLines: scrollback}
 	if ansi {
 		snap.Paint = sc.term.AppendSnapshot(nil, o)

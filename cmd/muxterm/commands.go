@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -208,7 +209,7 @@ func (a *app) cmdNew(args []string) (outcome, error) {
 			}
 			return nil
 		}
-		out = a.interactive(c, ch, label(ch.Session(), o.name), 0, keys)
+		out = a.interactive(c, ch, label(ch.Session(), o.name), 0, false, keys)
 		return nil
 	})
 	return out, err
@@ -240,11 +241,13 @@ func (a *app) cmdAttach(args []string) (outcome, error) {
 			return err
 		}
 		defer restore()
-		ch, res, err := c.Attach(ctx, s.Session, nil)
+		// The screen, painted (as tmux does), not a replay of whatever bytes the ring holds:
+		// on a terminal the local screen is cleared for it and a model of it kept.
+		ch, res, err := c.AttachWith(ctx, s.Session, client.AttachOptions{Screen: proto.ScreenAlways})
 		if err != nil {
 			return fmt.Errorf("attach %s: %w", s.Session, err)
 		}
-		out = a.interactive(c, ch, label(s.Session, s.Name), res.Live, keys)
+		out = a.interactive(c, ch, label(s.Session, s.Name), res.Live, res.Screen > 0, keys)
 		return nil
 	})
 	return out, err
@@ -293,12 +296,21 @@ func (a *app) rawMode() (restore func(), err error) {
 }
 
 // interactive runs attach's loop on a bound channel whose replay ends at replayEnd.
-func (a *app) interactive(c *client.Client, ch *client.Channel, label string, replayEnd int64, keys detachKeys) outcome {
+// On a terminal it keeps a model of what the terminal shows of the session (a paint clears the
+// terminal first) and, whatever ends the loop, undoes the session's modes on the terminal.
+func (a *app) interactive(c *client.Client, ch *client.Channel, label string, replayEnd int64, paint bool, keys detachKeys) outcome {
 	inTerm := isTerminal(a.stdin)
 	o := loopOpts{label: label, keys: keys, stdin: a.stdin, sizeFd: -1, replayEnd: replayEnd,
 		sentinel: inTerm && isTerminal(os.Stdout)}
 	if inTerm {
 		o.sizeFd = int(a.stdin.Fd())
+	}
+	if isTerminal(os.Stdout) {
+		o.scr = newLocalScreen(ch.Size())
+		if paint {
+			_, _ = io.WriteString(a.stdout, clearSeq)
+		}
+		defer o.scr.restore(a.stdout)
 	}
 	return a.loop(c, ch, ch.Session(), o)
 }

@@ -35,6 +35,8 @@ type loopOpts struct {
 	// sigs: stop signals caught since before the session was opened (exec: one that arrives
 	// between the open and the loop must still kill the session); nil: the loop catches them.
 	sigs chan os.Signal
+	// scr: attach on a terminal keeps a model of what it shows (screen.go); nil otherwise.
+	scr *localScreen
 }
 
 // outcome is how a loop ended.
@@ -49,7 +51,8 @@ type outcome struct {
 func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) outcome {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pump{cfg: a.cfg, id: id, out: a.stdout, events: make(chan event), done: make(chan struct{}),
-		lf: o.lf, sentTo: -1}
+		lf: o.lf, sentTo: -1, scr: o.scr}
+	_, _, p.sizeGen = ch.SizeGen() // the size the attach result gave is drawn already
 	filter := newReplyFilter(false)
 	if o.sentinel && o.replayEnd > ch.Offset() {
 		p.sentTo = o.replayEnd
@@ -130,6 +133,9 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 	if o.sizeFd >= 0 {
 		if w, h, err := termSize(o.sizeFd); err == nil {
 			size = [2]int{w, h}
+			if o.scr != nil {
+				o.scr.setLocal(w, h)
+			}
 			resize(cur, size)
 		}
 		watchSize(ctx, o.sizeFd, sizes)
@@ -181,6 +187,9 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 				return a.detach(cur, o.label, "")
 			}
 		case size = <-sizes:
+			if o.scr != nil {
+				o.scr.setLocal(size[0], size[1])
+			}
 			resize(cur, size)
 		case sig := <-sigs:
 			n := signalNumber(sig)

@@ -78,6 +78,10 @@ func (a *app) run(args []string) int {
 		return a.exit(a.cmdAttach(rest))
 	case "kill":
 		err = a.cmdKill(rest)
+	case "capture":
+		err = a.cmdCapture(rest)
+	case "send":
+		err = a.cmdSend(rest)
 	case "exec":
 		return a.exit(a.cmdExec(rest))
 	default:
@@ -205,8 +209,18 @@ Commands:
       --env KEY=VALUE         an extra environment variable (repeatable)
       --cols N, --rows N      size (default: this terminal's, else 80x24)
       --attach                attach right away (then the flags of attach apply)
-  attach ID|NAME [flags]      attach this terminal to a session (alias: a)
+  attach ID|NAME [flags]      attach this terminal to a session (alias: a): the terminal is
+                              cleared and the session's screen painted, modes included; a detach
+                              undoes the modes it set (alternate screen, mouse, keys)
       --detach-keys KEYS      the key sequence that detaches (MUXTERM_DETACH_KEYS; default enter,~,.)
+  capture ID|NAME [flags]     print the text on a session's screen (as tmux's capture-pane)
+      --ansi                  print a paint that redraws the screen, colours and modes included
+      --scrollback N          also the N lines of history above the screen
+  send ID|NAME KEYS...        type into a session (as tmux's send-keys): each argument is a key
+                              name (Enter, Tab, BTab, Space, BSpace, Escape, Up, Down, Left,
+                              Right, Home, End, IC, DC, PPage, NPage, F1 … F12, C-x, M-x) or else
+                              text; arrows follow the program's mode (ESC O A under vim)
+      -l                      every argument is text, none a key name
   kill ID|NAME...             kill sessions (HUP, then TERM, then KILL) and remove them
   exec [flags] -- CMD...      run CMD in a new session, stream its output to stdout, exit with its
                               exit code, and remove the session; Ctrl-C or SIGTERM kills it
@@ -244,6 +258,8 @@ Examples:
   muxterm new --name build -- make test       # prints the session id
   muxterm attach build                        # Enter ~ . detaches; attach again later
   muxterm ls
+  muxterm send build C-c 'make test' Enter   # type into it from a script
+  muxterm capture build                       # what its screen shows now
   muxterm exec -- sh -c 'go test ./...'       # in CI: output streamed, exit code kept
   muxterm kill build
 `

@@ -46,6 +46,10 @@ type pump struct {
 	pendCR  bool          // lf: a CR ended the last write
 	sentTo  int64         // write the sentinel once the output reaches this offset (-1: never)
 	scratch []byte
+	// scr, for attach on a terminal, is fed everything written to out (screen.go); nil for
+	// exec. sizeGen is the count of session.size notifications it has drawn.
+	scr     *localScreen
+	sizeGen uint64
 }
 
 // send gives ev to the loop unless ctx ended first.
@@ -77,6 +81,18 @@ func (p *pump) run(ctx context.Context, c *client.Client, ch *client.Channel) {
 			if werr := p.write(buf[:n]); werr != nil {
 				p.send(ctx, event{kind: evEnd, err: fmt.Errorf("write output: %w", werr)})
 				return
+			}
+			if p.scr != nil {
+				p.scr.fed(buf[:n])
+			}
+		}
+		if p.scr != nil {
+			if cols, rows, gen := ch.SizeGen(); gen != p.sizeGen {
+				p.sizeGen = gen
+				if werr := p.scr.resized(p.out, cols, rows); werr != nil {
+					p.send(ctx, event{kind: evEnd, err: fmt.Errorf("write output: %w", werr)})
+					return
+				}
 			}
 		}
 		if sentinelDue && ch.Offset() >= p.sentTo && q.ground() {
@@ -110,6 +126,7 @@ func (p *pump) run(ctx context.Context, c *client.Client, ch *client.Channel) {
 		}
 		from := ch.Offset()
 		c.Close()
+		_, _, p.sizeGen = ch.SizeGen()
 		c, ch, err = p.reconnect(ctx, from)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -203,10 +220,22 @@ func (p *pump) attachOnce(ctx context.Context, from int64) (*client.Client, *cli
 	if err != nil {
 		return nil, nil, err
 	}
-	ch, _, err := c.Attach(dctx, p.id, &from)
+	// Byte for byte from where the output stopped, unless the ring has lost it: then a paint,
+	// for which the local terminal is cleared first. exec wants bytes only.
+	screen := proto.ScreenNever
+	if p.scr != nil {
+		screen = proto.ScreenAuto
+	}
+	ch, res, err := c.AttachWith(dctx, p.id, client.AttachOptions{From: &from, Screen: screen})
 	if err != nil {
 		c.Close()
 		return nil, nil, err
+	}
+	if res.Screen > 0 {
+		if err := p.scr.repaintFor(p.out, res.Cols, res.Rows); err != nil {
+			c.Close()
+			return nil, nil, fmt.Errorf("write output: %w", err)
+		}
 	}
 	return c, ch, nil
 }

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/muxterm/muxterm/internal/vt"
+)
+
+// localScreen is attach's model of what the local terminal shows of the session: every byte
+// written to stdout is fed to it, so that a detach can undo the modes the session set (leave
+// the alternate screen, mouse tracking, application keys, bracketed paste; show the cursor),
+// and a size another viewer imposes can be drawn again at that size, with a status line.
+// Safe for concurrent use: the pump writes, the loop restores.
+type localScreen struct {
+	// mu guards every field: the pump's writes and the loop's restore take it in turn.
+	mu    sync.Mutex
+	term  *vt.Terminal
+	local [2]int // the local terminal's size (0: unknown)
+	note  bool   // a status line about the size is on the local terminal
+}
+
+func newLocalScreen(cols, rows int) *localScreen {
+	return &localScreen{term: vt.New(max(cols, 2), max(rows, 1), vt.Options{})}
+}
+
+// clearSeq resets what a paint assumes of a fresh terminal: the pen, the scroll region, the
+// cursor home, the screen cleared.
+const clearSeq = "\x1b[0m\x1b[r\x1b[H\x1b[2J"
+
+// fed records b, written to the local terminal.
+func (s *localScreen) fed(b []byte) {
+	s.mu.Lock()
+	s.term.Write(b)
+	s.mu.Unlock()
+}
+
+// repaintFor prepares the local terminal for a paint of a session of cols×rows: it undoes
+// what the session set, clears the screen, and starts the model afresh.
+func (s *localScreen) repaintFor(w io.Writer, cols, rows int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.term.AppendRestore(nil)
+	b = append(b, clearSeq...)
+	s.term = vt.New(max(cols, 2), max(rows, 1), vt.Options{})
+	_, err := w.Write(b)
+	return err
+}
+
+// setLocal records the local terminal's size.
+func (s *localScreen) setLocal(cols, rows int) {
+	s.mu.Lock()
+	s.local = [2]int{cols, rows}
+	s.mu.Unlock()
+}
+
+// resized draws the session again at the size the gateway applied, cols×rows, when it is not
+// the local terminal's (another viewer's size under --window-size), with a status line below it
+// that says so; nothing when the size is the local one and no line was shown.
+func (s *localScreen) resized(w io.Writer, cols, rows int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.term.Resize(cols, rows)
+	lc, lr := s.local[0], s.local[1]
+	differs := lc > 0 && (lc != cols || lr != rows)
+	if !differs && !s.note {
+		return nil
+	}
+	b := []byte(clearSeq)
+	b = s.term.AppendSnapshot(b, vt.SnapshotOptions{})
+	if differs && lr > rows {
+		// Below the session's rows: save the cursor, write the line, put the cursor back.
+		line := fmt.Sprintf(" muxterm: the session is %dx%d (another viewer's size); this terminal is %dx%d ", cols, rows, lc, lr)
+		if len(line) > lc {
+			line = line[:lc]
+		}
+		b = append(b, "\x1b7"...)
+		b = fmt.Appendf(b, "\x1b[%d;1H\x1b[0;7m%s\x1b[0m\x1b[K", lr, line)
+		b = append(b, "\x1b8"...)
+	}
+	b = s.term.AppendPending(b)
+	s.note = differs
+	_, err := w.Write(b)
+	return err
+}
+
+// restore writes what undoes the session's modes on the local terminal, before muxterm leaves.
+func (s *localScreen) restore(w io.Writer) {
+	s.mu.Lock()
+	b := s.term.AppendRestore(nil)
+	s.mu.Unlock()
+	_, _ = w.Write(b)
+}

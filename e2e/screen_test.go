@@ -1,0 +1,183 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil"
+	"github.com/muxterm/muxterm/internal/vt"
+)
+
+// fullScreenProgram draws a full-screen program's screen once (alternate screen, application
+// cursor keys, mouse tracking with SGR encoding, bracketed paste, a header and a middle line),
+// then updates one line in place until the ring has rolled over many times, then says DONE.
+const fullScreenProgram = `printf '\033[?1049h\033[?1h\033[?1000h\033[?1006h\033[?2004h\033[H\033[2J\033[1;7mHEADER\033[0m\033[12;1Hmiddle line'
+i=0
+while [ $i -lt 12000 ]; do printf '\033[5;1Hcounter %06d' $i; i=$((i+1)); done
+printf '\033[20;1HDONE'
+exec sleep 600`
+
+// watchAll opens fullScreenProgram and reads every byte of it on a channel attached throughout,
+// into a model of the screen, until DONE; it returns the session and that model.
+func watchAll(ctx context.Context, t *testing.T, g *gateway) (string, *vt.Terminal) {
+	t.Helper()
+	c := g.dial(t)
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", fullScreenProgram}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := vt.New(80, 24, vt.Options{})
+	var all bytes.Buffer
+	buf := make([]byte, 32<<10)
+	for !bytes.Contains(all.Bytes(), []byte("DONE")) {
+		n, err := ch.ReadContext(ctx, buf)
+		if err != nil {
+			t.Fatalf("the viewer attached throughout: %v", err)
+		}
+		all.Write(buf[:n])
+	}
+	want.Write(all.Bytes())
+	if all.Len() < 3*64<<10 {
+		t.Fatalf("%d bytes of output: want the ring (64 KiB) rolled over several times", all.Len())
+	}
+	return ch.Session(), want
+}
+
+func rows(m *vt.Terminal) []string {
+	return strings.Split(strings.TrimRight(string(m.AppendText(nil, vt.SnapshotOptions{})), "\n"), "\n")
+}
+
+// TestLateViewerGetsTheScreen: over the wire, a client that attaches after the ring rolled over
+// gets a paint of the screen and builds the screen a viewer attached throughout built, modes
+// included; session.capture reads the same screen.
+func TestLateViewerGetsTheScreen(t *testing.T) {
+	g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "64KiB", "--window", "16KiB")
+	ctx := ctxT(t, 60*time.Second)
+	id, want := watchAll(ctx, t, g)
+
+	c := g.dial(t)
+	from := int64(0)
+	ch, res, err := c.AttachWith(ctx, id, client.AttachOptions{From: &from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Screen == 0 || res.Lost == 0 {
+		t.Fatalf("attach from 0: %+v, want a paint and lost > 0", res)
+	}
+	got := vt.New(res.Cols, res.Rows, vt.Options{})
+	buf := make([]byte, 32<<10)
+	// The paint, then the output from offset to the end at the attach.
+	for left := int64(res.Screen) + res.End - res.Offset; left > 0; {
+		n, err := ch.ReadContext(ctx, buf[:min(int64(len(buf)), left)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Write(buf[:n])
+		left -= int64(n)
+	}
+	if ch.Offset() != res.End {
+		t.Errorf("after the paint and the output: offset %d, want the end %d", ch.Offset(), res.End)
+	}
+	if g, w := strings.Join(rows(got), "\n"), strings.Join(rows(want), "\n"); g != w {
+		t.Errorf("late viewer's screen:\n%s\nwant:\n%s", g, w)
+	}
+	if g, w := got.Modes(), want.Modes(); g != w {
+		t.Errorf("late viewer's modes: got %+v, want %+v", g, w)
+	}
+	cap, err := c.Capture(ctx, id, client.CaptureOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := strings.TrimRight(cap.Screen, "\n"), strings.Join(rows(want), "\n"); g != w {
+		t.Errorf("capture:\n%s\nwant:\n%s", g, w)
+	}
+	if m := cap.Modes; !m.AltScreen || !m.AppCursor || m.Mouse != 1000 || m.MouseEncoding != 1006 || !m.BracketedPaste {
+		t.Errorf("captured modes %+v: want the alternate screen, application cursor, mouse 1000/1006, bracketed paste", m)
+	}
+	// A client that does not declare the screen capability gets the raw tail, as before.
+	raw := dialRaw(t, g, g.Token)
+	b := raw.call(7, "session.attach", map[string]any{"channel": 1, "session": id, "from": 0})
+	if !bytes.Contains(b, []byte(`"screen":0`)) {
+		t.Errorf("attach without the capability: %s, want screen 0", b)
+	}
+}
+
+// tmux runs one tmux server of the test's own, killed when the test ends.
+type tmux struct {
+	t    *testing.T
+	sock string
+}
+
+func startTmux(t *testing.T) *tmux {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed (apt-get install tmux; .ci/run installs it)")
+	}
+	tm := &tmux{t: t, sock: fmt.Sprintf("muxterm-e2e-%d-%s", os.Getpid(), randomToken()[:8])}
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", tm.sock, "kill-server").Run() })
+	return tm
+}
+
+func (tm *tmux) run(args ...string) string {
+	tm.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-L", tm.sock}, args...)...).CombinedOutput()
+	if err != nil {
+		tm.t.Fatalf("tmux %v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// pane returns the pane's visible rows, trailing blank rows trimmed.
+func (tm *tmux) pane() []string {
+	return strings.Split(strings.TrimRight(tm.run("capture-pane", "-p", "-t", "w"), "\n"), "\n")
+}
+
+// TestCLIAttachInTmuxPaintsAndRestores: muxterm attach in a real terminal (a tmux pane) after
+// the ring rolled over shows the screen a viewer attached throughout has, and the pane takes
+// the session's modes (so its keys are encoded as the program expects: ESC O A for Up); a
+// detach gives the pane back with none of them (no alternate screen, no application cursor,
+// no mouse tracking: the flags tmux reports).
+func TestCLIAttachInTmuxPaintsAndRestores(t *testing.T) {
+	tm := startTmux(t)
+	g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "64KiB", "--window", "16KiB")
+	ctx := ctxT(t, 60*time.Second)
+	id, want := watchAll(ctx, t, g)
+
+	env := cliEnv(t, g)
+	cmd := "exec env"
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "MUXTERM_") || strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			cmd += " '" + kv + "'"
+		}
+	}
+	cmd += " '" + cliBinary(t) + "' attach " + id
+	tm.run("-f", "/dev/null", "new-session", "-d", "-s", "e2e", "-n", "w", "-x", "80", "-y", "24", cmd)
+	tm.run("set-option", "-t", "e2e", "remain-on-exit", "on")
+	flags := func() string {
+		return strings.TrimSpace(tm.run("display-message", "-p", "-t", "w",
+			"alt=#{alternate_on} appcursor=#{keypad_cursor_flag} mouse=#{mouse_standard_flag} sgr=#{mouse_sgr_flag}"))
+	}
+	wantRows := rows(want)
+	testutil.WaitFor(t, 20*time.Second, "the pane to show the session's screen", func() bool {
+		return strings.Join(tm.pane(), "\n") == strings.Join(wantRows, "\n")
+	})
+	if f := flags(); f != "alt=1 appcursor=1 mouse=1 sgr=1" {
+		t.Errorf("attached pane: %s, want the session's modes all on", f)
+	}
+	tm.run("send-keys", "-t", "w", "Enter", "~", ".")
+	testutil.WaitFor(t, 20*time.Second, "muxterm to leave after the detach keys", func() bool {
+		return strings.TrimSpace(tm.run("display-message", "-p", "-t", "w", "#{pane_dead}")) == "1"
+	})
+	if f := flags(); f != "alt=0 appcursor=0 mouse=0 sgr=0" {
+		t.Errorf("pane after detach: %s, want every mode the session set undone", f)
+	}
+}
