@@ -582,3 +582,28 @@ func TestBrowserReadmeScreenshot(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBrowserLateViewerSeesTheScreen: a page that opens a full-screen program's session after
+// the ring rolled over shows the screen a viewer attached throughout shows (the header drawn
+// once included, no half sequence printed as text), and its Up arrow reaches the program as
+// ESC O A, as the program asked with application cursor keys.
+func TestBrowserLateViewerSeesTheScreen(t *testing.T) {
+	g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "64KiB", "--window", "16KiB")
+	ctx := ctxT(t, 60*time.Second)
+	program := strings.Replace(fullScreenProgram, "exec sleep 600", "stty raw -echo; exec od -An -tx1 -v -w1", 1)
+	b := newBrowser(t, g.Base, g.Token, false) // its own shell's tab first
+	id, want := watchAll(ctx, t, g, program)
+	eval[any](b, fmt.Sprintf("window.muxterm.reattach(%q)", id))
+	i := tabIndex(b, id)
+	b.waitJS(fmt.Sprintf("window.muxterm.bufferText(%d).includes('DONE')", i), 20*time.Second)
+	if got, w := eval[string](b, fmt.Sprintf("window.muxterm.bufferText(%d)", i)), strings.Join(rows(want), "\n"); got != w {
+		t.Fatalf("the late page's screen:\n%s\nwant (the viewer attached throughout):\n%s", got, w)
+	}
+	eval[any](b, fmt.Sprintf("window.muxterm.activate(%d)", i))
+	b.key(0, "ArrowUp", "ArrowUp", 38)
+	b.waitJS(fmt.Sprintf("window.muxterm.bufferText(%d).includes(' 41')", i), 10*time.Second)
+	if got := regexp.MustCompile(` [0-9a-f]{2}\b`).FindAllString(eval[string](b, fmt.Sprintf("window.muxterm.bufferText(%d)", i)), -1); strings.Join(got, "") != " 1b 4f 41" {
+		t.Errorf("Up reached the program as %q, want ESC O A ( 1b 4f 41)", got)
+	}
+	b.screenshot("late-viewer-screen")
+}

@@ -26,12 +26,12 @@ while [ $i -lt 12000 ]; do printf '\033[5;1Hcounter %06d' $i; i=$((i+1)); done
 printf '\033[20;1HDONE'
 exec sleep 600`
 
-// watchAll opens fullScreenProgram and reads every byte of it on a channel attached throughout,
+// watchAll opens program (fullScreenProgram or one like it) and reads every byte of it on a channel attached throughout,
 // into a model of the screen, until DONE; it returns the session and that model.
-func watchAll(ctx context.Context, t *testing.T, g *gateway) (string, *vt.Terminal) {
+func watchAll(ctx context.Context, t *testing.T, g *gateway, program string) (string, *vt.Terminal) {
 	t.Helper()
 	c := g.dial(t)
-	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", fullScreenProgram}})
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", program}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func rows(m *vt.Terminal) []string {
 func TestLateViewerGetsTheScreen(t *testing.T) {
 	g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "64KiB", "--window", "16KiB")
 	ctx := ctxT(t, 60*time.Second)
-	id, want := watchAll(ctx, t, g)
+	id, want := watchAll(ctx, t, g, fullScreenProgram)
 
 	c := g.dial(t)
 	from := int64(0)
@@ -150,7 +150,7 @@ func TestCLIAttachInTmuxPaintsAndRestores(t *testing.T) {
 	tm := startTmux(t)
 	g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "64KiB", "--window", "16KiB")
 	ctx := ctxT(t, 60*time.Second)
-	id, want := watchAll(ctx, t, g)
+	id, want := watchAll(ctx, t, g, fullScreenProgram)
 
 	env := cliEnv(t, g)
 	cmd := "exec env"

@@ -241,9 +241,9 @@ func (a *app) cmdAttach(args []string) (outcome, error) {
 			return err
 		}
 		defer restore()
-		// The screen, painted (as tmux does), not a replay of whatever bytes the ring holds:
-		// on a terminal the local screen is cleared for it and a model of it kept.
-		ch, res, err := c.AttachWith(ctx, s.Session, client.AttachOptions{Screen: proto.ScreenAlways})
+		// The whole output while the ring holds it from the first byte, else a paint of the
+		// screen rather than a tail of bytes (the terminal is cleared for it first).
+		ch, res, err := c.AttachWith(ctx, s.Session, client.AttachOptions{Screen: proto.ScreenAuto})
 		if err != nil {
 			return fmt.Errorf("attach %s: %w", s.Session, err)
 		}

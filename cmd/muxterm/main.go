@@ -209,9 +209,10 @@ Commands:
       --env KEY=VALUE         an extra environment variable (repeatable)
       --cols N, --rows N      size (default: this terminal's, else 80x24)
       --attach                attach right away (then the flags of attach apply)
-  attach ID|NAME [flags]      attach this terminal to a session (alias: a): the terminal is
-                              cleared and the session's screen painted, modes included; a detach
-                              undoes the modes it set (alternate screen, mouse, keys)
+  attach ID|NAME [flags]      attach this terminal to a session (alias: a): its whole output
+                              while the gateway holds it all, else the terminal is cleared and
+                              the session's screen painted, modes included; a detach undoes the
+                              modes the session set (alternate screen, mouse, keys)
       --detach-keys KEYS      the key sequence that detaches (MUXTERM_DETACH_KEYS; default enter,~,.)
   capture ID|NAME [flags]     print the text on a session's screen (as tmux's capture-pane)
       --ansi                  print a paint that redraws the screen, colours and modes included

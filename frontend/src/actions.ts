@@ -86,11 +86,13 @@ export async function reattach(app: App, session: string, focus = true, cmd?: st
   if (focus || app.active < 0) activate(app, app.tabs.indexOf(tab));
   let ch: Channel;
   try {
-    // No `from`: replay everything the ring still holds. Our fitted size counts for the
-    // gateway's window-size policy; the result says what the session's size is.
+    // No `from`: the whole output while the ring still holds it from the first byte, else a
+    // paint of the screen (modes, alternate screen and all) rather than a tail of bytes. Our
+    // fitted size counts for the gateway's window-size policy; the result says what the
+    // session's size is.
     const s = size(app, tab);
     tab.sentSize = s;
-    ch = await app.client.attach(session, undefined, s);
+    ch = await app.client.attach(session, undefined, s, { screen: 'auto' });
   } catch (e) {
     removeTab(app, tab);
     throw e;

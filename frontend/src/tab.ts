@@ -304,6 +304,14 @@ export function bindChannel(app: App, tab: Tab, ch: Channel): void {
       const n = bytes.length;
       tab.guard.output(bytes.slice(), replay, () => ch.consumed(n));
     },
+    screen(paint) {
+      if (tab.channel !== ch) return;
+      // A paint of the screen follows: it redraws a fresh terminal of the session's size.
+      tab.sessionSize = { cols: paint.cols, rows: paint.rows };
+      tab.guard.reset();
+      tab.term.reset();
+      layout(app, tab);
+    },
     size(cols, rows) {
       if (tab.channel !== ch) return;
       // The session's size (another viewer's under the gateway's --window-size policy).

@@ -135,8 +135,11 @@ export class SessionTerminal {
         ch.consumed(bytes.length);
       },
       gap: (lost) => this.notice(`${lost} bytes of output were lost`),
+      // A paint of the session's screen follows (the ring no longer held what was asked): it
+      // redraws a fresh terminal, so the terminal is reset first (RIS), then painted.
+      screen: () => this.events.write.fire('\x1bc'),
       reattached: (r: SessionAttachResult) => {
-        if (r.lost > 0) this.notice(`reconnected; ${r.lost} bytes of output were lost`);
+        if (r.lost > 0 && !(r.screen && r.screen > 0)) this.notice(`reconnected; ${r.lost} bytes of output were lost`);
       },
       exit: (status) => this.finish(exitCode(status)),
       closed: (reason) => {
@@ -145,8 +148,8 @@ export class SessionTerminal {
         this.finish(ch.exit ? exitCode(ch.exit) : undefined);
       },
     });
-    // An attach starts at the session's size (a lost ring start arrives as a gap, a past exit
-    // as an exit after the replay).
+    // An attach starts at the session's size (a lost ring start arrives as a paint of the
+    // screen, a past exit as an exit after the replay).
     const r = ch.attachResult;
     if (r) this.applied = { columns: r.cols, rows: r.rows };
     const input = this.pendingInput.join('');

@@ -29,6 +29,7 @@ const TYPES = [
   'MuxClientOptions', 'NotificationMap', 'RequestMap', 'RequestMeta', 'ServerErrorKind', 'SessionAttachParams',
   'SessionAttachResult', 'SessionDetachParams', 'SessionDetachResult', 'SessionInfo', 'SessionKillParams',
   'SessionKillResult', 'SessionLeaseParams', 'SessionLeaseResult', 'SessionListParams', 'SessionListResult',
+  'ScreenMode', 'ScreenModes', 'SessionCaptureParams', 'SessionCaptureResult',
   'SessionOpenParams', 'SessionOpenResult', 'SessionResizeParams', 'SessionResizeResult', 'SessionSignalParams',
   'SignalName', 'SizeParams', 'TerminalWrite', 'WebSocketFactory', 'WebSocketLike',
 ];

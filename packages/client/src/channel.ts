@@ -6,6 +6,7 @@ import { ErrorCode, MuxError, reportListenerError } from './errors.js';
 import { FrameType, encodeAck, encodeFrame, inputChunkBytes } from './frame.js';
 import type {
   ExitStatus,
+  ScreenMode,
   SessionAttachParams,
   SessionAttachResult,
   SessionKillResult,
@@ -40,6 +41,12 @@ export interface ChannelListener {
   /** The binding ended for good: a §4 reason, or `unknown_session` / `session_closed` when a
    * re-attach found the session gone, or `client_closed`. */
   closed?(reason: string, channel: Channel): void;
+  /**
+   * A paint of the session's screen follows (protocol 1.3, §3 "Screens"): the next `bytes`
+   * bytes of `data` (flagged `replay`) redraw the screen on a fresh terminal of `cols`×`rows`.
+   * Reset the terminal now (xterm.js: `term.reset()`), before they arrive.
+   */
+  screen?(paint: { bytes: number; cols: number; rows: number }, channel: Channel): void;
   /** Bound again after a reconnect (result of the re-attach). */
   reattached?(result: SessionAttachResult, channel: Channel): void;
   /**
@@ -55,6 +62,7 @@ type ChannelEvent =
   | { t: 'exit'; status: ExitStatus }
   | { t: 'closed'; reason: string }
   | { t: 'reattached'; result: SessionAttachResult }
+  | { t: 'screen'; bytes: number; cols: number; rows: number }
   | { t: 'size'; cols: number; rows: number };
 
 /**
@@ -71,6 +79,10 @@ export class Channel {
 
   private attachOffset = 0;
   private received = 0;
+  /** Bytes of the binding's paint of the screen still to arrive: they have no offsets. */
+  private paintLeft = 0;
+  /** @internal The attach's screen mode, which a re-attach keeps ('never' stays raw). */
+  _screenMode: ScreenMode | undefined;
   private gapBytes = 0;
   /** Increments per binding; bytes of an old binding are never acknowledged on a new one. */
   private bindGen = 0;
@@ -183,6 +195,9 @@ export class Channel {
           break;
         case 'reattached':
           l.reattached?.(ev.result, this);
+          break;
+        case 'screen':
+          l.screen?.({ bytes: ev.bytes, cols: ev.cols, rows: ev.rows }, this);
           break;
         case 'size':
           l.size?.(ev.cols, ev.rows, this);
@@ -380,11 +395,17 @@ export class Channel {
     this.gapBytes = 0;
     this.bindGen++;
     this._state = 'bound';
+    this.paintLeft = attach && typeof attach.screen === 'number' && attach.screen > 0 ? attach.screen : 0;
     if (reattach && attach) this.emit({ t: 'reattached', result: attach });
-    // Bytes the ring no longer held when `from` was older than the ring: `offset - from`
-    // (= result.lost). They are already part of `offset`, so they are reported, not counted.
-    const lost = attach && from !== null ? Math.max(0, offset - from) : 0;
-    if (lost > 0) this.emit({ t: 'gap', lost });
+    if (this.paintLeft > 0 && attach) {
+      // A paint stands for everything before `offset`: nothing is reported lost.
+      this.emit({ t: 'screen', bytes: this.paintLeft, cols: attach.cols, rows: attach.rows });
+    } else {
+      // Bytes the ring no longer held when `from` was older than the ring: `offset - from`
+      // (= result.lost). They are already part of `offset`, so they are reported, not counted.
+      const lost = attach && from !== null ? Math.max(0, offset - from) : 0;
+      if (lost > 0) this.emit({ t: 'gap', lost });
+    }
     if (attach?.exit && !this.exitDelivered) {
       this._exit = attach.exit;
       this.deferredExit = { at: attach.end, status: attach.exit };
@@ -415,11 +436,19 @@ export class Channel {
     }
     if (this._state !== 'bound' && this._state !== 'detaching') return;
     if (bytes.length === 0) return;
-    const at = this.offset;
-    this.received += bytes.length;
     const tail = this.inflight[this.inflight.length - 1];
     if (tail && tail.gen === this.bindGen) tail.bytes += bytes.length;
     else this.inflight.push({ gen: this.bindGen, bytes: bytes.length });
+    if (this.paintLeft > 0) {
+      // The paint: replay, and no offsets; acknowledged like any output.
+      const k = Math.min(this.paintLeft, bytes.length);
+      this.paintLeft -= k;
+      this.emit({ t: 'data', bytes: k === bytes.length ? bytes : bytes.subarray(0, k), replay: true });
+      if (k === bytes.length) return;
+      bytes = bytes.subarray(k);
+    }
+    const at = this.offset;
+    this.received += bytes.length;
     const replayBytes = Math.max(0, Math.min(bytes.length, this._live - at));
     if (replayBytes === bytes.length) this.emit({ t: 'data', bytes, replay: true });
     else if (replayBytes === 0) this.emit({ t: 'data', bytes, replay: false });
@@ -509,6 +538,9 @@ export class Channel {
     let r: SessionAttachResult;
     try {
       const params: SessionAttachParams = { channel: this.id, session: this._session, from };
+      // A paint cut short by the drop left half a screen: take a whole one.
+      if (this.paintLeft > 0 && this._screenMode !== 'never') params.screen = 'always';
+      else if (this._screenMode === 'never') params.screen = 'never';
       if (this._ownSize) {
         params.cols = this._ownSize.cols;
         params.rows = this._ownSize.rows;

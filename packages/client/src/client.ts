@@ -15,7 +15,9 @@ import type {
   Limits,
   Method,
   RequestMap,
+  ScreenMode,
   SessionAttachParams,
+  SessionCaptureResult,
   SessionInfo,
   SessionKillResult,
   SessionLeaseResult,
@@ -123,7 +125,8 @@ export class MuxClient {
     this.backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
     this.opts = {
       client: options.client ?? { name: 'muxterm-client', version: '0.1.0' },
-      capabilities: options.capabilities ?? {},
+      // screen: this client understands paints of the screen (protocol 1.3, Channel's `screen`).
+      capabilities: { screen: true, ...(options.capabilities ?? {}) },
       reconnect: options.reconnect ?? true,
       initializeTimeoutMs: options.initializeTimeoutMs ?? 10_000,
       ackIdleMs: options.ackIdleMs ?? 0,
@@ -261,6 +264,18 @@ export class MuxClient {
     return this.request('session.kill', { session });
   }
 
+  /**
+   * session.capture (protocol 1.3): what is on a session's screen, as text (the default) or as
+   * a paint (`ansi`), with `scrollback` lines of history above it.
+   */
+  capture(session: string, opts?: { ansi?: boolean; scrollback?: number }): Promise<SessionCaptureResult> {
+    return this.request('session.capture', {
+      session,
+      format: opts?.ansi ? 'ansi' : 'text',
+      ...(opts?.scrollback ? { scrollback: opts.scrollback } : {}),
+    });
+  }
+
   lease(session: string, ttlMs: number): Promise<SessionLeaseResult> {
     return this.request('session.lease', { session, ttl_ms: ttlMs });
   }
@@ -287,13 +302,20 @@ export class MuxClient {
    * `size` is this viewer's terminal size for the window-size policy (protocol 1.1); the
    * session's applied size is `channel.cols`/`channel.rows` once this resolves.
    */
-  async attach(session: string, from?: number, size?: { cols: number; rows: number }): Promise<Channel> {
+  async attach(
+    session: string,
+    from?: number,
+    size?: { cols: number; rows: number },
+    opts?: { screen?: ScreenMode },
+  ): Promise<Channel> {
     await this.whenReady();
     const ch = new Channel(this, this.allocChannel(), session);
     this.channels.set(ch.id, ch);
     try {
       const params: SessionAttachParams = { channel: ch.id, session };
       if (from !== undefined) params.from = from;
+      if (opts?.screen) params.screen = opts.screen;
+      ch._screenMode = opts?.screen;
       if (size) {
         params.cols = size.cols;
         params.rows = size.rows;

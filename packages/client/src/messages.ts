@@ -110,6 +110,13 @@ export interface SessionOpenResult {
   live?: number;
 }
 
+/**
+ * Whether an attach starts with a paint of the session's screen (protocol 1.3, §3 "Screens"):
+ * `auto` (the default for a client that declares the `screen` capability, as this one does)
+ * paints when the ring cannot replay what was asked; `always` paints; `never` replays raw bytes.
+ */
+export type ScreenMode = 'auto' | 'always' | 'never';
+
 export interface SessionAttachParams {
   channel: number;
   session: string;
@@ -117,6 +124,7 @@ export interface SessionAttachParams {
   /** This viewer's size for the window-size policy (both or neither; ignored for read-only). */
   cols?: number;
   rows?: number;
+  screen?: ScreenMode;
   _meta?: RequestMeta;
 }
 
@@ -136,6 +144,44 @@ export interface SessionAttachResult {
   cols: number;
   rows: number;
   exit: ExitStatus | null;
+  /**
+   * Protocol 1.3: the length of the paint of the screen the channel's output starts with (0 or
+   * absent: none). Its bytes have no offsets; the output from `offset` follows them.
+   */
+  screen?: number;
+  /** Output bytes the session's screen never read (absent when 0: the paint is exact). */
+  screenLost?: number;
+}
+
+export interface SessionCaptureParams {
+  session: string;
+  format?: 'text' | 'ansi';
+  scrollback?: number;
+  _meta?: RequestMeta;
+}
+/** The modes a program set on its screen (session.capture). */
+export interface ScreenModes {
+  altScreen: boolean;
+  appCursor: boolean;
+  appKeypad: boolean;
+  bracketedPaste: boolean;
+  /** 0, or the mouse tracking mode: 9, 1000, 1002, 1003. */
+  mouse: number;
+  /** 0, or the mouse encoding: 1005, 1006, 1015. */
+  mouseEncoding: number;
+  focusReporting: boolean;
+  cursorVisible: boolean;
+}
+export interface SessionCaptureResult {
+  session: string;
+  offset: number;
+  cols: number;
+  rows: number;
+  format: 'text' | 'ansi';
+  lost: number;
+  /** The screen's text (rows ended by \n) or a paint of it (ANSI), per `format`. */
+  screen: string;
+  modes: ScreenModes;
 }
 
 export interface SessionDetachParams {
@@ -239,6 +285,7 @@ export interface RequestMap {
   'session.kill': [SessionKillParams, SessionKillResult];
   'session.list': [SessionListParams, SessionListResult];
   'session.lease': [SessionLeaseParams, SessionLeaseResult];
+  'session.capture': [SessionCaptureParams, SessionCaptureResult];
 }
 export type Method = keyof RequestMap;
 
