@@ -4,6 +4,7 @@
 import type { MuxClient } from './client.js';
 import { ErrorCode, MuxError, reportListenerError } from './errors.js';
 import { FrameType, encodeAck, encodeFrame, inputChunkBytes } from './frame.js';
+import { MAX_OFFSET } from './validate.js';
 import type {
   ExitStatus,
   SessionAttachParams,
@@ -72,6 +73,10 @@ export class Channel {
   private attachOffset = 0;
   private received = 0;
   private gapBytes = 0;
+  /** Bytes of the current binding acknowledged: received − acked never passes flow.window. */
+  private acked = 0;
+  /** Bytes held in `early`, bounded by the window too. */
+  private earlyBytes = 0;
   /** Increments per binding; bytes of an old binding are never acknowledged on a new one. */
   private bindGen = 0;
   /** Received, not yet consumed bytes, per binding generation, in arrival order. */
@@ -228,6 +233,7 @@ export class Channel {
         return;
       }
       this._pendingAck -= n;
+      this.acked += n;
     }
   }
 
@@ -378,6 +384,7 @@ export class Channel {
     }
     this.received = 0;
     this.gapBytes = 0;
+    this.acked = 0;
     this.bindGen++;
     this._state = 'bound';
     if (reattach && attach) this.emit({ t: 'reattached', result: attach });
@@ -391,6 +398,7 @@ export class Channel {
     }
     const early = this.early;
     this.early = [];
+    this.earlyBytes = 0;
     for (const ev of early) {
       if (ev.t === 'data') this._data(ev.bytes);
       else this._gap(ev.lost);
@@ -409,12 +417,25 @@ export class Channel {
 
   /** @internal */
   _data(bytes: Uint8Array<ArrayBuffer>): void {
+    const window = this.client.flow.window;
     if (this._state === 'binding') {
-      this.early.push({ t: 'data', bytes });
+      // Output before the result that binds the channel: a gateway never sends it (§3), but it
+      // is kept up to the window, not beyond.
+      this.earlyBytes += bytes.length;
+      if (this.earlyBytes > window) this.client._violate(`channel ${this.id}: ${this.earlyBytes} bytes before its binding, beyond the window of ${window}`);
+      else this.early.push({ t: 'data', bytes });
       return;
     }
     if (this._state !== 'bound' && this._state !== 'detaching') return;
     if (bytes.length === 0) return;
+    if (this.received + bytes.length - this.acked > window) {
+      this.client._violate(`channel ${this.id}: ${this.received + bytes.length - this.acked} bytes unacknowledged, beyond the window of ${window}`);
+      return;
+    }
+    if (this.offset + bytes.length > MAX_OFFSET) {
+      this.client._violate(`channel ${this.id}: output past offset 2^53`);
+      return;
+    }
     const at = this.offset;
     this.received += bytes.length;
     const tail = this.inflight[this.inflight.length - 1];
@@ -439,6 +460,10 @@ export class Channel {
     }
     if (this._state !== 'bound' && this._state !== 'detaching') return;
     if (!(lost > 0)) return;
+    if (this.offset + lost > MAX_OFFSET) {
+      this.client._violate(`channel ${this.id}: a gap of ${lost} bytes at offset ${this.offset} passes 2^53`);
+      return;
+    }
     this.gapBytes += lost;
     this.emit({ t: 'gap', lost });
     this.checkDeferredExit();
@@ -529,6 +554,7 @@ export class Channel {
       return;
     }
     if (this._state !== 'binding') return;
+    if (!this.client._offsetAfter(from, r.offset, 'session.attach')) return;
     this._bound(r.session, r.offset, from, r, true);
   }
 }
