@@ -194,13 +194,13 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 	initCall, err := c.sendOn(l, "initialize", c.initializeParams(), nil)
 	if err != nil {
 		c.abort(l, err)
-		return nil, nil, fmt.Errorf("initialize: %w", err)
+		return nil, nil, fmt.Errorf("initialize: %w", c.endedBy(l, err))
 	}
 	ch := c.newChannel()
 	openCall, err := c.sendOn(l, "session.open", o.params(ch.ID), ch.bindOpenSized(o))
 	if err != nil {
 		c.abort(l, err)
-		return nil, nil, err
+		return nil, nil, c.endedBy(l, err)
 	}
 	// session.open is out: the answers are awaited until openCleanupWait after ctx's end, so that
 	// a session started by an open that ctx gave up on is known, and killed below.
@@ -285,6 +285,17 @@ func orEnded(ctx context.Context, err error) error {
 	return err
 }
 
+// endedBy is err, a failed write on l, or, when l's reader ended it for a protocol violation
+// (the write failed because the reader closed l), that violation. l's reader has ended.
+func (c *Client) endedBy(l *link, err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.ended && errors.Is(l.err, ErrProtocol) {
+		return l.err
+	}
+	return err
+}
+
 // abort ends a client that never got a current link, closing l if it was dialed, and waits for
 // its goroutines.
 func (c *Client) abort(l *link, err error) {
@@ -314,7 +325,7 @@ func (c *Client) connect(ctx context.Context) error {
 	if err != nil {
 		l.ws.Close()
 		<-l.done
-		return fmt.Errorf("initialize: %w", err)
+		return fmt.Errorf("initialize: %w", c.endedBy(l, err))
 	}
 	var init proto.InitializeResult
 	if err := p.wait(ctx, &init); err != nil {

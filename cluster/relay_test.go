@@ -245,7 +245,7 @@ func restartingOwner(t *testing.T, turns []ownerTurn, froms chan<- int64, firstA
 				if k > 1 {
 					froms <- from
 				}
-				res = proto.AttachResult{Session: p.Session, Channel: p.Channel, Offset: from, Cols: 80, Rows: 24}
+				res = proto.AttachResult{Session: p.Session, Channel: p.Channel, Offset: from, Live: from, End: from, Cols: 80, Rows: 24}
 			default:
 				continue
 			}

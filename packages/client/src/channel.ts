@@ -4,6 +4,7 @@
 import type { MuxClient } from './client.js';
 import { ErrorCode, MuxError, reportListenerError } from './errors.js';
 import { FrameType, encodeAck, encodeFrame, inputChunkBytes } from './frame.js';
+import { MAX_OFFSET } from './validate.js';
 import type {
   ExitStatus,
   ScreenMode,
@@ -79,11 +80,16 @@ export class Channel {
 
   private attachOffset = 0;
   private received = 0;
-  /** Bytes of the binding's paint of the screen still to arrive: they have no offsets. */
+  /** Bytes of the binding's paint of the screen still to arrive, and arrived: no offsets. */
   private paintLeft = 0;
+  private paintGot = 0;
   /** @internal The attach's screen mode, which a re-attach keeps ('never' stays raw). */
   _screenMode: ScreenMode | undefined;
   private gapBytes = 0;
+  /** Bytes of the current binding acknowledged: received − acked never passes flow.window. */
+  private acked = 0;
+  /** Bytes held in `early`, bounded by the window too. */
+  private earlyBytes = 0;
   /** Increments per binding; bytes of an old binding are never acknowledged on a new one. */
   private bindGen = 0;
   /** Received, not yet consumed bytes, per binding generation, in arrival order. */
@@ -243,6 +249,7 @@ export class Channel {
         return;
       }
       this._pendingAck -= n;
+      this.acked += n;
     }
   }
 
@@ -393,9 +400,11 @@ export class Channel {
     }
     this.received = 0;
     this.gapBytes = 0;
+    this.acked = 0;
     this.bindGen++;
     this._state = 'bound';
     this.paintLeft = attach && typeof attach.screen === 'number' && attach.screen > 0 ? attach.screen : 0;
+    this.paintGot = 0;
     if (reattach && attach) this.emit({ t: 'reattached', result: attach });
     if (this.paintLeft > 0 && attach) {
       // A paint stands for everything before `offset`: nothing is reported lost.
@@ -412,6 +421,7 @@ export class Channel {
     }
     const early = this.early;
     this.early = [];
+    this.earlyBytes = 0;
     for (const ev of early) {
       if (ev.t === 'data') this._data(ev.bytes);
       else this._gap(ev.lost);
@@ -430,12 +440,23 @@ export class Channel {
 
   /** @internal */
   _data(bytes: Uint8Array<ArrayBuffer>): void {
+    const window = this.client.flow.window;
     if (this._state === 'binding') {
-      this.early.push({ t: 'data', bytes });
+      // Output before the result that binds the channel: a gateway never sends it (§3), but it
+      // is kept up to the window, not beyond.
+      this.earlyBytes += bytes.length;
+      if (this.earlyBytes > window) this.client._violate(`channel ${this.id}: ${this.earlyBytes} bytes before its binding, beyond the window of ${window}`);
+      else this.early.push({ t: 'data', bytes });
       return;
     }
     if (this._state !== 'bound' && this._state !== 'detaching') return;
     if (bytes.length === 0) return;
+    // Everything received counts for the window, the paint's bytes too.
+    const got = this.received + this.paintGot + bytes.length;
+    if (got - this.acked > window) {
+      this.client._violate(`channel ${this.id}: ${got - this.acked} bytes unacknowledged, beyond the window of ${window}`);
+      return;
+    }
     const tail = this.inflight[this.inflight.length - 1];
     if (tail && tail.gen === this.bindGen) tail.bytes += bytes.length;
     else this.inflight.push({ gen: this.bindGen, bytes: bytes.length });
@@ -443,9 +464,14 @@ export class Channel {
       // The paint: replay, and no offsets; acknowledged like any output.
       const k = Math.min(this.paintLeft, bytes.length);
       this.paintLeft -= k;
+      this.paintGot += k;
       this.emit({ t: 'data', bytes: k === bytes.length ? bytes : bytes.subarray(0, k), replay: true });
       if (k === bytes.length) return;
       bytes = bytes.subarray(k);
+    }
+    if (this.offset + bytes.length > MAX_OFFSET) {
+      this.client._violate(`channel ${this.id}: output past offset 2^53`);
+      return;
     }
     const at = this.offset;
     this.received += bytes.length;
@@ -468,6 +494,10 @@ export class Channel {
     }
     if (this._state !== 'bound' && this._state !== 'detaching') return;
     if (!(lost > 0)) return;
+    if (this.offset + lost > MAX_OFFSET) {
+      this.client._violate(`channel ${this.id}: a gap of ${lost} bytes at offset ${this.offset} passes 2^53`);
+      return;
+    }
     this.gapBytes += lost;
     this.emit({ t: 'gap', lost });
     this.checkDeferredExit();
@@ -561,6 +591,7 @@ export class Channel {
       return;
     }
     if (this._state !== 'binding') return;
+    if (!this.client._offsetAfter(from, r.offset, 'session.attach')) return;
     this._bound(r.session, r.offset, from, r, true);
   }
 }

@@ -5,7 +5,7 @@
 import { DEFAULT_BACKOFF, reconnectDelay, type BackoffOptions } from './backoff.js';
 import { Channel } from './channel.js';
 import { ErrorCode, MuxError, clientClosed, disconnected, reportListenerError, type JsonRpcErrorObject } from './errors.js';
-import { FrameType, MAX_CHANNEL, SUBPROTOCOL, decodeFrame } from './frame.js';
+import { FrameType, HEADER_BYTES, MAX_CHANNEL, SUBPROTOCOL, decodeFrame } from './frame.js';
 import type {
   ClientInfo,
   FlowParams,
@@ -24,6 +24,7 @@ import type {
   SessionOpenParams,
 } from './messages.js';
 import { WS_OPEN, defaultWebSocketFactory, type WebSocketFactory, type WebSocketLike } from './socket.js';
+import { DEFAULT_MAX_MESSAGE_BYTES, MAX_OFFSET, checkNotification, checkResult } from './validate.js';
 
 export type ConnectionState = 'idle' | 'connecting' | 'connected' | 'reconnecting' | 'closed';
 
@@ -48,6 +49,12 @@ export interface MuxClientOptions {
    * channel, default 65536) and sent once it is attached again; beyond that it is dropped.
    */
   maxQueuedInputBytes?: number;
+  /**
+   * The largest message accepted from the gateway (default 16 MiB, as the Go client): a larger
+   * one ends the connection with a `protocol` error. Binary messages are bounded tighter, by
+   * `limits.maxOutputFrameBytes` plus the header. Passed to the factory as `maxPayload`.
+   */
+  maxMessageBytes?: number;
   /** For tests: the jitter source. */
   random?: () => number;
 }
@@ -118,6 +125,8 @@ export class MuxClient {
   limits: Limits = { ...DEFAULT_LIMITS };
   flow: FlowParams = { ...DEFAULT_FLOW };
   server: InitializeResult['server'] | null = null;
+  /** Why the client ended, when the gateway broke the protocol (kind `protocol`); else null. */
+  protocolError: MuxError | null = null;
 
   constructor(url: string, options: MuxClientOptions = {}) {
     this.url = url;
@@ -131,6 +140,7 @@ export class MuxClient {
       initializeTimeoutMs: options.initializeTimeoutMs ?? 10_000,
       ackIdleMs: options.ackIdleMs ?? 0,
       maxQueuedInputBytes: options.maxQueuedInputBytes ?? 65536,
+      maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
       random: options.random ?? Math.random,
     };
   }
@@ -322,6 +332,7 @@ export class MuxClient {
         ch._ownSize = { cols: size.cols, rows: size.rows };
       }
       const r = await this._sendRequestNow('session.attach', params);
+      if (!this._offsetAfter(from ?? null, r.offset, 'session.attach')) throw this.protocolError;
       ch._bound(r.session, r.offset, from ?? null, r);
       return ch;
     } catch (e) {
@@ -347,7 +358,7 @@ export class MuxClient {
     const gen = ++this.socketGen;
     let ws: WebSocketLike;
     try {
-      ws = this.factory(this.url, SUBPROTOCOL);
+      ws = this.factory(this.url, SUBPROTOCOL, { maxPayload: this.opts.maxMessageBytes });
       ws.binaryType = 'arraybuffer';
     } catch {
       this.ws = null;
@@ -363,11 +374,21 @@ export class MuxClient {
       if (gen !== this.socketGen) return;
       this.onMessage(ev.data);
     };
-    ws.onerror = () => {
+    // The `ws` package reports a message over maxPayload as an error (then a close 1006).
+    let tooBig = false;
+    ws.onerror = (ev) => {
+      const e = ev as { error?: { code?: unknown } } | null;
+      if (e?.error?.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH') tooBig = true;
       /* a close event follows */
     };
-    ws.onclose = () => {
+    ws.onclose = (ev) => {
       if (gen !== this.socketGen) return;
+      if (ev?.code === 1009 || tooBig) {
+        // Our own socket refused a message over maxPayload (the `ws` package does, before
+        // buffering it), or the gateway says we sent one: either way not for a reconnect.
+        this._violate(`a message larger than ${this.opts.maxMessageBytes} bytes (close 1009)`);
+        return;
+      }
       this.onSocketLost(disconnected());
     };
   }
@@ -395,6 +416,7 @@ export class MuxClient {
     if (gen !== this.socketGen) return;
     this.limits = { ...DEFAULT_LIMITS, ...result.limits };
     this.flow = { ...DEFAULT_FLOW, ...result.flow };
+    if (!this.flow.window) this.flow.window = DEFAULT_FLOW.window; // 0 or absent: §3's default
     this.server = result.server ?? null;
     this.emit('initialized', result);
 
@@ -473,65 +495,147 @@ export class MuxClient {
 
   private onMessage(data: unknown): void {
     if (typeof data === 'string') {
+      // A string's UTF-8 takes at least one byte per UTF-16 unit: checked before it is parsed.
+      if (data.length > this.opts.maxMessageBytes) {
+        this._violate(`a text message of more than ${this.opts.maxMessageBytes} bytes`);
+        return;
+      }
       this.onText(data);
     } else if (data instanceof ArrayBuffer || ArrayBuffer.isView(data)) {
+      const max = HEADER_BYTES + Math.min(this.limits.maxOutputFrameBytes, this.opts.maxMessageBytes);
+      if (data.byteLength > max) {
+        this._violate(`a binary message of ${data.byteLength} bytes, longer than an output frame (${max})`);
+        return;
+      }
       this.onBinary(data as ArrayBuffer | ArrayBufferView);
+    } else {
+      this._violate('a message that is neither text nor binary');
     }
   }
 
   private onText(text: string): void {
-    let msg: Record<string, unknown>;
+    let msg: unknown;
     try {
-      msg = JSON.parse(text) as Record<string, unknown>;
+      msg = JSON.parse(text);
     } catch {
-      this.emit('error', new MuxError(ErrorCode.ParseError, 'gateway sent invalid JSON', { kind: 'protocol' }));
+      this._violate('a text message that is not JSON');
       return;
     }
-    if (!msg || typeof msg !== 'object') return;
-    if (typeof msg['method'] === 'string') {
-      if (msg['id'] === undefined) this.onNotification(msg['method'], msg['params']);
+    if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
+      this._violate('a text message that is not a JSON object');
+      return;
+    }
+    const m = msg as Record<string, unknown>;
+    if (m['method'] !== undefined) {
+      if (typeof m['method'] !== 'string') this._violate('method is not a string');
+      else if (m['id'] === undefined) this.onNotification(m['method'], m['params']);
       return; // the gateway sends no requests in v1
     }
-    const id = msg['id'] as JsonRpcId | null | undefined;
-    const error = msg['error'] as JsonRpcErrorObject | undefined;
+    const id = m['id'];
+    const error = m['error'];
+    if (error !== undefined && (typeof error !== 'object' || error === null || typeof (error as JsonRpcErrorObject).code !== 'number' ||
+      typeof (error as JsonRpcErrorObject).message !== 'string')) {
+      this._violate('error is not a JSON-RPC error object');
+      return;
+    }
     if (id === null || id === undefined) {
-      if (error) this.emit('error', MuxError.fromObject(error));
+      if (error) this.emit('error', MuxError.fromObject(error as JsonRpcErrorObject));
+      return;
+    }
+    if (typeof id !== 'number' && typeof id !== 'string') {
+      this._violate('id is neither a number nor a string');
       return;
     }
     const p = this.pending.get(id);
     if (!p) return;
     this.pending.delete(id);
-    if (error) p.reject(MuxError.fromObject(error, p.method));
-    else p.resolve(msg['result']);
+    if (error) {
+      p.reject(MuxError.fromObject(error as JsonRpcErrorObject, p.method));
+      return;
+    }
+    const problem = checkResult(p.method, m['result']);
+    if (problem !== null) {
+      this._violate(problem);
+      p.reject(this.protocolError!);
+      return;
+    }
+    p.resolve(m['result']);
   }
 
   private onNotification(method: string, params: unknown): void {
+    const problem = checkNotification(method, params);
+    if (problem !== null) {
+      this._violate(problem);
+      return;
+    }
     const p = (params ?? {}) as Record<string, unknown>;
     const ch = typeof p['channel'] === 'number' ? this.channels.get(p['channel']) : undefined;
     if (!ch) return;
     switch (method) {
       case 'session.gap':
-        ch._gap(Number(p['lost']) || 0);
+        ch._gap(p['lost'] as number);
         break;
       case 'session.exit':
-        ch._exitNotified({ code: Number(p['code']), signal: (p['signal'] as string | null) ?? null });
+        ch._exitNotified({ code: p['code'] as number, signal: (p['signal'] as string | null | undefined) ?? null });
         break;
       case 'session.closed':
-        ch._close(String(p['reason'] ?? 'closed'));
+        ch._close(p['reason'] as string);
         break;
-      case 'session.size': {
-        const cols = Number(p['cols']);
-        const rows = Number(p['rows']);
-        if (cols > 0 && rows > 0) ch._size(cols, rows);
+      case 'session.size':
+        ch._size(p['cols'] as number, p['rows'] as number);
         break;
-      }
     }
   }
 
   private onBinary(data: ArrayBuffer | ArrayBufferView): void {
     const f = decodeFrame(data);
-    if (!f || f.type !== FrameType.Output) return;
+    if (!f) {
+      this._violate('a binary message shorter than the 5-byte header');
+      return;
+    }
+    if (f.type !== FrameType.Output || f.channel === 0) {
+      this._violate(`a frame of type ${f.type} on channel ${f.channel} (the gateway sends output frames only)`);
+      return;
+    }
     this.channels.get(f.channel)?._data(f.payload);
+  }
+
+  /**
+   * @internal The gateway broke the protocol (docs/protocol.md, "What a client may treat as a
+   * protocol violation"): the client ends for good, as `close()` would, without a reconnect (the
+   * gateway would do it again). The `error` event, every pending request and every waiter get a
+   * MuxError of kind `protocol`; each channel closes with the reason `protocol`.
+   */
+  _violate(problem: string): void {
+    if (this._state === 'closed') return;
+    const err = new MuxError(ErrorCode.Internal, `protocol violation: ${problem}`, { kind: 'protocol' });
+    this.protocolError = err;
+    const ws = this.ws;
+    this.setState('closed');
+    if (this.reconnectTimer !== null) clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+    this.dropSocket(err);
+    if (ws) {
+      try {
+        ws.close(4002, 'protocol violation'); // browsers refuse 1002 from a script
+      } catch {
+        /* already closed */
+      }
+    }
+    for (const ch of [...this.channels.values()]) ch._close('protocol');
+    const waiters = this.readyWaiters;
+    this.readyWaiters = [];
+    for (const w of waiters) w.reject(err);
+    this.emit('error', err);
+  }
+
+  /** @internal Checks an offset the gateway gave (a resume's `offset` against `from`). */
+  _offsetAfter(from: number | null, offset: number, what: string): boolean {
+    if (from !== null && offset < from) {
+      this._violate(`${what}: offset ${offset} is before from ${from}`);
+      return false;
+    }
+    return offset <= MAX_OFFSET;
   }
 
   // --- outgoing binary

@@ -25,7 +25,13 @@ export interface WebSocketLike {
   onerror: EventHandler<unknown> | null;
 }
 
-export type WebSocketFactory = (url: string, protocols: string | string[]) => WebSocketLike;
+/**
+ * Makes the client's WebSocket. `options.maxPayload` is the largest message the client accepts
+ * (MuxClientOptions.maxMessageBytes): a factory whose WebSocket can refuse larger ones before
+ * buffering them should (the `ws` package: `new WebSocket(url, protocols, { maxPayload })`); the
+ * client checks every message's size either way.
+ */
+export type WebSocketFactory = (url: string, protocols: string | string[], options: { maxPayload: number }) => WebSocketLike;
 
 export const WS_OPEN = 1;
 

@@ -779,3 +779,169 @@ describe('terminal replies', () => {
     assert.equal(guard.dropped, 2);
   });
 });
+
+// ---------------------------------------------------------------------------------------------
+// A hostile gateway (a fake is right here: a real gateway cannot be made to break the protocol).
+// Each violation ends the client for good with a MuxError of kind `protocol`: no reconnect, the
+// channel closed with the reason `protocol`, nothing of the bad message applied.
+
+/** Checks that the client ended with a protocol violation and ch closed with it. */
+function assertViolation(client: MuxClient, ch: Channel | null, errors: MuxError[], what: string): void {
+  assert.equal(client.state, 'closed', `${what}: state`);
+  assert.equal(client.protocolError?.kind, 'protocol', `${what}: protocolError ${client.protocolError?.message}`);
+  assert.ok(errors.some((e) => e.kind === 'protocol'), `${what}: no protocol error event`);
+  if (ch) {
+    assert.equal(ch.state, 'closed', `${what}: channel state`);
+    assert.equal(ch.closeReason, 'protocol', `${what}: close reason`);
+  }
+}
+
+describe('hostile gateway', () => {
+  it('a gap below 1 byte, past 2^53 or of the wrong type ends the client; the offset stays sane', async () => {
+    for (const lost of [-1, 0, 2 ** 63, 2 ** 53, '7', 1.5, null]) {
+      const { client, sock, ch, sockets } = await opened();
+      const errors: MuxError[] = [];
+      client.on('error', (e) => errors.push(e));
+      sock().output(1, 'ok');
+      sock().text({ jsonrpc: '2.0', method: 'session.gap', params: { channel: 1, lost } });
+      assertViolation(client, ch, errors, `lost ${String(lost)}`);
+      assert.equal(ch.offset, 2, `lost ${String(lost)}: offset`);
+      await sleep(10);
+      assert.equal(sockets.length, 1, `lost ${String(lost)}: reconnected`);
+    }
+  });
+
+  it('output beyond flow.window unacknowledged ends the client; acknowledged output makes room', async () => {
+    const window = 64 * 1024;
+    const { client, sock, ch } = await opened({ flow: { window, ackBytes: 16 * 1024 } });
+    const errors: MuxError[] = [];
+    client.on('error', (e) => errors.push(e));
+    let received = 0;
+    ch.listen({ data: (b) => (received += b.length) });
+    const frame = new Uint8Array(32 * 1024);
+    // Acknowledged bytes make room: 4 windows' worth, each consumed as it comes.
+    for (let i = 0; i < 8; i++) {
+      sock().output(1, frame);
+      ch.consumed(frame.length);
+    }
+    assert.equal(client.state, 'connected');
+    // A client that stops consuming: the window, then the byte past it.
+    for (let i = 0; i < 6400 && (client.state as string) !== 'closed'; i++) sock().output(1, frame); // 200 MiB offered
+    assertViolation(client, ch, errors, 'flood');
+    const buffered = received - 8 * frame.length;
+    assert.ok(buffered <= window, `buffered ${buffered} past the window ${window}`);
+    console.log(`# FIGURE window flood: ${buffered} bytes taken unacknowledged of a ${window}-byte window`);
+  });
+
+  it('messages larger than maxMessageBytes or an output frame end the client before they are parsed', async () => {
+    for (const big of ['text', 'binary'] as const) {
+      const { client, sock, ch } = await opened();
+      const errors: MuxError[] = [];
+      client.on('error', (e) => errors.push(e));
+      if (big === 'text') sock().onmessage?.({ data: '{"jsonrpc":"2.0","method":"x","params":"' + 'y'.repeat(17 * 1024 * 1024) + '"}' });
+      else sock().output(1, new Uint8Array(32 * 1024 + 1));
+      assertViolation(client, ch, errors, big);
+    }
+  });
+
+  it('truncated and malformed messages, and frames the gateway never sends, end the client', async () => {
+    const cases: Array<[string, (s: FakeSocket) => void]> = [
+      ['truncated JSON', (s) => s.onmessage?.({ data: '{"jsonrpc":"2.0","method":"session.ex' })],
+      ['an array', (s) => s.onmessage?.({ data: '[1,2]' })],
+      ['a short frame', (s) => s.onmessage?.({ data: new Uint8Array([1, 0, 0]).buffer })],
+      ['an input frame', (s) => s.onmessage?.({ data: encodeFrame(FrameType.Input, 1, new Uint8Array([1])).buffer })],
+      ['a frame of type 9', (s) => s.onmessage?.({ data: new Uint8Array([9, 0, 0, 0, 1]).buffer })],
+      ['output on channel 0', (s) => s.onmessage?.({ data: new Uint8Array([1, 0, 0, 0, 0, 65]).buffer })],
+      ['exit code as a string', (s) => s.text({ jsonrpc: '2.0', method: 'session.exit', params: { channel: 1, code: '0' } })],
+      ['closed reason as a number', (s) => s.text({ jsonrpc: '2.0', method: 'session.closed', params: { channel: 1, reason: 3 } })],
+      ['size of 0 columns', (s) => s.text({ jsonrpc: '2.0', method: 'session.size', params: { channel: 1, cols: 0, rows: 24 } })],
+      ['error as a string', (s) => s.text({ jsonrpc: '2.0', id: null, error: 'x' })],
+    ];
+    for (const [name, send] of cases) {
+      const { client, sock, ch } = await opened();
+      const errors: MuxError[] = [];
+      client.on('error', (e) => errors.push(e));
+      send(sock());
+      assertViolation(client, ch, errors, name);
+    }
+  });
+
+  it('an unknown notification, or one for a channel it does not have, is not a violation', async () => {
+    const { client, sock } = await opened();
+    sock().text({ jsonrpc: '2.0', method: 'session.future', params: 'anything' });
+    sock().text({ jsonrpc: '2.0', method: 'session.gap', params: { channel: 9, lost: 5 } });
+    assert.equal(client.state, 'connected');
+    client.close();
+  });
+
+  it('wrongly typed results reject with kind protocol and end the client', async () => {
+    const cases: Array<[string, string, unknown, (c: MuxClient) => Promise<unknown>]> = [
+      ['list entries of the wrong type', 'session.list', { sessions: [1, 'x'] }, (c) => c.list()],
+      ['list entry with a numeric name', 'session.list', { sessions: [{ session: 's', name: 7 }] }, (c) => c.list()],
+      ['list as a string', 'session.list', { sessions: 'x' }, (c) => c.list()],
+      ['kill result as an array', 'session.kill', [], (c) => c.kill('S')],
+      ['attach offset past end', 'session.attach', { session: 's', channel: 2, offset: 10, live: 5, end: 5, lost: 0 }, (c) => c.attach('s')],
+      ['attach offset before from', 'session.attach', { session: 's', channel: 2, offset: 3, live: 9, end: 9, lost: 0 }, (c) => c.attach('s', 5)],
+      ['attach offset past 2^53', 'session.attach', { session: 's', channel: 2, offset: 2 ** 60, live: 2 ** 60, end: 2 ** 60, lost: 0 }, (c) => c.attach('s')],
+    ];
+    for (const [name, method, result, call] of cases) {
+      const { client, sock, ch } = await opened();
+      const errors: MuxError[] = [];
+      client.on('error', (e) => errors.push(e));
+      const p = call(client);
+      await tick();
+      sock().respond(method, result);
+      await assert.rejects(p, (e: unknown) => e instanceof MuxError && e.kind === 'protocol', name);
+      assertViolation(client, ch, errors, name);
+    }
+  });
+
+  it('an initialize or open result out of range ends the client', async () => {
+    for (const [name, flow] of [['window over 64 MiB', { window: 2 ** 30 }], ['negative window', { window: -1 }]] as const) {
+      const h = harness({ flow });
+      const errors: MuxError[] = [];
+      h.client.on('error', (e) => errors.push(e));
+      const ready = h.client.connect().then(() => null, (e: unknown) => e);
+      await h.handshake();
+      const err = await ready;
+      assert.ok(err instanceof MuxError && err.kind === 'protocol', `${name}: ${String(err)}`);
+      assertViolation(h.client, null, errors, name);
+    }
+    const h = harness();
+    const ready = h.client.connect();
+    await h.handshake();
+    await ready;
+    const p = h.client.open({ cols: 80, rows: 24 });
+    await tick();
+    h.sock().respond('session.open', { session: 'S', channel: 1, offset: -1 });
+    await assert.rejects(p, (e: unknown) => e instanceof MuxError && e.kind === 'protocol');
+  });
+
+  it('a 40 MiB message from a real socket is refused by ws before it is buffered (maxPayload)', async () => {
+    const { WebSocketServer, default: WebSocket } = await import('ws');
+    const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+    await new Promise<void>((r) => wss.once('listening', () => r()));
+    const big = Buffer.alloc(40 * 1024 * 1024, 0x79);
+    wss.on('connection', (s) => {
+      s.on('message', (m) => {
+        const req = JSON.parse(String(m));
+        s.send(JSON.stringify({ jsonrpc: '2.0', id: req.id, result: initResult() }));
+        s.send(big, { binary: false });
+      });
+    });
+    const port = (wss.address() as { port: number }).port;
+    const rss0 = process.memoryUsage().rss;
+    const client = new MuxClient(`ws://127.0.0.1:${port}/ws`, {
+      webSocketFactory: (url, protocols, o) => new WebSocket(url, protocols, { maxPayload: o.maxPayload }) as unknown as WebSocketLike,
+    });
+    const errors: MuxError[] = [];
+    client.on('error', (e) => errors.push(e));
+    await client.connect().catch(() => undefined);
+    await until(() => client.state === 'closed', 'the client to end', 10_000);
+    const rss1 = process.memoryUsage().rss;
+    assertViolation(client, null, errors, '40 MiB');
+    console.log(`# FIGURE 40 MiB message over ws with maxPayload 16 MiB: RSS grew ${((rss1 - rss0) / 2 ** 20).toFixed(1)} MiB (the server's 40 MiB buffer was allocated before)`);
+    for (const s of wss.clients) s.terminate();
+    await new Promise<void>((r) => wss.close(() => r()));
+  });
+});
