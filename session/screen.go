@@ -34,6 +34,9 @@ import (
 // up (at most a quarter of the ring, so a model keeps up well before the ring drops its bytes).
 const screenFeedLag = 64 << 10
 
+// catchUpBufs are the catch-ups' scratch buffers for the ring's bytes, 32 KiB each.
+var catchUpBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // screenWait bounds how long an attach or a capture spends catching a model up: past it, the
 // model is read where it got to and the ring's bytes from there follow the paint.
 const screenWait = 50 * time.Millisecond
@@ -47,13 +50,12 @@ const maxScreenSizes = 64
 
 // screen is a session's terminal model and where it has read the output up to.
 type screen struct {
-	// mu guards term, off, lost and buf. Lock order: screen.mu before Registry.mu before
+	// mu guards term, off and lost. Lock order: screen.mu before Registry.mu before
 	// Session.mu; it is never taken with either of those held.
 	mu   sync.Mutex
 	term *vt.Terminal
-	off  int64  // offset of the next output byte the model reads
-	lost int64  // output bytes the model never read: the ring had dropped them (ever)
-	buf  []byte // scratch for the ring's bytes, allocated at the first catch-up
+	off  int64 // offset of the next output byte the model reads
+	lost int64 // output bytes the model never read: the ring had dropped them (ever)
 
 	// offSeen is where the model's reading has got to: the offset after the last byte it
 	// copied out (under Session.mu) to parse, for the reader's checks (Session.ingest), which
@@ -65,6 +67,9 @@ type screen struct {
 	// the catch-up).
 	backlog    []byte
 	backlogOff int64
+	// lagMax is the furthest the model has been behind the ring's end, seen when output was
+	// ingested, for the benchmarks; guarded by Session.mu.
+	lagMax int64
 }
 
 // sizeAt is a size applied to the PTY and the output offset from which it holds.
@@ -94,7 +99,12 @@ const (
 // behind the ring's end. s.mu must be held; it never blocks.
 func (s *Session) queueScreenLocked() {
 	sc := s.scr
-	if sc == nil || s.screenQueued || s.ring.end-sc.offSeen.Load() < int64(min(screenFeedLag, max(s.ring.max/4, 1))) {
+	if sc == nil {
+		return
+	}
+	lag := s.ring.end - sc.offSeen.Load()
+	sc.lagMax = max(sc.lagMax, lag)
+	if s.screenQueued || lag < int64(min(screenFeedLag, max(s.ring.max/4, 1))) {
 		return
 	}
 	s.screenQueued = true
@@ -170,13 +180,13 @@ func (s *Session) noteSizeLocked(cols, rows int) {
 // s.mu is taken for each chunk copied.
 func (s *Session) catchUpLocked(deadline time.Time, budget int) (done bool) {
 	sc := s.scr
-	if sc.buf == nil {
-		sc.buf = make([]byte, 32<<10)
-	}
+	bp := catchUpBufs.Get().(*[]byte) // an idle session holds no scratch
+	defer catchUpBufs.Put(bp)
+	buf := *bp
 	fed := 0
 	for {
 		s.mu.Lock()
-		n, lost, next := s.screenReadLocked(sc.buf, sc.off)
+		n, lost, next := s.screenReadLocked(buf, sc.off)
 		end := s.ring.end
 		var sizes []sizeAt
 		i := 0
@@ -188,9 +198,9 @@ func (s *Session) catchUpLocked(deadline time.Time, budget int) (done bool) {
 			s.screenSizes = append(s.screenSizes[:0], s.screenSizes[i:]...)
 		}
 		s.mu.Unlock()
-		start := sc.off + lost // the offset of sc.buf[0]
+		start := sc.off + lost // the offset of buf[0]
 		sc.lost += lost
-		p := sc.buf[:n]
+		p := buf[:n]
 		for _, z := range sizes {
 			if k := z.off - start; k > 0 {
 				sc.term.Write(p[:k])

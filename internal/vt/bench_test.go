@@ -130,3 +130,23 @@ func TestMemBytes(t *testing.T) {
 		}
 	}
 }
+
+// yesStream is `yes`: "y\r\n" lines (the PTY turns \n into \r\n), n of them.
+func yesStream(n int) []byte { return slices.Repeat([]byte("y\r\n"), n) }
+
+// seqStream is `seq 1 n`.
+func seqStream(n int) []byte {
+	var b []byte
+	for i := range n {
+		b = fmt.Appendf(b, "%d\r\n", i+1)
+	}
+	return b
+}
+
+func BenchmarkWriteYes(b *testing.B) { benchWrite(b, yesStream(100000), Options{}) }
+func BenchmarkWriteYesScrollback(b *testing.B) {
+	benchWrite(b, yesStream(100000), Options{ScrollbackLines: 1000})
+}
+func BenchmarkWriteSeqScrollback(b *testing.B) {
+	benchWrite(b, seqStream(100000), Options{ScrollbackLines: 1000})
+}
