@@ -9,6 +9,7 @@ GOFLAGS_T := -race -count=1
 # A count, not a duration: with a duration Go 1.26's fuzz coordinator can fail a clean run with
 # "context deadline exceeded" at the deadline (golang/go#75804, fixed in Go 1.27).
 FUZZTIME  ?= 100000x
+VT_FUZZTIME ?= 10000x
 PORT      ?= 8222
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -89,6 +90,8 @@ test-fuzz: frontend
 			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$p || exit 1; \
 		done; \
 	done
+	@echo "--- ./internal/vt/ FuzzWrite, $(VT_FUZZTIME) (each input is checked by a round trip through a snapshot)"
+	$(GO) test -run '^$$' -fuzz '^FuzzWrite$$' -fuzztime $(VT_FUZZTIME) -fuzzminimizetime 200x ./internal/vt/
 
 test-e2e: build deps-browser
 	@echo "==> e2e against the built binary"
