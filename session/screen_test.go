@@ -249,3 +249,42 @@ func TestHandoverCarriesTheScreen(t *testing.T) {
 		})
 	}
 }
+
+// TestScreenResizeStormWhileStreaming: hundreds of resizes, absurd ones included, while the
+// program streams: the model follows without harm, ends at the size last applied, and its
+// capture and paint work.
+func TestScreenResizeStormWhileStreaming(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry(testOptions(), nil)
+	wake, wakeFn := testutil.WakeChan()
+	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c",
+		`i=0; while [ $i -lt 3000 ]; do printf '\033[%d;1H\033[1;31mline %d\033[m\n' $((i % 50)) $i; i=$((i+1)); done; printf 'STORM-END'; exec sleep 600`)
+	c := collect(t, v, wake, nil)
+	sizes := [][2]int{{1, 1}, {2, 1}, {1000, 1000}, {80, 24}, {3, 500}, {500, 3}, {132, 43}}
+	for i := range 600 {
+		z := sizes[i%len(sizes)]
+		if _, err := v.Resize(z[0], z[1]); err != nil {
+			t.Fatalf("resize %v: %v", z, err)
+		}
+	}
+	if _, err := v.Resize(100, 30); err != nil {
+		t.Fatal(err)
+	}
+	c.waitOutput(t, "STORM-END", 30*time.Second)
+	snap, err := r.Capture(s.ID(), "alice", true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Cols != 100 || snap.Rows != 30 {
+		t.Fatalf("after the storm: %dx%d, want the size last applied, 100x30", snap.Cols, snap.Rows)
+	}
+	if !strings.Contains(screenText(model(100, 30, snap.Paint)), "STORM-END") {
+		t.Errorf("the paint after the storm does not show the program's last output")
+	}
+	s.scr.mu.Lock()
+	mem := s.scr.term.MemBytes()
+	s.scr.mu.Unlock()
+	if mem > 4<<20 {
+		t.Errorf("model holds %d bytes after the storm, want a bounded few", mem)
+	}
+}
