@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +180,37 @@ func TestCLIAttachInTmuxPaintsAndRestores(t *testing.T) {
 	})
 	if f := flags(); f != "alt=0 appcursor=0 mouse=0 sgr=0" {
 		t.Errorf("pane after detach: %s, want every mode the session set undone", f)
+	}
+}
+
+// TestCLICaptureAndSend: muxterm send types key names and text into a session, its arrows
+// encoded for the program's mode (application cursor keys here: ESC O A), and muxterm capture
+// prints what the screen shows.
+func TestCLICaptureAndSend(t *testing.T) {
+	g := startGateway(t, "--allow-cmd", "sh")
+	env := cliEnv(t, g)
+	id := newSession(t, env, "--name", "keys", "--", "sh", "-c",
+		`printf '\033[?1h'; stty raw -echo; printf 'READY\r\n'; exec od -An -tx1 -v -w1`)
+	c := g.dial(t)
+	ctx := ctxT(t, 30*time.Second)
+	testutil.WaitFor(t, 10*time.Second, "READY on the screen", func() bool {
+		res, err := c.Capture(ctx, id, client.CaptureOptions{})
+		return err == nil && strings.Contains(res.Screen, "READY")
+	})
+	if out, errOut, code := runCLI(t, env, "send", "keys", "Up", "ab", "C-c", "Enter"); code != 0 {
+		t.Fatalf("muxterm send: code %d, %q %q", code, out, errOut)
+	}
+	// od prints one byte a line; raw mode's bare \n makes a staircase of them.
+	want := " 1b 4f 41 61 62 03 0d"
+	var got string
+	testutil.WaitFor(t, 10*time.Second, "od to print what was sent", func() bool {
+		out, _, code := runCLI(t, env, "capture", "keys")
+		_, after, _ := strings.Cut(out, "READY")
+		got = strings.Join(regexp.MustCompile(` [0-9a-f]{2}\b`).FindAllString(after, -1), "")
+		return code == 0 && got == want
+	})
+	out, _, _ := runCLI(t, env, "capture", "--ansi", id)
+	if !strings.Contains(out, "\x1b[?1h") {
+		t.Errorf("capture --ansi: %q, want a paint that sets application cursor keys", out)
 	}
 }
