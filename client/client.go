@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -885,6 +886,11 @@ type AttachOptions struct {
 	// whether the channel starts with a paint of the session's screen (docs/protocol.md §4
 	// session.attach). The paint's bytes are read from the channel first; they have no offsets.
 	Screen string
+	// ResumeScreen is the screen mode of the re-attach after a reconnect: empty for Screen's
+	// (and a whole paint whatever Screen says when a paint was cut short by the drop);
+	// proto.ScreenNever keeps the channel a byte stream across reconnects, with gaps for what
+	// the ring lost, as a relay that forwards bytes needs.
+	ResumeScreen string
 }
 
 // Attach binds a new channel to session id, replaying from from (nil: the oldest retained byte).
@@ -908,7 +914,7 @@ func (c *Client) AttachWith(ctx context.Context, id string, o AttachOptions) (*C
 		params["screen"] = o.Screen
 	}
 	var res proto.AttachResult
-	err, handedOff := c.callLate(ctx, "session.attach", params, &res, ch.bindAttach(o.From, o.Screen), c.undo(ch, "session.detach"))
+	err, handedOff := c.callLate(ctx, "session.attach", params, &res, ch.bindAttach(o.From, cmp.Or(o.ResumeScreen, o.Screen)), c.undo(ch, "session.detach"))
 	if err != nil {
 		if !handedOff {
 			c.dropChannel(ch)
