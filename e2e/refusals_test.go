@@ -163,7 +163,7 @@ func TestRefusedInputBurstKeepsAReadingClient(t *testing.T) {
 		t.Fatalf("no frame was refused: the input rate was never reached (%d bytes through)", output)
 	}
 	t.Logf("%d of %d frames refused, in %d errors; %d bytes reached the program", refusedFrames, frames, refusals, output)
-	if refusals*10 > refusedFrames {
-		t.Errorf("%d errors for %d refused frames: refusals did not coalesce", refusals, refusedFrames)
-	}
+	// How many refusals coalesce depends on how fast this reader takes them (the rule itself is
+	// TestRefusalsCoalesceWhileQueued's): what matters here is that the socket stayed open and
+	// every byte is accounted for.
 }
