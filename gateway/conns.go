@@ -1,14 +1,21 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelmetric "go.opentelemetry.io/otel/metric"
+
+	"github.com/muxterm/muxterm/otel"
 )
 
 // This file bounds the connections the HTTP server holds before they become WebSockets
@@ -18,6 +25,13 @@ import (
 // end each pending connection eventually; the guard bounds how many there are meanwhile, in all
 // and per remote address, and keeps the last descriptors of the process free for sockets that
 // are already upgraded, for sessions and for kills.
+//
+// Descriptors are what an idle flood exhausts. The guard counts the descriptors the process
+// holds at each accept (not the new descriptor's number: that is only the lowest free one, and
+// closing evicted connections leaves holes below it). Once they reach the reserve's threshold
+// it evicts idle pending connections, oldest first, until they are below it again. If an accept
+// still fails for want of a descriptor it evicts and accepts again at once: left to net/http, a
+// failed accept sleeps (up to 1 s a time) while the next client waits in the backlog.
 
 // Defaults of the connection guard.
 const (
@@ -29,6 +43,16 @@ const (
 	maxFDReserve = 256
 	// nearlyFullLogEvery bounds how often the guard says the table is nearly full.
 	nearlyFullLogEvery = 10 * time.Second
+	// maxAcceptRetries bounds the accepts one Accept call retries after evicting for a failed
+	// one; then it refuses one client with the spare descriptor and lets net/http back off.
+	maxAcceptRetries = 4
+)
+
+// Reasons an eviction gives (the muxterm.reason of muxterm.conns.evicted).
+const (
+	evictDescriptors = "descriptors"       // the table reached the reserve's threshold, or is full
+	evictMaxPending  = "maxPending"        // --max-pending-conns
+	evictMaxPerAddr  = "maxPendingPerAddr" // --max-pending-per-addr
 )
 
 // refusal is what a connection the guard refuses reads before it is closed (plain HTTP only).
@@ -43,6 +67,10 @@ type ConnGuard struct {
 	limit, reserve         int  // RLIMIT_NOFILE when created, and the descriptors kept free
 	plain                  bool // refusals get an HTTP 503 (false under TLS: just a close)
 	log                    *slog.Logger
+	evicted                otelmetric.Int64Counter
+	// openFDs returns how many descriptors the process holds, at least atLeast (a test may
+	// replace it before the guard serves).
+	openFDs func(atLeast int) int
 
 	// mu guards pending, perAddr, spare, lnClosed and lastWarn. Nothing blocks under it: conns are
 	// closed after it is released.
@@ -60,6 +88,8 @@ type GuardOptions struct {
 	MaxPendingPerAddr int  // pending connections per remote IP (default DefaultMaxPendingPerAddr)
 	TLS               bool // the listener is wrapped in TLS after the guard: refuse by closing
 	Logger            *slog.Logger
+	// Telemetry counts evictions (muxterm.conns.evicted); default otel.Noop().
+	Telemetry *otel.Telemetry
 }
 
 // NewConnGuard reads the process's descriptor limit and sizes the reserve from it.
@@ -75,6 +105,11 @@ func NewConnGuard(o GuardOptions) *ConnGuard {
 	if g.log == nil {
 		g.log = slog.Default()
 	}
+	if o.Telemetry == nil {
+		o.Telemetry = otel.Noop()
+	}
+	g.evicted = o.Telemetry.Instruments.ConnsEvicted
+	g.openFDs = openFDCounter()
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < 1<<30 {
 		g.limit = int(rl.Cur)
@@ -123,25 +158,35 @@ func (g *ConnGuard) Pending() int {
 	return len(g.pending)
 }
 
-// admit decides on a fresh connection: keep it, possibly evicting another pending connection
-// (the longest idle keep-alive, else the oldest that has not sent a request yet), or refuse it.
+// admit decides on a fresh connection: keep it, possibly evicting other pending connections
+// (the longest idle keep-alives, else the oldest that have not sent a request yet), or refuse
+// it. fd is its descriptor. With the table at the reserve's threshold, it evicts enough to bring
+// the descriptors held back below the threshold; over a count bound, one.
 func (g *ConnGuard) admit(gc *guardedConn, fd int) bool {
+	open := fd + 1
+	if g.limit > 0 {
+		open = g.openFDs(fd + 1)
+	}
 	g.mu.Lock()
-	nearlyFull := g.limit > 0 && fd >= g.limit-g.reserve
+	threshold := g.limit - g.reserve
+	nearlyFull := g.limit > 0 && open >= threshold
 	overAll := len(g.pending) >= g.maxPending
 	overAddr := g.perAddr[gc.addr] >= g.maxPerAddr
-	var victim *guardedConn
-	if nearlyFull || overAll || overAddr {
-		sameAddr := ""
-		if overAddr && !overAll && !nearlyFull {
-			sameAddr = gc.addr
-		}
-		victim = g.victimLocked(sameAddr)
-		if victim != nil {
-			g.forgetLocked(victim)
-		}
+	var victims []*guardedConn
+	reason := ""
+	switch {
+	case nearlyFull:
+		// open counts gc: evicting open-threshold+1 leaves one descriptor below the threshold.
+		victims, reason = g.victimsLocked("", open-threshold+1), evictDescriptors
+	case overAll:
+		victims, reason = g.victimsLocked("", 1), evictMaxPending
+	case overAddr:
+		victims, reason = g.victimsLocked(gc.addr, 1), evictMaxPerAddr
 	}
-	admitted := victim != nil || !(nearlyFull || overAll || overAddr)
+	for _, v := range victims {
+		g.forgetLocked(v)
+	}
+	admitted := len(victims) > 0 || !(nearlyFull || overAll || overAddr)
 	if admitted {
 		g.pending[gc] = struct{}{}
 		g.perAddr[gc.addr]++
@@ -155,42 +200,72 @@ func (g *ConnGuard) admit(gc *guardedConn, fd int) bool {
 	g.mu.Unlock()
 	if warn {
 		g.log.Warn("file descriptor table nearly full: evicting idle HTTP connections and refusing new ones that do not fit; the reserve is kept for sockets, sessions and kills",
-			"fd", fd, "limit", g.limit, "reserve", g.reserve, "pending", pending)
+			"fd", fd, "open", open, "limit", g.limit, "reserve", g.reserve, "pending", pending)
 	}
-	if victim != nil {
-		_ = victim.Conn.Close()
-	}
+	g.evict(victims, reason, open)
 	if !admitted {
 		g.log.Debug("connection refused", "remote", gc.addr, "nearly_full", nearlyFull,
-			"over_total", overAll, "over_addr", overAddr, "pending", pending)
+			"over_total", overAll, "over_addr", overAddr, "pending", pending, "open", open)
 	}
 	return admitted
 }
 
-// victimLocked picks the pending connection to evict: the longest idle keep-alive connection,
-// else the oldest one that never became active (it has not sent a whole request head yet), from
-// addr only when addr is not empty. A connection answering a request is never picked.
-func (g *ConnGuard) victimLocked(addr string) *guardedConn {
-	var idle, fresh *guardedConn
+// evictForAccept evicts pending connections after an accept failed for want of a descriptor:
+// enough to bring the table back below the reserve's threshold (one when the limit is unknown).
+// It returns how many it evicted; none when every pending connection is answering a request.
+func (g *ConnGuard) evictForAccept() int {
+	g.mu.Lock()
+	victims := g.victimsLocked("", g.reserve+1)
+	for _, v := range victims {
+		g.forgetLocked(v)
+	}
+	g.mu.Unlock()
+	g.evict(victims, evictDescriptors, g.limit)
+	return len(victims)
+}
+
+// evict closes victims, which the caller has forgotten, and counts them. It runs without g.mu:
+// a close waits for the connection's reader to let go of the descriptor.
+func (g *ConnGuard) evict(victims []*guardedConn, reason string, open int) {
+	if len(victims) == 0 {
+		return
+	}
+	for _, v := range victims {
+		_ = v.Conn.Close()
+	}
+	g.log.Debug("idle connections evicted", "count", len(victims), "reason", reason, "open", open,
+		"limit", g.limit)
+	g.evicted.Add(context.Background(), int64(len(victims)),
+		otelmetric.WithAttributes(attribute.String(otel.AttrReason, reason)))
+}
+
+// victimsLocked picks up to n pending connections to evict: the longest idle keep-alive
+// connections first, then the oldest ones that never became active (they have not sent a whole
+// request head yet), from addr only when addr is not empty. A connection answering a request is
+// never picked, nor one hijacked (it is no longer pending).
+func (g *ConnGuard) victimsLocked(addr string, n int) []*guardedConn {
+	if n <= 0 {
+		return nil
+	}
+	var idle, fresh []*guardedConn
 	for c := range g.pending {
 		if addr != "" && c.addr != addr {
 			continue
 		}
 		switch {
 		case !c.idleSince.IsZero():
-			if idle == nil || c.idleSince.Before(idle.idleSince) {
-				idle = c
-			}
+			idle = append(idle, c)
 		case !c.active:
-			if fresh == nil || c.since.Before(fresh.since) {
-				fresh = c
-			}
+			fresh = append(fresh, c)
 		}
 	}
-	if idle != nil {
-		return idle
+	slices.SortFunc(idle, func(a, b *guardedConn) int { return a.idleSince.Compare(b.idleSince) })
+	victims := idle[:min(n, len(idle))]
+	if len(victims) < n {
+		slices.SortFunc(fresh, func(a, b *guardedConn) int { return a.since.Compare(b.since) })
+		victims = append(victims, fresh[:min(n-len(victims), len(fresh))]...)
 	}
-	return fresh
+	return victims
 }
 
 func (g *ConnGuard) forget(gc *guardedConn) {
@@ -273,14 +348,23 @@ func (l *guardedListener) Close() error {
 	return err
 }
 
+// Accept returns the next connection the guard admits. When the accept fails for want of a
+// descriptor it evicts idle pending connections and accepts again at once, up to
+// maxAcceptRetries times; with nothing to evict it refuses the first client in the backlog
+// (acceptAtEMFILE) and returns the error, on which http.Server backs off and calls again.
 func (l *guardedListener) Accept() (net.Conn, error) {
+	retries := 0
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				if retries < maxAcceptRetries && l.g.evictForAccept() > 0 {
+					retries++
+					continue
+				}
 				l.g.acceptAtEMFILE(l.Listener)
 			}
-			return nil, err // http.Server backs off on a temporary error and calls again
+			return nil, err
 		}
 		gc := &guardedConn{Conn: c, g: l.g, addr: remoteIP(c)}
 		if l.g.admit(gc, fdOf(c)) {
@@ -329,6 +413,33 @@ func remoteIP(c net.Conn) string {
 		return a.IP.String()
 	}
 	return c.RemoteAddr().String()
+}
+
+// openFDCounter returns a function counting the process's open descriptors. Linux 6.2 and later
+// give the count as the size of /proc/self/fd, which costs a stat; older kernels list the
+// directory. Either falls back to atLeast (a lower bound the caller knows) on failure.
+func openFDCounter() func(atLeast int) int {
+	if fi, err := os.Stat("/proc/self/fd"); err == nil && fi.Size() > 0 {
+		return func(atLeast int) int {
+			fi, err := os.Stat("/proc/self/fd")
+			if err != nil {
+				return atLeast
+			}
+			return max(int(fi.Size()), atLeast)
+		}
+	}
+	return func(atLeast int) int {
+		d, err := os.Open("/proc/self/fd")
+		if err != nil {
+			return atLeast
+		}
+		names, err := d.Readdirnames(-1)
+		_ = d.Close()
+		if err != nil {
+			return atLeast
+		}
+		return max(len(names)-1, atLeast) // less the directory's own descriptor
+	}
 }
 
 // fdOf returns c's descriptor number, or -1. Descriptors are allocated lowest first, so every

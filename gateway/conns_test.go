@@ -9,22 +9,27 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
-// guardServer serves h through a ConnGuard on 127.0.0.1, closed in cleanup.
-// guardServer serves h behind a ConnGuard; idle receives a value each time a connection goes
-// idle in the guard's view (after its ConnState ran), so a test can wait for it.
-func guardServer(t *testing.T, o GuardOptions, h http.Handler) (g *ConnGuard, addr string, idle <-chan struct{}) {
+// guardServer serves h behind a ConnGuard on 127.0.0.1, closed in cleanup; setup, if any,
+// changes the guard before it serves. idle receives a value each time a connection goes idle
+// in the guard's view (after its ConnState ran), so a test can wait for it.
+func guardServer(t *testing.T, o GuardOptions, h http.Handler, setup ...func(*ConnGuard)) (g *ConnGuard, addr string, idle <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g = NewConnGuard(o)
+	for _, f := range setup {
+		f(g)
+	}
 	idleCh := make(chan struct{}, 64)
 	state := func(c net.Conn, st http.ConnState) {
 		g.ConnState(c, st)
@@ -180,5 +185,166 @@ func TestConnGuardEvictsTheLongestIdle(t *testing.T) {
 	_ = busy.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if _, err := busy.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("a connection answering a request was closed: %v", err)
+	}
+}
+
+// TestConnGuardEvictsWhenDescriptorsRunLow: once the descriptors held reach the reserve's
+// threshold, a new connection evicts enough pending connections to bring them back below it,
+// idle keep-alives first (the longest idle first), then those that sent nothing; never one
+// answering a request. The count is the descriptors held, not the new descriptor's number.
+func TestConnGuardEvictsWhenDescriptorsRunLow(t *testing.T) {
+	block := make(chan struct{})
+	var open atomic.Int64 // what the guard is told the process holds
+	open.Store(50)
+	g, addr, idle := guardServer(t, GuardOptions{Logger: slog.New(slog.DiscardHandler)},
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/block" {
+				<-block
+			}
+			_, _ = io.WriteString(w, "ok\n")
+		}),
+		func(g *ConnGuard) {
+			g.limit, g.reserve = 100, 10 // threshold 90
+			g.openFDs = func(atLeast int) int { return max(int(open.Load()), atLeast) }
+		})
+	defer close(block)
+	wentIdle := func() {
+		t.Helper()
+		select {
+		case <-idle:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a connection did not go idle")
+		}
+	}
+	silent := dialTCP(t, addr) // the oldest, but it sent nothing
+	busy := dialTCP(t, addr)
+	fmt.Fprintf(busy, "GET /block HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+	waitActive(t, g, 1)
+	var kept []net.Conn
+	for range 4 {
+		kept = append(kept, keepAlive(t, addr))
+		wentIdle()
+	}
+	if got := g.Pending(); got != 6 {
+		t.Fatalf("pending below the threshold: got %d, want 6", got)
+	}
+
+	open.Store(92) // with the newcomer: 3 over the threshold's last free descriptor
+	fresh := dialTCP(t, addr)
+	for i, c := range kept[:3] {
+		if !closedByPeer(c) {
+			t.Errorf("idle connection %d of 4 (oldest first) was not evicted", i)
+		}
+	}
+	waitPending(t, g, 4) // silent, busy, kept[3], fresh
+	open.Store(93)       // 4 over: kept[3], then silent and fresh, oldest first; busy stays
+	last := dialTCP(t, addr)
+	for name, c := range map[string]net.Conn{"the last idle": kept[3], "the oldest silent": silent} {
+		if !closedByPeer(c) {
+			t.Errorf("%s connection was not evicted", name)
+		}
+	}
+	if !closedByPeer(fresh) {
+		t.Errorf("the other silent connection was not evicted")
+	}
+	waitPending(t, g, 2) // busy and last
+	_ = busy.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := busy.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection answering a request was closed: %v", err)
+	}
+	_ = last.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(last, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+	if resp, err := http.ReadResponse(bufio.NewReader(last), nil); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("the connection admitted by evicting: got %v %v, want 200", resp, err)
+	}
+}
+
+// waitPending waits until the guard counts n pending connections.
+func waitPending(t *testing.T, g *ConnGuard, n int) {
+	t.Helper()
+	testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("%d pending connections", n), func() bool {
+		return g.Pending() == n
+	})
+}
+
+// emfileListener fails the next fail accepts with EMFILE, as a full descriptor table does.
+type emfileListener struct {
+	net.Listener
+	fail atomic.Int32
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	if l.fail.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(),
+			Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	l.fail.Store(0)
+	return l.Listener.Accept()
+}
+
+// TestConnGuardAcceptEvictsOnEMFILE: an accept that fails for want of a descriptor evicts the
+// longest idle pending connections (reserve+1 of them) and accepts again at once, returning
+// the waiting client rather than the error (on which net/http would sleep); with nothing to
+// evict it refuses the first client in the backlog with 503 and returns the error.
+func TestConnGuardAcceptEvictsOnEMFILE(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &emfileListener{Listener: raw}
+	g := NewConnGuard(GuardOptions{Logger: slog.New(slog.DiscardHandler)})
+	g.reserve = 1 // evicts 2 a time
+	ln := g.Listener(fl)
+	defer ln.Close()
+	addr := raw.Addr().String()
+
+	accept := func() (net.Conn, error) {
+		t.Helper()
+		c, err := ln.Accept()
+		if c != nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+	var clients, served []net.Conn
+	for range 3 {
+		clients = append(clients, dialTCP(t, addr))
+		c, err := accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		served = append(served, c)
+		g.ConnState(c, http.StateActive)
+		g.ConnState(c, http.StateIdle)
+	}
+	fl.fail.Store(1)
+	dialTCP(t, addr) // the newcomer
+	c, err := accept()
+	if err != nil {
+		t.Fatalf("accept after EMFILE with idle connections to evict: %v", err)
+	}
+	for i, want := range []bool{true, true, false} {
+		_ = clients[i].SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		_, err := clients[i].Read(make([]byte, 1))
+		if got := err != nil && !errors.Is(err, os.ErrDeadlineExceeded); got != want {
+			t.Errorf("idle connection %d (oldest first) evicted: got %v, want %v", i, got, want)
+		}
+	}
+	if got := g.Pending(); got != 2 {
+		t.Errorf("pending after evicting: got %d, want 2", got)
+	}
+
+	// Nothing idle: both pending connections are answering a request.
+	g.ConnState(served[2], http.StateActive)
+	g.ConnState(c, http.StateActive)
+	fl.fail.Store(1)
+	refused := dialTCP(t, addr)
+	if _, err := accept(); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("accept after EMFILE with nothing to evict: got %v, want EMFILE", err)
+	}
+	_ = refused.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(refused), nil)
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("the client in the backlog: got %v %v, want 503", resp, err)
 	}
 }

@@ -88,6 +88,7 @@ const (
 	MetricReaps            = "muxterm.reaps"
 	MetricClaimsLost       = "muxterm.reaper.claims.lost"
 	MetricUpgradesRejected = "muxterm.upgrades.rejected"
+	MetricConnsEvicted     = "muxterm.conns.evicted"
 )
 
 // Options configure Setup.
@@ -230,6 +231,7 @@ type Instruments struct {
 	Reaps            otelmetric.Int64Counter       // sessions reaped, by reason
 	ClaimsLost       otelmetric.Int64Counter       // reaper claims lost to a reattach
 	UpgradesRejected otelmetric.Int64Counter       // refused upgrades, by reason
+	ConnsEvicted     otelmetric.Int64Counter       // idle HTTP connections evicted, by reason
 }
 
 // NewInstruments creates the instruments on m.
@@ -270,6 +272,9 @@ func NewInstruments(m otelmetric.Meter) (*Instruments, error) {
 	add(err)
 	in.UpgradesRejected, err = m.Int64Counter(MetricUpgradesRejected, otelmetric.WithUnit("{request}"),
 		otelmetric.WithDescription("WebSocket upgrades refused, by reason."))
+	add(err)
+	in.ConnsEvicted, err = m.Int64Counter(MetricConnsEvicted, otelmetric.WithUnit("{connection}"),
+		otelmetric.WithDescription("Idle HTTP connections (not WebSockets) the gateway closed to make room, by reason."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otel instruments: %w", err)

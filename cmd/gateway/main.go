@@ -130,18 +130,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ho.mark("listener")
 	var ln net.Listener = hl
 	addr := ln.Addr().String()
-	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
-		MaxPendingPerAddr: c.sec.maxPendingPerAddr, TLS: c.sec.tlsCert != "", Logger: log})
-	if limit, reserve := guard.Reserve(); limit > 0 {
-		log.Debug("descriptor reserve", "limit", limit, "reserve", reserve)
-	}
-	sln, useTLS, err := c.sec.secureListener(guard.Listener(ln), log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	ln = sln
-
 	tel, err := otel.Setup(ctx, otel.Options{ServiceVersion: version, Prometheus: c.metrics || c.metricsAddr != ""})
 	if err != nil {
 		ln.Close()
@@ -155,6 +143,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}()
 	ho.mark("telemetry")
+	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
+		MaxPendingPerAddr: c.sec.maxPendingPerAddr, TLS: c.sec.tlsCert != "", Logger: log,
+		Telemetry: tel})
+	if limit, reserve := guard.Reserve(); limit > 0 {
+		log.Debug("descriptor reserve", "limit", limit, "reserve", reserve)
+	}
+	sln, useTLS, err := c.sec.secureListener(guard.Listener(ln), log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	ln = sln
 	cgroups, err := openCgroups(ctx, c.cgroupRoot, log)
 	if err != nil {
 		ln.Close()
