@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -273,6 +272,9 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	restarted := time.Now()
 	// The drain gets drainWait of its own, as the readers get their wait below: ctx may be spent
 	// by a socket that did not end, and a connection that sent no request still gets its time.
+	// drainWait is the whole bound: what is left when it ends is closed at once (Close, not
+	// Shutdown: Shutdown leaves a connection that sent no request open for its first 5 s, so
+	// it would only wait out a second deadline; a socket that did not end is closed by the exec).
 	dctx, dcancel := context.WithTimeout(context.Background(), drainWait)
 	for name, ln := range u.listeners {
 		if err := ln.Drain(dctx); err != nil {
@@ -280,13 +282,9 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		}
 	}
 	dcancel()
-	sctx, scancel := context.WithTimeout(context.Background(), drainWait)
-	var wg sync.WaitGroup
 	for _, srv := range u.servers {
-		wg.Go(func() { _ = srv.Shutdown(sctx) }) // closes what is left; idle by now
+		_ = srv.Close() // nothing blocks: it closes the listener and what is left
 	}
-	wg.Wait()
-	scancel()
 	drained := time.Now()
 	// The readers get a wait of their own: ctx may be spent by a socket that did not end, and
 	// only a reader that does not stop fails the quiesce.
