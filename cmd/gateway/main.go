@@ -302,7 +302,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", reg.Len(),
 			"took", time.Since(ho.Signalled).Round(time.Microsecond))
 	}
-	up := newUpgrader(log, c.shutdownWait, listeners, srv, msrv, gw, reg, func() {
+	up := newUpgrader(log, c.shutdownWait, ho.binary(), listeners, srv, msrv, gw, reg, func() {
 		stopReaper()
 		select {
 		case <-rp.Done():

@@ -114,12 +114,23 @@ func takeHandover(log *slog.Logger, killGrace time.Duration) (*upgradeState, err
 	if err == nil && st.Sessions == nil {
 		st.Sessions = &session.HandoverState{}
 	}
+	if err == nil {
+		restoreComm(st.Comm) // upgrade_image.go
+	}
 	if err != nil {
 		ended := session.KillOrphans(log, killGrace)
 		log.Error("upgrade: handover state cannot be adopted; previous sessions torn down", "err", err, "ended", ended)
 		return nil, fmt.Errorf("adopt handover state: %w", err)
 	}
 	return st, nil
+}
+
+// binary is the path the previous image read the binary from; "" when started fresh.
+func (st *upgradeState) binary() string {
+	if st == nil {
+		return ""
+	}
+	return st.Binary
 }
 
 // listenOrInherit returns the listener the previous image handed over under name, or a new
