@@ -285,6 +285,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ho.openGate()
 		ho.mark("adopt")
 		ho.logTimeline(log)
+		ho.releaseImage() // upgrade_adopt.go
 	}
 
 	base := "http://" + addr

@@ -33,6 +33,12 @@ import (
 // the environment before anything else reads it.
 const handoverEnv = "MUXTERM_HANDOVER_FD"
 
+// ignoredEnv carries the wall-clock time (Unix nanoseconds) at which the old image set the stop
+// signals to SIG_IGN for the exec: the start of the window in which a stop signal is not
+// caught, which ends at internal/earlysignal's init (logTimeline's "unguarded"). init removes
+// it from the environment.
+const ignoredEnv = "MUXTERM_HANDOVER_IGNORED"
+
 // handoverCheckFlag is the dry run: `gateway --handover-check N [flags…]` exits 0 when this
 // build can adopt a state of version N and accepts the flags (and MUXTERM_* environment) the
 // running gateway was started with, 3 when it cannot, 2 on a usage error.
@@ -74,7 +80,16 @@ var (
 	inheritedErr error
 )
 
+// ignoredAt is ignoredEnv's time; zero when absent.
+var ignoredAt time.Time
+
 func init() {
+	if v, ok := os.LookupEnv(ignoredEnv); ok {
+		os.Unsetenv(ignoredEnv)
+		if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
+			ignoredAt = time.Unix(0, ns)
+		}
+	}
 	v, ok := os.LookupEnv(handoverEnv)
 	if !ok {
 		return
@@ -162,6 +177,11 @@ type upgradeState struct {
 	// process's name, which the exec from the memfd would change. "" in a state from an image
 	// without them (the new image resolves argv[0] again and keeps the name the exec gave it).
 	Binary, Comm string
+	// Image is a descriptor of the old image's executable (its memfd after an earlier
+	// upgrade), 0 for none: the new image closes it once it has adopted the sessions, so that
+	// freeing a memfd's pages (tens of megabytes, milliseconds) is not part of the exec, where
+	// no stop signal is caught.
+	Image int
 	// Stopped is when the old image's listeners stopped accepting (from then on connections
 	// wait in the backlog until the new image serves); Quiesced is when the sessions' snapshot
 	// was complete (the state's encoding and the exec follow). Wall clock: they cross the exec.
@@ -320,9 +340,13 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		return u.abort(nil, fds)
 	}
 	quiesced := time.Now()
+	self := ownImage()
+	if self > 0 {
+		defer unix.Close(self) // still here: the exec failed
+	}
 	state := &upgradeState{FromVersion: version, Signalled: signalled, Token: u.token,
 		Listeners: fds, Sessions: st, Terminate: u.terminating != nil && u.terminating(),
-		Binary: u.bin, Comm: ownComm(), Stopped: stopped, Quiesced: quiesced}
+		Binary: u.bin, Comm: ownComm(), Image: self, Stopped: stopped, Quiesced: quiesced}
 	memfd, err := session.WriteHandoverMemfd(handoverVersion(), state)
 	if err != nil {
 		u.log.Error("upgrade: writing the state failed", "err", err)
@@ -331,6 +355,9 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	keep := append(st.FDs(), memfd)
 	for _, fd := range fds {
 		keep = append(keep, fd)
+	}
+	if self > 0 {
+		keep = append(keep, self)
 	}
 	env := append(os.Environ(), handoverEnv+"="+strconv.Itoa(memfd))
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
@@ -451,6 +478,7 @@ func execKeeping(bin string, argv, env []string, keep []int) error {
 		}
 	}
 	restore := ignoreAcrossExec() // upgrade_sigaction.go
+	env = append(env[:len(env):len(env)], ignoredEnv+"="+strconv.FormatInt(time.Now().UnixNano(), 10))
 	err := syscall.Exec(bin, argv, env)
 	restore()
 	restoreCloexec(keep)

@@ -82,6 +82,19 @@ func imagePath(img *os.File) string {
 	return "/proc/self/fd/" + strconv.Itoa(int(img.Fd()))
 }
 
+// ownImage opens this process's executable (close-on-exec), for the next image to close once
+// it has adopted the sessions (upgradeState.Image): when the last reference to a memfd goes,
+// its pages are freed, and the exec drops the old image's at the end of the exec, a few
+// milliseconds of freeing within the window in which no stop signal is caught. 0 when it
+// cannot be opened.
+func ownImage() int {
+	fd, err := unix.Open("/proc/self/exe", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil || fd <= 0 {
+		return 0
+	}
+	return fd
+}
+
 // ownComm is this process's name (/proc/self/comm), which an upgrade hands on: executed from a
 // memfd, the new image would otherwise be named after the descriptor's number.
 func ownComm() string {
