@@ -1585,3 +1585,61 @@ func TestSecurityAuthWrongTokenNavigation(t *testing.T) {
 		}
 	}
 }
+
+// TestSecurityProtocolCloseFreesSocketAtOnce: a socket the gateway closes for the client's
+// fault (1007: a text message that is not UTF-8; 1008: a first message that is not initialize)
+// stops counting against --max-sockets when the close is decided, not when its linger ends:
+// with the client holding its end open (no close reply, no FIN), the principal's next socket
+// is admitted as soon as the close frame has arrived.
+func TestSecurityProtocolCloseFreesSocketAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		msgs [][]byte
+		code int
+	}{
+		{"1007", [][]byte{[]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"client":{"name":"t","version":"0"}}}`),
+			{0xff, 0xfe, 0xfd}}, websocket.CloseInvalidFramePayloadData},
+		{"1008", [][]byte{[]byte(`{"jsonrpc":"2.0","id":1,"method":"session.list"}`)}, websocket.ClosePolicyViolation},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGateway(t, "--max-sockets", "1")
+			d := websocket.Dialer{Subprotocols: []string{proto.Subprotocol}, HandshakeTimeout: 5 * time.Second}
+			ws, _, err := d.Dial(g.WS, http.Header{"Authorization": {"Bearer " + g.Token}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ws.Close()
+			ws.SetCloseHandler(func(int, string) error { return nil }) // no close reply: the gateway lingers
+			for _, m := range tc.msgs {
+				if err := ws.WriteMessage(websocket.TextMessage, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var ce *websocket.CloseError
+			for {
+				_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, _, err = ws.ReadMessage(); err != nil {
+					break
+				}
+			}
+			if !errors.As(err, &ce) || ce.Code != tc.code {
+				t.Fatalf("first socket ended with %v, want close %d", err, tc.code)
+			}
+			// The first socket's TCP connection is still open; its place is free already.
+			ctx := ctxT(t, 10*time.Second)
+			start := time.Now()
+			c, err := client.Dial(ctx, g.WS, client.DialOptions{Token: g.Token})
+			if err != nil {
+				t.Fatalf("a socket right after the %d close: %v, want admitted (the closed socket must not count during its linger)", tc.code, err)
+			}
+			defer c.Close()
+			t.Logf("admitted %v after the close frame arrived", time.Since(start).Round(time.Millisecond))
+			// The bound still holds for sockets that are open.
+			_, err = client.Dial(ctx, g.WS, client.DialOptions{Token: g.Token})
+			var de *client.DialError
+			if !errors.As(err, &de) || de.Status != http.StatusTooManyRequests {
+				t.Fatalf("a second open socket: got %v, want HTTP 429", err)
+			}
+		})
+	}
+}

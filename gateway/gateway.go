@@ -436,11 +436,16 @@ func (g *Gateway) serveWS(c echo.Context) error {
 		return nil
 	}
 	// A relay's sockets are bounded where its clients' sockets are, on the relaying node.
+	// The socket's place is given back when it ends, or earlier, when mux decides to close it
+	// for the client's fault (1007, 1008): its close and linger (up to 5 s) then no longer
+	// count against the principal.
+	release := func() {}
 	if p.Name != relayPrincipalName {
 		if !g.admitSocket(w, r, p) {
 			return nil
 		}
-		defer g.socketsOf.release(p.Name)
+		release = sync.OnceFunc(func() { g.socketsOf.release(p.Name) })
+		defer release()
 	}
 	base, conns, ok := g.enter()
 	if !ok {
@@ -465,6 +470,7 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	opts.Version = g.opts.Version
 	opts.Telemetry = g.tel
 	opts.MaxSockets = g.maxSockets()
+	opts.Closing = release
 	if p.Name != relayPrincipalName { // a relay's socket is served here, never relayed on
 		opts.Remote, opts.Node = g.opts.Remote, g.opts.Node
 	}

@@ -93,6 +93,12 @@ type ServerOptions struct {
 	Logger  *slog.Logger
 	// Telemetry receives spans and metrics. Default: otel.Noop().
 	Telemetry *otel.Telemetry
+	// Closing, if set, is called once, on the goroutine that decides it, when the server decides
+	// to close the socket for the client's fault (1007, 1008), before the close frame is
+	// written; the close and up to closeLinger of draining the client follow, and Serve
+	// returns after them. The gateway stops counting the socket against the principal's
+	// --max-sockets there.
+	Closing func()
 	// Remote, in a cluster, serves the sessions other nodes own (list, attach through a relay,
 	// kill, lease, placement of opens); nil: this node alone. Node is this node's name, given
 	// in the list entries of its own sessions when Remote is set.
@@ -200,6 +206,8 @@ type conn struct {
 
 	// wg counts slow-request goroutines.
 	wg sync.WaitGroup
+	// closingOnce runs opts.Closing once.
+	closingOnce sync.Once
 
 	tel *otel.Telemetry
 
@@ -259,12 +267,23 @@ func isNormalClose(err error) bool {
 // written, then close the socket; both loops then end. The reader reads on until then.
 func (c *conn) closeAfterQueued(code int, text string) {
 	c.mu.Lock()
-	if c.closeAfter == nil {
+	first := c.closeAfter == nil
+	if first {
 		c.closeAfter = websocket.FormatCloseMessage(code, text)
 		c.closeWhy = fmt.Errorf("closed with %d: %s", code, text)
 	}
 	c.mu.Unlock()
+	if first {
+		c.decidedClose()
+	}
 	notify(c.wake)
+}
+
+// decidedClose tells opts.Closing, once, that the server has decided to close the socket.
+func (c *conn) decidedClose() {
+	if c.opts.Closing != nil {
+		c.closingOnce.Do(c.opts.Closing)
+	}
 }
 
 // closing reports whether closeAfterQueued decided the socket's close.
@@ -277,6 +296,7 @@ func (c *conn) closing() bool {
 // closeWith sends a close frame and ends the socket at once (lingerAfterClose: no more is
 // written, what the client sends is drained); both loops then end.
 func (c *conn) closeWith(code int, text string) {
+	c.decidedClose()
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text),
 		time.Now().Add(c.opts.WriteWait))
 	c.cancel(fmt.Errorf("closed with %d: %s", code, text))

@@ -285,6 +285,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ho.openGate()
 		ho.mark("adopt")
 		ho.logTimeline(log)
+		ho.releaseImage() // upgrade_adopt.go
 	}
 
 	base := "http://" + addr
@@ -302,7 +303,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", reg.Len(),
 			"took", time.Since(ho.Signalled).Round(time.Microsecond))
 	}
-	up := newUpgrader(log, c.shutdownWait, listeners, srv, msrv, gw, reg, func() {
+	up := newUpgrader(log, c.shutdownWait, ho.binary(), listeners, srv, msrv, gw, reg, func() {
 		stopReaper()
 		select {
 		case <-rp.Done():

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -34,6 +33,12 @@ import (
 // the environment before anything else reads it.
 const handoverEnv = "MUXTERM_HANDOVER_FD"
 
+// ignoredEnv carries the wall-clock time (Unix nanoseconds) at which the old image set the stop
+// signals to SIG_IGN for the exec: the start of the window in which a stop signal is not
+// caught, which ends at internal/earlysignal's init (logTimeline's "unguarded"). init removes
+// it from the environment.
+const ignoredEnv = "MUXTERM_HANDOVER_IGNORED"
+
 // handoverCheckFlag is the dry run: `gateway --handover-check N [flags…]` exits 0 when this
 // build can adopt a state of version N and accepts the flags (and MUXTERM_* environment) the
 // running gateway was started with, 3 when it cannot, 2 on a usage error.
@@ -46,6 +51,12 @@ var stateVersion = ""
 // breakAdoption, when set with -ldflags "-X main.breakAdoption=1", makes this build pass the
 // dry run but fail to read the state after the exec. For the test of the teardown that follows.
 var breakAdoption = ""
+
+// holdAfterCheck, when set with -ldflags "-X main.holdAfterCheck=PATH" (a FIFO), makes this
+// build, once an upgrade's dry run has passed, open PATH for reading before it goes on: it
+// waits there until a test opens the FIFO for writing. For the test of a binary replaced after
+// its dry run.
+var holdAfterCheck = ""
 
 // drainWait bounds how long an upgrade waits for HTTP connections accepted before it stopped
 // accepting to send their request and get the answer (a browser's speculative connection may
@@ -69,7 +80,16 @@ var (
 	inheritedErr error
 )
 
+// ignoredAt is ignoredEnv's time; zero when absent.
+var ignoredAt time.Time
+
 func init() {
+	if v, ok := os.LookupEnv(ignoredEnv); ok {
+		os.Unsetenv(ignoredEnv)
+		if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
+			ignoredAt = time.Unix(0, ns)
+		}
+	}
 	v, ok := os.LookupEnv(handoverEnv)
 	if !ok {
 		return
@@ -152,6 +172,16 @@ type upgradeState struct {
 	// Terminate: SIGTERM or SIGINT arrived during the upgrade, after the point of no return;
 	// the new image shuts down as soon as it has adopted everything.
 	Terminate bool
+	// Binary is the path upgrades read the binary from (binaryPath at the first start): the
+	// image runs from a memfd, so neither its argv[0] nor /proc/self/exe names it. Comm is the
+	// process's name, which the exec from the memfd would change. "" in a state from an image
+	// without them (the new image resolves argv[0] again and keeps the name the exec gave it).
+	Binary, Comm string
+	// Image is a descriptor of the old image's executable (its memfd after an earlier
+	// upgrade), 0 for none: the new image closes it once it has adopted the sessions, so that
+	// freeing a memfd's pages (tens of megabytes, milliseconds) is not part of the exec, where
+	// no stop signal is caught.
+	Image int
 	// Stopped is when the old image's listeners stopped accepting (from then on connections
 	// wait in the backlog until the new image serves); Quiesced is when the sessions' snapshot
 	// was complete (the state's encoding and the exec follow). Wall clock: they cross the exec.
@@ -165,7 +195,8 @@ type upgradeState struct {
 
 // binaryPath is the binary an upgrade executes: the path this process was started from
 // (argv[0] resolved against $PATH and the working directory, at start), not /proc/self/exe,
-// so a deploy that replaced the file at that path is what SIGUSR2 runs.
+// so a deploy that replaced the file at that path is what SIGUSR2 runs. An image started by an
+// upgrade takes the path from the state instead (upgradeState.Binary): the first start's.
 func binaryPath() (string, error) {
 	p := os.Args[0]
 	if filepath.Base(p) == p {
@@ -181,7 +212,7 @@ func binaryPath() (string, error) {
 // upgrader runs an upgrade in place on SIGUSR2.
 type upgrader struct {
 	log   *slog.Logger
-	bin   string // binaryPath at start; "" when it could not be resolved
+	bin   string // binaryPath at the first start; "" when it could not be resolved
 	token string // the generated token, handed on
 	wait  time.Duration
 	// listeners by name, before any TLS wrapping, and the servers serving them.
@@ -218,8 +249,8 @@ var (
 // (the fallback's too). For the test of an upgrade that serves again.
 var breakExec = ""
 
-// upgrade asks the binary whether it can adopt this state, then quiesces everything and execs
-// it. It returns only when the upgrade was refused (nothing changed: the gateway serves on),
+// upgrade copies the binary into a sealed memfd (holdImage), asks that copy whether it can
+// adopt this state, then quiesces everything and execs the same copy. It returns only when the upgrade was refused (nothing changed: the gateway serves on),
 // or when the quiesce failed after the sockets were closed or even the fallback exec failed:
 // then the sessions go back to this image, which serves again (errUpgradeFailed), or, if that
 // fails too, errUpgradeAborted (docs/operations.md: the gateway then shuts down).
@@ -233,9 +264,21 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		u.log.Error("upgrade refused: the binary's path could not be resolved at start")
 		return errors.New("no binary path")
 	}
-	if err := u.check(); err != nil {
+	img, err := holdImage(u.bin)
+	if err != nil {
 		u.log.Error("upgrade refused; still serving", "binary", u.bin, "err", err)
 		return err
+	}
+	defer img.Close() // still here: the upgrade was refused or the exec failed
+	if err := u.check(img); err != nil {
+		u.log.Error("upgrade refused; still serving", "binary", u.bin, "err", err)
+		return err
+	}
+	if holdAfterCheck != "" {
+		u.log.Info("upgrade: held after the dry run until " + holdAfterCheck + " is opened (a test build)")
+		if f, err := os.Open(holdAfterCheck); err == nil {
+			f.Close()
+		}
 	}
 	fds := make(map[string]int, len(u.listeners))
 	for name, ln := range u.listeners {
@@ -273,6 +316,9 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	restarted := time.Now()
 	// The drain gets drainWait of its own, as the readers get their wait below: ctx may be spent
 	// by a socket that did not end, and a connection that sent no request still gets its time.
+	// drainWait is the whole bound: what is left when it ends is closed at once (Close, not
+	// Shutdown: Shutdown leaves a connection that sent no request open for its first 5 s, so
+	// it would only wait out a second deadline; a socket that did not end is closed by the exec).
 	dctx, dcancel := context.WithTimeout(context.Background(), drainWait)
 	for name, ln := range u.listeners {
 		if err := ln.Drain(dctx); err != nil {
@@ -280,13 +326,9 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		}
 	}
 	dcancel()
-	sctx, scancel := context.WithTimeout(context.Background(), drainWait)
-	var wg sync.WaitGroup
 	for _, srv := range u.servers {
-		wg.Go(func() { _ = srv.Shutdown(sctx) }) // closes what is left; idle by now
+		_ = srv.Close() // nothing blocks: it closes the listener and what is left
 	}
-	wg.Wait()
-	scancel()
 	drained := time.Now()
 	// The readers get a wait of their own: ctx may be spent by a socket that did not end, and
 	// only a reader that does not stop fails the quiesce.
@@ -298,9 +340,13 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 		return u.abort(nil, fds)
 	}
 	quiesced := time.Now()
+	self := ownImage()
+	if self > 0 {
+		defer unix.Close(self) // still here: the exec failed
+	}
 	state := &upgradeState{FromVersion: version, Signalled: signalled, Token: u.token,
 		Listeners: fds, Sessions: st, Terminate: u.terminating != nil && u.terminating(),
-		Stopped: stopped, Quiesced: quiesced}
+		Binary: u.bin, Comm: ownComm(), Image: self, Stopped: stopped, Quiesced: quiesced}
 	memfd, err := session.WriteHandoverMemfd(handoverVersion(), state)
 	if err != nil {
 		u.log.Error("upgrade: writing the state failed", "err", err)
@@ -310,12 +356,17 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	for _, fd := range fds {
 		keep = append(keep, fd)
 	}
+	if self > 0 {
+		keep = append(keep, self)
+	}
 	env := append(os.Environ(), handoverEnv+"="+strconv.Itoa(memfd))
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 	u.log.Info("upgrade: executing", "binary", u.bin, "sessions", len(st.Sessions),
 		"quiesce", r(time.Since(signalled)), "sockets", r(restarted.Sub(stopped)), "drain", r(drained.Sub(restarted)),
 		"handover", r(quiesced.Sub(drained)), "encode", r(time.Since(quiesced)))
-	err = execKeeping(u.bin, os.Args, env, keep)
+	// The checked copy, not the path: argv stays os.Args, so the new image's argv[0] is this
+	// one's.
+	err = execKeeping(imagePath(img), os.Args, env, keep)
 	// Still here: the exec failed. The running image can always read its own state.
 	u.log.Error("upgrade: exec failed; re-executing the running image", "binary", u.bin, "err", err)
 	err = execKeeping("/proc/self/exe", os.Args, env, keep)
@@ -375,12 +426,15 @@ func relisten(fds map[string]int) (map[string]*gateway.HandoverListener, error) 
 	return lns, nil
 }
 
-// check runs the new binary's dry run with the state version.
-func (u *upgrader) check() error {
+// check runs the dry run of img, the copy of the new binary, with the state version. img is
+// the dry run's descriptor 3, which it executes; its argv[0] is the binary's path.
+func (u *upgrader) check(img *os.File) error {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	args := append([]string{handoverCheckFlag, strconv.FormatUint(uint64(handoverVersion()), 10)}, os.Args[1:]...)
-	cmd := exec.CommandContext(ctx, u.bin, args...)
+	cmd := exec.CommandContext(ctx, "/proc/self/fd/3", args...)
+	cmd.Args[0] = u.bin
+	cmd.ExtraFiles = []*os.File{img}
 	cmd.Env = os.Environ()
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
@@ -424,6 +478,7 @@ func execKeeping(bin string, argv, env []string, keep []int) error {
 		}
 	}
 	restore := ignoreAcrossExec() // upgrade_sigaction.go
+	env = append(env[:len(env):len(env)], ignoredEnv+"="+strconv.FormatInt(time.Now().UnixNano(), 10))
 	err := syscall.Exec(bin, argv, env)
 	restore()
 	restoreCloexec(keep)
@@ -437,16 +492,20 @@ func restoreCloexec(fds []int) {
 }
 
 // newUpgrader wires an upgrader; msrv may be nil.
-func newUpgrader(log *slog.Logger, wait time.Duration, listeners map[string]*gateway.HandoverListener, srv, msrv *http.Server,
+// bin is the path the previous image handed over (upgradeState.Binary), "" when started fresh:
+// then it is resolved here.
+func newUpgrader(log *slog.Logger, wait time.Duration, bin string, listeners map[string]*gateway.HandoverListener, srv, msrv *http.Server,
 	gw *gateway.Gateway, reg *session.Registry, stopReaper func()) *upgrader {
 	u := &upgrader{log: log, wait: wait, listeners: listeners, servers: []*http.Server{srv},
 		gw: gw, reg: reg, stopReaper: stopReaper}
 	if msrv != nil {
 		u.servers = append(u.servers, msrv)
 	}
-	bin, err := binaryPath()
-	if err != nil {
-		log.Warn("upgrade in place unavailable: the binary's path cannot be resolved", "err", err)
+	if bin == "" {
+		var err error
+		if bin, err = binaryPath(); err != nil {
+			log.Warn("upgrade in place unavailable: the binary's path cannot be resolved", "err", err)
+		}
 	}
 	u.bin = bin
 	return u

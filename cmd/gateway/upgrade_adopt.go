@@ -44,8 +44,9 @@ func (st *upgradeState) mark(name string) {
 // dry run), the quiesce (sockets closed, connections drained, sessions snapshotted), the exec
 // (the state's encoding, the exec, the runtime's start up to internal/earlysignal's init), then
 // each step of run; no_accept is the window from the listeners' stop to the new image's Serve,
-// in which connections wait in the backlog, and adopted the time from the signal to the last
-// step.
+// in which connections wait in the backlog, adopted the time from the signal to the last
+// step, and unguarded the window in which a stop signal is not caught: from the old image's
+// SIG_IGN right before the exec to internal/earlysignal's init (docs/operations.md, Limits).
 func (st *upgradeState) logTimeline(log *slog.Logger) {
 	if st == nil || st.Stopped.IsZero() || st.Quiesced.IsZero() {
 		return
@@ -66,6 +67,9 @@ func (st *upgradeState) logTimeline(log *slog.Logger) {
 		attrs = append(attrs, "no_accept", ms(serving.Sub(st.Stopped)))
 	}
 	attrs = append(attrs, "adopted", ms(prev.Sub(st.Signalled)))
+	if !ignoredAt.IsZero() {
+		attrs = append(attrs, "unguarded", ms(earlysignal.Started.Sub(ignoredAt)))
+	}
 	log.Info("upgrade timeline", attrs...)
 }
 
@@ -114,12 +118,35 @@ func takeHandover(log *slog.Logger, killGrace time.Duration) (*upgradeState, err
 	if err == nil && st.Sessions == nil {
 		st.Sessions = &session.HandoverState{}
 	}
+	if err == nil {
+		restoreComm(st.Comm) // upgrade_image.go
+	}
+	if st.Image > 0 {
+		unix.CloseOnExec(st.Image) // until releaseImage closes it
+	}
 	if err != nil {
 		ended := session.KillOrphans(log, killGrace)
 		log.Error("upgrade: handover state cannot be adopted; previous sessions torn down", "err", err, "ended", ended)
 		return nil, fmt.Errorf("adopt handover state: %w", err)
 	}
 	return st, nil
+}
+
+// releaseImage closes the previous image's executable, kept open across the exec
+// (upgradeState.Image).
+func (st *upgradeState) releaseImage() {
+	if st != nil && st.Image > 0 {
+		unix.Close(st.Image)
+		st.Image = 0
+	}
+}
+
+// binary is the path the previous image read the binary from; "" when started fresh.
+func (st *upgradeState) binary() string {
+	if st == nil {
+		return ""
+	}
+	return st.Binary
 }
 
 // listenOrInherit returns the listener the previous image handed over under name, or a new

@@ -12,9 +12,9 @@ import (
 // would orphan every session). Ignored across the exec instead, one that arrives then is lost,
 // not fatal. Once the runtime runs, it keeps SIGINT ignored until internal/earlysignal
 // registers for it and installs its own handler for the others: for SIGUSR2 a no-op until
-// then, for SIGTERM its default action, which ends the process (docs/operations.md: about a
-// millisecond that no Go code can reach; blocking SIGTERM across the exec does not help, as the
-// runtime unblocks it at its start).
+// then, for SIGTERM its default action, which ends the process (docs/operations.md: the last
+// 0.3–1.5 ms of the unguarded window, which no Go code can reach; blocking SIGTERM across the
+// exec does not help, as the runtime unblocks it at its start).
 var startupSignals = []syscall.Signal{syscall.SIGUSR2, syscall.SIGTERM, syscall.SIGINT}
 
 // kernelSigaction is the kernel's struct sigaction on linux/amd64 and linux/arm64.
