@@ -10,12 +10,14 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/muxterm/muxterm/client"
 	"github.com/muxterm/muxterm/internal/testutil"
 	"github.com/muxterm/muxterm/internal/vt"
+	"github.com/muxterm/muxterm/proto"
 )
 
 // fullScreenProgram draws a full-screen program's screen once (alternate screen, application
@@ -212,5 +214,49 @@ func TestCLICaptureAndSend(t *testing.T) {
 	out, _, _ := runCLI(t, env, "capture", "--ansi", id)
 	if !strings.Contains(out, "\x1b[?1h") {
 		t.Errorf("capture --ansi: %q, want a paint that sets application cursor keys", out)
+	}
+}
+
+// TestScreenCrossesAnUpgrade: a session's screen survives an upgrade in place (SIGUSR2): the new
+// image captures the same screen, exactly (lost 0), although its ring lost the header long ago,
+// and a late viewer of the new image is painted from it.
+func TestScreenCrossesAnUpgrade(t *testing.T) {
+	g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "64KiB", "--window", "16KiB")
+	ctx := ctxT(t, 90*time.Second)
+	id, want := watchAll(ctx, t, g, fullScreenProgram)
+	c := g.dial(t)
+	before, err := c.Capture(ctx, id, client.CaptureOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := g.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	g.waitLog(t, "upgrade complete", 1, 60*time.Second)
+	c2 := g.dial(t)
+	after, err := c2.Capture(ctx, id, client.CaptureOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Screen != before.Screen || after.Lost != 0 || after.Offset != before.Offset {
+		t.Fatalf("after the upgrade: %q at %d lost %d\nwant: %q at %d lost 0", after.Screen, after.Offset, after.Lost, before.Screen, before.Offset)
+	}
+	ch, res, err := c2.AttachWith(ctx, id, client.AttachOptions{Screen: proto.ScreenAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := vt.New(res.Cols, res.Rows, vt.Options{})
+	buf := make([]byte, 32<<10)
+	for left := int64(res.Screen) + res.End - res.Offset; left > 0; {
+		n, err := ch.ReadContext(ctx, buf[:min(int64(len(buf)), left)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Write(buf[:n])
+		left -= int64(n)
+	}
+	if g, w := strings.Join(rows(got), "\n"), strings.Join(rows(want), "\n"); g != w || got.Modes() != want.Modes() {
+		t.Errorf("painted by the new image:\n%s\n%+v\nwant:\n%s\n%+v", g, got.Modes(), w, want.Modes())
 	}
 }
