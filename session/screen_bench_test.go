@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -128,4 +129,46 @@ func getenvInt(name string) int64 {
 		return 0
 	}
 	return v
+}
+
+// BenchmarkAttachPaint200x50 measures an attach that paints a 200x50 screen full of coloured
+// text, without history and with 1000 lines of it (the paint's catch-up, snapshot and
+// subscription, under the locks an attach takes), and reports its p50 and p99.
+func BenchmarkAttachPaint200x50(b *testing.B) {
+	for _, history := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("history=%d", history), func(b *testing.B) { attachPaint(b, history) })
+	}
+}
+
+func attachPaint(b *testing.B, history int) {
+	o := testOptions()
+	o.ScreenScrollback = history
+	r := NewRegistry(o, nil)
+	wake, wakeFn := testutil.WakeChan()
+	s, v, err := r.Open(Spec{Argv: []string{"/bin/sh", "-c",
+		`i=0; while [ $i -lt 1100 ]; do printf '\033[3%dm%04d %0190d\033[m\n' $((i % 8)) $i $i; i=$((i+1)); done; printf DONE; exec sleep 600`},
+		Cols: 200, Rows: 50, Owner: "alice"}, 0, wakeFn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cleanupSession(b, s)
+	collect(b, v, wake, nil).waitOutput(b, "DONE", 30*time.Second)
+	var took []time.Duration
+	var paint int
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		v2, info, err := r.AttachWith(s.ID(), "alice", AttachOptions{From: -1, Screen: ScreenAlways}, nil)
+		took = append(took, time.Since(start))
+		if err != nil {
+			b.Fatal(err)
+		}
+		paint = info.Screen
+		v2.Close()
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(paint), "paint-B")
 }
