@@ -125,16 +125,31 @@ func (c *conn) handleAttach(req *proto.Request) {
 			p.Screen = proto.ScreenAuto
 		}
 	}
+	o := session.AttachOptions{From: from, Passive: c.opts.ReadOnly, Screen: screenMode(p.Screen),
+		Size: session.Size{Cols: p.Cols, Rows: p.Rows}}
+	if c.reg.WouldPaint(p.Session, c.opts.Principal, o) {
+		// A paint waits for the screen's catch-up (up to 50 ms and what the ring holds): off
+		// the read loop, so acks and input of the socket's other channels go on meanwhile.
+		// At most one such goroutine per reserved channel.
+		c.wg.Go(func() { c.attachLocal(req, &p, ch, o) })
+		return
+	}
+	c.attachLocal(req, &p, ch, o)
+}
+
+// attachLocal binds ch to a session of this node's registry, or, if the registry does not know
+// it, to another node's through the Remote; on the read loop, or on a goroutine of its own for
+// an attach that paints.
+func (c *conn) attachLocal(req *proto.Request, p *proto.AttachParams, ch *channel, o session.AttachOptions) {
 	_, span := c.startSpan(otel.SpanSessionAttach, "session.attach", p.Meta, ch.id)
 	defer span.End()
 	span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
-	// A read-only viewer is passive: it never holds the owner's program back.
-	v, info, err := c.reg.AttachWith(p.Session, c.opts.Principal,
-		session.AttachOptions{From: from, Passive: c.opts.ReadOnly, Screen: screenMode(p.Screen)},
-		func() { c.markReady(ch) })
+	// A read-only viewer is passive: it never holds the owner's program back; its size is
+	// ignored.
+	v, info, err := c.reg.AttachWith(p.Session, c.opts.Principal, o, func() { c.markReady(ch) })
 	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 		// Perhaps another node's: the relay dials it, off the read loop.
-		if !c.slow(req.ID, func() { c.attachRemote(req, &p, ch) }) {
+		if !c.slow(req.ID, func() { c.attachRemote(req, p, ch) }) {
 			c.release(ch)
 		}
 		return
@@ -147,11 +162,6 @@ func (c *conn) handleAttach(req *proto.Request) {
 	}
 	ch.sess, ch.v = v.Session(), v
 	span.SetAttributes(attribute.Int(otel.AttrScreenBytes, info.Screen))
-	if p.Cols > 0 && !c.opts.ReadOnly {
-		// The viewer's own size counts for the window-size policy; a read-only viewer's is
-		// ignored. A failure is the session closing, which the viewer learns from its binding.
-		_, _ = v.Resize(p.Cols, p.Rows)
-	}
 	size, gen := ch.sess.Size()
 	ch.sizeGen = gen
 	ch.ready.Store(true)
@@ -164,7 +174,7 @@ func (c *conn) handleAttach(req *proto.Request) {
 	queued := c.reply(req.ID, proto.AttachResult{Session: ch.sess.ID(), Channel: ch.id,
 		Offset: info.Offset, Live: info.End, Lost: info.Lost, End: info.End, Pid: in.Pid,
 		Cols: size.Cols, Rows: size.Rows, Exit: exitInfo(in.Exit),
-		Screen: info.Screen, ScreenLost: info.ScreenLost})
+		Screen: info.Screen, ScreenLost: info.ScreenLost, ScreenCols: info.ScreenCols, ScreenRows: info.ScreenRows})
 	c.activate(ch, queued, true)
 }
 

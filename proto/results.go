@@ -70,6 +70,10 @@ type AttachResult struct {
 	// Offset (0: none); ScreenLost the output bytes the screen never read.
 	Screen     int   `json:"screen"`
 	ScreenLost int64 `json:"screenLost,omitempty"`
+	// ScreenCols×ScreenRows is the size the paint is drawn for, when there is one (a size
+	// applied after it, as this attach's own, comes as Cols×Rows).
+	ScreenCols int `json:"screenCols,omitempty"`
+	ScreenRows int `json:"screenRows,omitempty"`
 }
 
 // CaptureResult is session.capture's result: the screen as of output offset Offset, Cols×Rows,

@@ -380,8 +380,9 @@ type AttachParams struct {
 	From    *int64 `json:"from,omitempty"`
 	Cols    int    `json:"cols,omitempty"`
 	Rows    int    `json:"rows,omitempty"`
-	// Screen is ScreenAuto (also when absent), ScreenAlways or ScreenNever: whether the attach
-	// starts with a paint of the session's screen (protocol.md §4 session.attach).
+	// Screen is ScreenAuto, ScreenAlways, ScreenNever, or "" (absent: ScreenAuto for a client
+	// that declared CapabilityScreen, else ScreenNever): whether the attach starts with a paint
+	// of the session's screen (protocol.md §4 session.attach).
 	Screen string `json:"screen,omitempty"`
 	Meta   *Meta  `json:"_meta,omitempty"`
 }

@@ -214,12 +214,22 @@ type AttachOptions struct {
 	Passive bool
 	// Screen says whether the viewer starts with a paint of the screen (ScreenMode).
 	Screen ScreenMode
+	// Size, when set, is the viewer's own terminal size (Viewer.Resize), declared before a
+	// paint is made, so that the paint is of the size the attach leaves the session at.
+	Size Size
 }
 
-// AttachWith is Attach with a screen: when o.Screen asks for it (ScreenAuto: the ring cannot
-// replay what was asked), the viewer first reads a paint of the session's screen, then the
-// ring's bytes from the offset the paint stands for (AttachInfo.Offset, AttachInfo.Screen).
-// Otherwise it is Attach, or AttachPassive.
+// AttachWith is Attach with a screen and a size: the viewer declares o.Size (ignored for a
+// passive viewer), then, when o.Screen asks for it (ScreenAuto: the ring cannot replay what was
+// asked), it first reads a paint of the session's screen, then the ring's bytes from the offset
+// the paint stands for (AttachInfo.Offset, AttachInfo.Screen). Otherwise it reads from o.From
+// as Attach's viewer does.
+//
+// A paint is caught up to at least the output's end when the viewer declared its size (and so
+// From), whatever that takes (at most the ring and the screen's backlog), and beyond that to
+// the output's end within screenWait.
+// It may wait for the screen's lock and its catch-up: callers on a socket's read loop run it
+// on a goroutine of their own.
 func (r *Registry) AttachWith(id, owner string, o AttachOptions, wake func()) (*Viewer, AttachInfo, error) {
 	r.mu.Lock()
 	s, err := r.lookupLocked(id, owner)
@@ -227,36 +237,45 @@ func (r *Registry) AttachWith(id, owner string, o AttachOptions, wake func()) (*
 	if err != nil {
 		return nil, AttachInfo{}, fmt.Errorf("attach: %w", err)
 	}
-	if s.scr == nil || !s.paints(o) {
-		return r.attach(id, owner, o.From, wake, o.Passive)
-	}
 	sc := s.scr
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	for try := 0; ; try++ {
-		snap := s.paintLocked()
-		// The registry checks ownership and state again: the session may have closed while
-		// it was painted. Lock order: screen.mu, then Registry.mu, then Session.mu.
-		v, info, err := r.attach(id, owner, snap.Offset, wake, o.Passive)
-		if err != nil {
-			return nil, info, err
-		}
-		if info.Lost > 0 && try < 2 {
-			// The ring dropped bytes the paint does not stand for, between the paint and the
-			// subscription (a stream faster than the ring is long): paint again.
-			v.Close()
-			continue
-		}
-		s.mu.Lock()
-		v.paint = snap.Paint
-		s.mu.Unlock()
-		info.Screen, info.ScreenLost = len(snap.Paint), snap.Lost
-		if o.From >= 0 && o.From < snap.Offset {
-			// What the ring no longer held of what was asked; the paint stands for it.
-			info.Lost = max(info.Lost, min(snap.Offset, s.ringStart())-o.From)
-		}
+	paint := sc != nil && s.paints(o)
+	if paint {
+		// Lock order: screen.mu, then Registry.mu (the subscription checks ownership and the
+		// state again), then Session.resizeMu and Session.mu.
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+	}
+	v, info, err := r.attach(id, owner, o.From, wake, o.Passive)
+	if err != nil {
+		return nil, info, err
+	}
+	if o.Size != (Size{}) && !o.Passive {
+		// A failure is the session closing, which the viewer learns from its binding.
+		_, _ = v.Resize(o.Size.Cols, o.Size.Rows)
+	}
+	if !paint {
 		return v, info, nil
 	}
+	// The paint stands at least for the output up to here: the size just declared is in it.
+	s.mu.Lock()
+	least := max(o.From, s.ring.end)
+	s.mu.Unlock()
+	snap := s.paintLocked(least)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Nothing has read the viewer yet (its binding is not published): it starts over at the
+	// paint. Should the ring have dropped the paint's offset meanwhile (a stream faster than
+	// the ring is long), the viewer's first read reports those bytes as a gap.
+	v.next, v.start, v.paint = snap.Offset, snap.Offset, snap.Paint
+	info.Offset = snap.Offset
+	info.Screen, info.ScreenLost = len(snap.Paint), snap.Lost
+	info.ScreenCols, info.ScreenRows = snap.Cols, snap.Rows
+	info.Lost = 0
+	if o.From >= 0 {
+		// What the ring no longer held of what was asked; the paint stands for it.
+		info.Lost = max(min(snap.Offset, s.ring.start)-o.From, 0)
+	}
+	return v, info, nil
 }
 
 // Capture returns owner's session id's screen (Session.Capture): a session that is closing
@@ -269,6 +288,15 @@ func (r *Registry) Capture(id, owner string, ansi bool, scrollback int) (ScreenS
 		return ScreenSnapshot{}, fmt.Errorf("capture: %w", err)
 	}
 	return s.Capture(ansi, scrollback)
+}
+
+// WouldPaint reports whether an attach with o of owner's session id would start with a paint
+// (false for an id it does not know): a hint for where to run the attach, which decides again.
+func (r *Registry) WouldPaint(id, owner string, o AttachOptions) bool {
+	r.mu.Lock()
+	s, err := r.lookupLocked(id, owner)
+	r.mu.Unlock()
+	return err == nil && s.scr != nil && s.paints(o)
 }
 
 // paints reports whether an attach with o starts with a paint of the screen.

@@ -256,10 +256,17 @@ func (s *Session) Capture(ansi bool, scrollback int) (ScreenSnapshot, error) {
 	return snap, nil
 }
 
-// paintLocked catches the model up (within screenWait) and paints it, with the history the
-// session's options give. s.scr.mu must be held.
-func (s *Session) paintLocked() ScreenSnapshot {
+// paintLocked catches the model up to at least offset least (and the ring's start), then to
+// the output's end within screenWait, and paints it with the history the session's options
+// give. s.scr.mu must be held.
+func (s *Session) paintLocked(least int64) ScreenSnapshot {
 	sc := s.scr
+	s.mu.Lock()
+	least = max(least, s.ring.start)
+	s.mu.Unlock()
+	for sc.off < least { // bounded: the ring and the backlog
+		s.catchUpLocked(time.Time{}, int(min(least-sc.off, 1<<30)))
+	}
 	s.catchUpLocked(time.Now().Add(screenWait), 0)
 	cols, rows := sc.term.Size()
 	paint := sc.term.AppendSnapshot(nil, vt.SnapshotOptions{ScrollbackLines: s.opts.ScreenScrollback})

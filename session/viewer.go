@@ -19,6 +19,9 @@ type Viewer struct {
 
 	// guarded by s.mu:
 	next int64 // offset of the next byte to deliver
+	// start is where the viewer started (its attach's offset): a resume hold is never below it
+	// (bytes a client had in flight may be a paint's, which have no offsets).
+	start int64
 	// paint is what is left to deliver of the screen painted at the attach (screen.go), ahead
 	// of the ring's bytes from next; it has no offsets.
 	paint  []byte
@@ -158,6 +161,8 @@ type AttachInfo struct {
 	// paint), and ScreenLost the output bytes its screen never read (screen.go).
 	Screen     int
 	ScreenLost int64
+	// ScreenCols×ScreenRows is the size the paint is drawn for (a fresh terminal of it).
+	ScreenCols, ScreenRows int
 }
 
 // subscribeLocked adds a viewer. s.mu must be held.
@@ -178,7 +183,7 @@ func (s *Session) subscribeLocked(from int64, wake func(), passive bool) (*Viewe
 	if wake == nil {
 		wake = func() {}
 	}
-	v := &Viewer{s: s, wake: wake, next: info.Offset, passive: passive}
+	v := &Viewer{s: s, wake: wake, next: info.Offset, start: info.Offset, passive: passive}
 	s.viewers[v] = struct{}{}
 	s.opts.Instruments.Viewers.Add(context.Background(), 1)
 	s.unwatchedSince = timeZero
@@ -200,7 +205,7 @@ func (s *Session) unsubscribeLocked(v *Viewer, hold bool, unconfirmed int64) (re
 	v.closed = true
 	delete(s.viewers, v)
 	if hold && !v.passive {
-		s.holdLocked(max(v.next-unconfirmed, 0), v.next)
+		s.holdLocked(max(v.next-unconfirmed, v.start, 0), v.next)
 	}
 	s.opts.Instruments.Viewers.Add(context.Background(), -1)
 	if len(s.viewers) == 0 {

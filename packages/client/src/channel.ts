@@ -83,6 +83,8 @@ export class Channel {
   /** Bytes of the binding's paint of the screen still to arrive, and arrived: no offsets. */
   private paintLeft = 0;
   private paintGot = 0;
+  /** The attach result's size, applied once its paint (drawn at its own size) is through. */
+  private paintSize: { cols: number; rows: number } | null = null;
   /** @internal The attach's screen mode, which a re-attach keeps ('never' stays raw). */
   _screenMode: ScreenMode | undefined;
   private gapBytes = 0;
@@ -407,8 +409,14 @@ export class Channel {
     this.paintGot = 0;
     if (reattach && attach) this.emit({ t: 'reattached', result: attach });
     if (this.paintLeft > 0 && attach) {
-      // A paint stands for everything before `offset`: nothing is reported lost.
-      this.emit({ t: 'screen', bytes: this.paintLeft, cols: attach.cols, rows: attach.rows });
+      // A paint stands for everything before `offset`: nothing is reported lost. It is drawn
+      // at its own size; the result's size, if another, follows it (a size event).
+      const cols = attach.screenCols || attach.cols;
+      const rows = attach.screenRows || attach.rows;
+      this._cols = cols;
+      this._rows = rows;
+      this.paintSize = { cols: attach.cols, rows: attach.rows };
+      this.emit({ t: 'screen', bytes: this.paintLeft, cols, rows });
     } else {
       // Bytes the ring no longer held when `from` was older than the ring: `offset - from`
       // (= result.lost). They are already part of `offset`, so they are reported, not counted.
@@ -466,6 +474,11 @@ export class Channel {
       this.paintLeft -= k;
       this.paintGot += k;
       this.emit({ t: 'data', bytes: k === bytes.length ? bytes : bytes.subarray(0, k), replay: true });
+      if (this.paintLeft === 0 && this.paintSize) {
+        const z = this.paintSize;
+        this.paintSize = null;
+        this._size(z.cols, z.rows);
+      }
       if (k === bytes.length) return;
       bytes = bytes.subarray(k);
     }

@@ -151,6 +151,12 @@ export interface SessionAttachResult {
   screen?: number;
   /** Output bytes the session's screen never read (absent when 0: the paint is exact). */
   screenLost?: number;
+  /**
+   * The size the paint is drawn for (with a paint): a fresh terminal of it. When it differs
+   * from `cols`×`rows` (a size applied after the paint), resize to `cols`×`rows` after it.
+   */
+  screenCols?: number;
+  screenRows?: number;
 }
 
 export interface SessionCaptureParams {

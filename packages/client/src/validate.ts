@@ -105,6 +105,8 @@ export function checkResult(method: string, r: unknown): string | null {
       c.int(r, 'rows', 0, MAX_TERM, true);
       c.exit(r, 'exit');
       c.int(r, 'screen', 0, MAX_OFFSET, true);
+      c.int(r, 'screenCols', 0, MAX_TERM, true);
+      c.int(r, 'screenRows', 0, MAX_TERM, true);
       c.offset(r, 'screenLost', true);
       if (c.problem === null) {
         const end = r['end'] as number;
