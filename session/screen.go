@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,19 +132,21 @@ func (s *Session) keepForScreenLocked(n int) {
 	}
 	k := int(drop - from)
 	at := len(sc.backlog)
-	sc.backlog = append(sc.backlog, make([]byte, k)...)
+	sc.backlog = slices.Grow(sc.backlog, k)[:at+k]
 	r.copyOut(sc.backlog[at:], from)
-	if over := len(sc.backlog) - maxBacklog; over > 0 {
-		// The model is more than maxBacklog behind: the oldest bytes go, and it counts them
-		// as lost when it gets there.
+	if len(sc.backlog) > maxBacklog {
+		// The model is more than maxBacklog behind: the oldest bytes go, down to three
+		// quarters of the bound (so the move is paid once a quarter of it, not per chunk), and
+		// it counts them as lost when it gets there.
+		over := len(sc.backlog) - maxBacklog*3/4
 		sc.backlog = append(sc.backlog[:0], sc.backlog[over:]...)
 		sc.backlogOff += int64(over)
 	}
 }
 
 // screenReadLocked copies output from offset off for the model: from the backlog while off is
-// in it, else from the ring (readAt's results). It publishes the model's progress and trims
-// the backlog of what the model has copied. s.mu must be held.
+// in it, else from the ring (readAt's results). It publishes the model's progress and drops the
+// backlog once the model has copied all of it. s.mu must be held.
 func (s *Session) screenReadLocked(p []byte, off int64) (n int, lost int64, next int64) {
 	sc := s.scr
 	if end := sc.backlogOff + int64(len(sc.backlog)); len(sc.backlog) > 0 && off < end {

@@ -2,7 +2,9 @@ package session
 
 import (
 	"context"
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -286,5 +288,47 @@ func TestScreenResizeStormWhileStreaming(t *testing.T) {
 	s.scr.mu.Unlock()
 	if mem > 4<<20 {
 		t.Errorf("model holds %d bytes after the storm, want a bounded few", mem)
+	}
+}
+
+// TestScreenBacklogKeepsWhatTheRingDrops: a model that has not read output the ring drops reads
+// it later from its backlog, and loses nothing; only past maxBacklog does it lose, and then it
+// counts exactly what it lost.
+func TestScreenBacklogKeepsWhatTheRingDrops(t *testing.T) {
+	s := fakeSession(4096)
+	s.opts.feeder = &screenFeeder{running: true} // never fed behind the test's back
+	s.scr = newScreen(80, 24, s.opts)
+	var all []byte
+	for i := range 2000 { // 2000 lines, about 30 KiB through a 4 KiB ring
+		line := fmt.Appendf(nil, "line %05d of the log\r\n", i)
+		all = append(all, line...)
+		s.ingest(line)
+	}
+	if snap, err := s.Capture(false, 0); err != nil || snap.Lost != 0 || snap.Offset != int64(len(all)) {
+		t.Fatalf("capture: %+v, %v; want the whole output read, nothing lost", snap, err)
+	}
+	if g, w := screenText(s.scr.term), screenText(model(80, 24, all)); g != w {
+		t.Fatalf("screen from the backlog:\n%s\nwant:\n%s", g, w)
+	}
+	// Far behind: more than maxBacklog while the model reads nothing.
+	chunk := bytes.Repeat([]byte("x"), 4096)
+	var pushed int64
+	for pushed < maxBacklog+2<<20 {
+		s.ingest(chunk)
+		pushed += int64(len(chunk))
+	}
+	s.mu.Lock()
+	kept := int64(len(s.scr.backlog))
+	s.mu.Unlock()
+	if kept > maxBacklog {
+		t.Fatalf("backlog %d bytes, want at most %d", kept, maxBacklog)
+	}
+	snap, err := s.Capture(false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lost: what left the ring and the backlog before the model read it.
+	if want := pushed - kept - int64(s.ring.size()); snap.Lost != want {
+		t.Errorf("lost %d, want %d (pushed %d, backlog %d, ring %d)", snap.Lost, want, pushed, kept, s.ring.size())
 	}
 }
