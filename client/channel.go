@@ -44,11 +44,12 @@ type Channel struct {
 	// next is the offset of the next byte to arrive: what a reconnect resumes from, since the
 	// bytes received and not yet read are kept.
 	next int64
-	// paintIn and paintOut are the bytes of a paint of the screen (an attach's result.screen)
-	// still to arrive and still to be read: they have no offsets, so they advance neither next
-	// nor offset. screen is the attach's screen mode, which a resume keeps.
-	paintIn, paintOut int64
-	screen            string
+	// paintIn is the bytes of a paint of the screen (an attach's result.screen) still to
+	// arrive: they have no offsets, so they do not advance next, and their segments are marked
+	// (segment.paint) so that Read does not count them into offset. screen is the attach's
+	// screen mode, which a resume keeps.
+	paintIn int64
+	screen  string
 	// inflight counts bytes of the current binding received and not yet acknowledged: never
 	// more than the server's window, else the server ignored its window (ErrProtocol).
 	inflight int64
@@ -81,6 +82,7 @@ type segment struct {
 	data  []byte
 	buf   *[]byte
 	epoch int
+	paint bool // data is a paint of the screen: read, acknowledged, and no offsets
 }
 
 // segBufs recycles segments' buffers, each room for one output frame.
@@ -142,7 +144,7 @@ func (ch *Channel) bindAttach(from *int64, screen string) func(response) error {
 		ch.session, ch.pid, ch.on = res.Session, res.Pid, r.on
 		ch.offset, ch.next, ch.inflight = res.Offset, res.Offset, 0
 		ch.screen = screen
-		ch.paintIn, ch.paintOut = int64(res.Screen), int64(res.Screen)
+		ch.paintIn = int64(res.Screen)
 		ch.mu.Unlock()
 		ch.setSize(res.Cols, res.Rows)
 		if res.Exit != nil {
@@ -167,16 +169,17 @@ func (ch *Channel) bindResume(from int64) func(response) error {
 		ch.on = r.on
 		ch.epoch++
 		ch.unacked, ch.ackQueued, ch.inflight = 0, false, 0
-		if lost := res.Offset - from; lost > 0 {
-			ch.lost += lost
-			ch.segs = append(ch.segs, segment{gap: lost})
+		if skip := res.Offset - from; skip > 0 {
+			// Skipped to res.Offset: lost, unless a paint stands for those bytes.
+			if res.Screen == 0 {
+				ch.lost += skip
+			}
+			ch.segs = append(ch.segs, segment{gap: skip})
 			ch.cond.Broadcast()
 		}
 		ch.next = res.Offset
 		// A paint arrives before the bytes from res.Offset; one cut short by the drop is
 		// followed by this whole new one (resumable asked for it).
-		// The old paint's bytes that never arrived will not be read either.
-		ch.paintOut += int64(res.Screen) - ch.paintIn
 		ch.paintIn = int64(res.Screen)
 		ch.mu.Unlock()
 		if res.Exit != nil {
@@ -196,6 +199,15 @@ func (ch *Channel) resumable() (string, int64, string, bool) {
 		screen = proto.ScreenAlways
 	}
 	return ch.session, ch.next, screen, ch.session != "" && !ch.detaching && ch.endErr == nil
+}
+
+// PaintPending reports whether bytes of the binding's paint of the screen have yet to arrive: a
+// connection that drops then has delivered half a paint, and a resume should ask for a whole
+// one (proto.ScreenAlways) on a terminal it has reset.
+func (ch *Channel) PaintPending() bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.paintIn > 0
 }
 
 // Session returns the session id.
@@ -325,15 +337,11 @@ func (ch *Channel) push(p []byte, window int) error {
 		return violation("channel %d: output past offset 2^53", ch.ID)
 	}
 	ch.inflight += int64(len(p))
-	if n := len(ch.segs); n > 0 && ch.segs[n-1].gap == 0 && ch.segs[n-1].epoch == ch.epoch &&
-		cap(ch.segs[n-1].data)-len(ch.segs[n-1].data) >= len(p) {
-		ch.segs[n-1].data = append(ch.segs[n-1].data, p...) // room left in its buffer: no copy of the rest
-	} else {
-		ch.segs = append(ch.segs, newSegment(p, ch.epoch))
-	}
 	k := min(ch.paintIn, int64(len(p)))
 	ch.paintIn -= k
 	ch.next += int64(len(p)) - k
+	ch.appendData(p[:k], true)
+	ch.appendData(p[k:], false)
 	ch.cond.Broadcast()
 	f := ch.notify
 	ch.mu.Unlock()
@@ -341,6 +349,21 @@ func (ch *Channel) push(p []byte, window int) error {
 		f()
 	}
 	return nil
+}
+
+// appendData queues output p (a paint's, or not) after what is queued. ch.mu must be held.
+func (ch *Channel) appendData(p []byte, paint bool) {
+	if len(p) == 0 {
+		return
+	}
+	if n := len(ch.segs); n > 0 && ch.segs[n-1].gap == 0 && ch.segs[n-1].epoch == ch.epoch &&
+		ch.segs[n-1].paint == paint && cap(ch.segs[n-1].data)-len(ch.segs[n-1].data) >= len(p) {
+		ch.segs[n-1].data = append(ch.segs[n-1].data, p...) // room left in its buffer: no copy of the rest
+		return
+	}
+	seg := newSegment(p, ch.epoch)
+	seg.paint = paint
+	ch.segs = append(ch.segs, seg)
 }
 
 // gap records a session.gap of n bytes: at least 1, and not past MaxOffset.
@@ -483,11 +506,14 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 	// the next gap: what one segment held before segments were a frame's size each.
 	epoch := ch.segs[0].epoch
 	current := epoch == ch.epoch
-	n := 0
+	n, painted := 0, 0
 	for n < len(p) && len(ch.segs) > 0 && ch.segs[0].gap == 0 && ch.segs[0].epoch == epoch {
 		seg := &ch.segs[0]
 		m := copy(p[n:], seg.data)
 		n += m
+		if seg.paint {
+			painted += m
+		}
 		seg.data = seg.data[m:]
 		if len(seg.data) > 0 {
 			break // p is full
@@ -495,9 +521,7 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 		seg.drop()
 		ch.segs = ch.segs[1:]
 	}
-	k := min(ch.paintOut, int64(n))
-	ch.paintOut -= k
-	ch.offset += int64(n) - k
+	ch.offset += int64(n - painted)
 	if current && !ch.c.opts.ManualAck {
 		ch.unacked += n
 	}

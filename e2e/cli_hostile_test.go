@@ -70,8 +70,8 @@ func fakeGateway(t *testing.T, seen chan<- string, after func(ws *websocket.Conn
 	}, func() { close(release) })
 }
 
-// One session.gap of -1 bytes made exec spin at 100 % CPU, deaf to SIGTERM. Now it is a
-// protocol violation: exec ends at once, with 1 and the reason, and is not redialled.
+// One session.gap of -1 bytes is a protocol violation: exec ends at once (it neither spins
+// nor goes deaf to SIGTERM), with 1 and the reason, and is not redialled.
 func TestCLIExecHostileGapEnds(t *testing.T) {
 	url := fakeGateway(t, nil, func(ws *websocket.Conn) {
 		_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","method":"session.gap","params":{"channel":1,"lost":-1}}`))

@@ -26,7 +26,7 @@ func (c *conn) slow(id json.RawMessage, fn func()) bool {
 	case c.pending <- struct{}{}:
 	default:
 		c.replyErr(id, proto.ErrLimitExceeded("pendingRequests",
-			fmt.Sprintf("at most %d opens, kills and relayed requests in flight per socket", maxPending)))
+			fmt.Sprintf("at most %d opens, kills, captures and relayed requests in flight per socket", maxPending)))
 		return false
 	}
 	c.wg.Go(func() {
@@ -345,11 +345,18 @@ func (c *conn) handleCapture(req *proto.Request) {
 			return
 		}
 		m := snap.Modes
-		c.reply(req.ID, proto.CaptureResult{Session: p.Session, Offset: snap.Offset, Cols: snap.Cols,
+		msg := proto.MarshalResponse(req.ID, proto.CaptureResult{Session: p.Session, Offset: snap.Offset, Cols: snap.Cols,
 			Rows: snap.Rows, Format: p.Format, Lost: snap.Lost, Screen: string(snap.Paint),
 			Modes: proto.ScreenModes{AltScreen: m.AltScreen, AppCursor: m.AppCursor, AppKeypad: m.AppKeypad,
 				BracketedPaste: m.BracketedPaste, Mouse: m.MouseTracking, MouseEncoding: m.MouseEncoding,
-				FocusReporting: m.FocusReporting, CursorVisible: m.CursorVisible}})
+				FocusReporting: m.FocusReporting, CursorVisible: m.CursorVisible}}, nil)
+		if len(msg) > proto.MaxCaptureBytes {
+			// Within what every client reads (maxWireMessageBytes, and the clients' own bound).
+			c.replyErr(req.ID, proto.ErrLimitExceeded("captureBytes", fmt.Sprintf(
+				"the capture is %d bytes, more than %d: ask for fewer scrollback lines", len(msg), proto.MaxCaptureBytes)))
+			return
+		}
+		c.send(msg)
 	})
 }
 

@@ -412,6 +412,10 @@ const (
 // MaxCaptureScrollback bounds session.capture's scrollback.
 const MaxCaptureScrollback = 100000
 
+// MaxCaptureBytes bounds session.capture's answer (its JSON message): a larger one is refused
+// with limit_exceeded "captureBytes".
+const MaxCaptureBytes = 8 << 20
+
 // DetachParams are the params of session.detach.
 type DetachParams struct {
 	Channel uint32 `json:"channel"`

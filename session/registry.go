@@ -25,8 +25,9 @@ type Registry struct {
 	now  func() time.Time
 
 	// mu guards sessions, closed, the tombstones and echoGroups.
-	// Lock order: Registry.mu before Session.mu. Taking Session.mu alone is fine; taking
-	// Registry.mu while holding a Session.mu is a bug.
+	// Lock order: screen.mu before Registry.mu before Session.mu (a painted attach holds its
+	// session's screen.mu while it subscribes). Taking Session.mu alone is fine; taking
+	// Registry.mu while holding a Session.mu, or a screen.mu while holding either, is a bug.
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closed   bool                 // Shutdown began; Open refuses
@@ -285,9 +286,9 @@ func (r *Registry) Capture(id, owner string, ansi bool, scrollback int) (ScreenS
 	s, err := r.lookupLocked(id, owner)
 	r.mu.Unlock()
 	if err != nil {
-		return ScreenSnapshot{}, fmt.Errorf("capture: %w", err)
+		return ScreenSnapshot{}, fmt.Errorf("capture %s: %w", id, err)
 	}
-	return s.Capture(ansi, scrollback)
+	return s.Capture(ansi, scrollback) // its errors name the session
 }
 
 // WouldPaint reports whether an attach with o of owner's session id would start with a paint

@@ -67,7 +67,10 @@ func (s *localScreen) resized(w io.Writer, cols, rows int) error {
 	if !differs && !s.note {
 		return nil
 	}
-	b := []byte(clearSeq)
+	// The paint below assumes a fresh terminal: undo the session's modes (charsets, origin,
+	// insert, the alternate screen) first, then clear.
+	b := s.term.AppendRestore(nil)
+	b = append(b, clearSeq...)
 	b = s.term.AppendSnapshot(b, vt.SnapshotOptions{})
 	if differs && lr > rows {
 		// Below the session's rows: save the cursor, write the line, put the cursor back.

@@ -124,16 +124,16 @@ func (p *pump) run(ctx context.Context, c *client.Client, ch *client.Channel) {
 		if !p.send(ctx, event{kind: evLost}) {
 			return
 		}
-		from := ch.Offset()
+		from, cut := ch.Offset(), ch.PaintPending()
 		c.Close()
-		_, _, p.sizeGen = ch.SizeGen()
-		c, ch, err = p.reconnect(ctx, from)
+		c, ch, err = p.reconnect(ctx, from, cut)
 		if err != nil {
 			if ctx.Err() == nil {
 				p.send(ctx, event{kind: evEnd, err: err})
 			}
 			return
 		}
+		_, _, p.sizeGen = ch.SizeGen() // the new binding's size is drawn (a paint, or as it was)
 		if !p.send(ctx, event{kind: evBound, c: c, ch: ch}) {
 			c.Close()
 			return
@@ -180,12 +180,13 @@ func detachOnExit(ctx context.Context, ch *client.Channel) {
 	}
 }
 
-// reconnect dials again and attaches from, retrying with backoff for reconnectFor.
-func (p *pump) reconnect(ctx context.Context, from int64) (*client.Client, *client.Channel, error) {
+// reconnect dials again and attaches from, retrying with backoff for reconnectFor; with cut
+// (the drop cut a paint short) it asks for a whole paint.
+func (p *pump) reconnect(ctx context.Context, from int64, cut bool) (*client.Client, *client.Channel, error) {
 	deadline := time.Now().Add(reconnectFor)
 	backoff := 50 * time.Millisecond
 	for {
-		c, ch, err := p.attachOnce(ctx, from)
+		c, ch, err := p.attachOnce(ctx, from, cut)
 		if err == nil {
 			return c, ch, nil
 		}
@@ -213,7 +214,7 @@ func (p *pump) reconnect(ctx context.Context, from int64) (*client.Client, *clie
 	}
 }
 
-func (p *pump) attachOnce(ctx context.Context, from int64) (*client.Client, *client.Channel, error) {
+func (p *pump) attachOnce(ctx context.Context, from int64, cut bool) (*client.Client, *client.Channel, error) {
 	dctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	c, err := client.Dial(dctx, p.cfg.url, p.cfg.dialOptions())
@@ -223,7 +224,10 @@ func (p *pump) attachOnce(ctx context.Context, from int64) (*client.Client, *cli
 	// Byte for byte from where the output stopped, unless the ring has lost it: then a paint,
 	// for which the local terminal is cleared first. exec wants bytes only.
 	screen := proto.ScreenNever
-	if p.scr != nil {
+	switch {
+	case p.scr != nil && cut:
+		screen = proto.ScreenAlways // half a paint is on the terminal: a whole one, afresh
+	case p.scr != nil:
 		screen = proto.ScreenAuto
 	}
 	ch, res, err := c.AttachWith(dctx, p.id, client.AttachOptions{From: &from, Screen: screen})
