@@ -18,6 +18,7 @@ func (t *Terminal) printASCII(s []byte) {
 		l := rw.l
 		x := t.x
 		n := min(cols-x, len(s))
+		rw.touch(x + n) // before the loop below, which is faster with rw dead
 		if l[x].isTail() && x > 0 {
 			l[x-1] = t.pen.blank()
 		}
@@ -27,7 +28,6 @@ func (t *Terminal) printASCII(s []byte) {
 			dst[i] = cell{c: uint32(b) | a, fg: fg, bg: bg}
 		}
 		x += n
-		rw.touch(x)
 		s = s[n:]
 		if x == cols {
 			t.x, t.wrapPending = cols-1, true
@@ -83,6 +83,7 @@ func (t *Terminal) put(r rune) {
 	if t.modes.Insert {
 		insertCells(rw, x, w, t.pen.blank())
 	}
+	rw.touch(x + w)
 	if x > 0 && l[x].isTail() {
 		l[x-1] = t.pen.blank()
 	}
@@ -91,7 +92,6 @@ func (t *Terminal) put(r rune) {
 		l[x+1] = t.pen.cell(runeWideTail)
 	}
 	x += w
-	rw.touch(x)
 	if x < cols && l[x].isTail() {
 		l[x] = t.pen.blank()
 	}

@@ -74,34 +74,33 @@ func appendRow(dst []byte, l line) []byte {
 	}
 	var cur cell // the receiving terminal's rendition
 	for i := 0; i < end; {
-		// The common case, and all of a plain row: a run of ASCII characters in the current
-		// rendition, a byte each, written into room made once for the rest of the row.
-		dst = slices.Grow(dst, end-i)
-		k := len(dst)
-		run := dst[k : k+end-i]
-		n := 0
-		for ; i < end; i++ {
-			c := l[i]
-			r := c.c ^ cur.c // the rune if c has cur's attributes, else above runeMask
-			if r-1 >= utf8.RuneSelf-1 || (c.fg^cur.fg)|(c.bg^cur.bg) != 0 {
-				break
-			}
-			run[n] = byte(r)
-			n++
-		}
-		dst = dst[:k+n]
-		if i == end {
-			break
-		}
 		c := l[i]
 		r := c.c & runeMask
 		if r != 0 && c.c&attrMask == cur.c && c.fg == cur.fg && c.bg == cur.bg {
-			if r < utf8.RuneSelf {
-				dst = append(dst, byte(r))
-			} else if r != runeWideTail {
+			switch {
+			case r < utf8.RuneSelf:
+				// The common case, and all of a plain row: a run of ASCII characters in the
+				// current rendition, a byte each, written into room made once.
+				dst = slices.Grow(dst, end-i)
+				k := len(dst)
+				run := dst[k : k+end-i]
+				n := 0
+				for ; i < end; i++ {
+					c := l[i]
+					r := c.c ^ cur.c // the rune if c has cur's attributes, else above runeMask
+					if r-1 >= utf8.RuneSelf-1 || (c.fg^cur.fg)|(c.bg^cur.bg) != 0 {
+						break
+					}
+					run[n] = byte(r)
+					n++
+				}
+				dst = dst[:k+n]
+			case r != runeWideTail:
 				dst = utf8.AppendRune(dst, rune(r))
+				i++
+			default:
+				i++
 			}
-			i++
 			continue
 		}
 		if r == runeWideTail {
