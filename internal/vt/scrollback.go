@@ -79,22 +79,10 @@ func appendRow(dst []byte, l line) []byte {
 		if r != 0 && c.c&attrMask == cur.c && c.fg == cur.fg && c.bg == cur.bg {
 			switch {
 			case r < utf8.RuneSelf:
-				// The common case, and all of a plain row: a run of ASCII characters in the
-				// current rendition, a byte each, written into room made once.
-				dst = slices.Grow(dst, end-i)
-				k := len(dst)
-				run := dst[k : k+end-i]
-				n := 0
-				for ; i < end; i++ {
-					c := l[i]
-					r := c.c ^ cur.c // the rune if c has cur's attributes, else above runeMask
-					if r-1 >= utf8.RuneSelf-1 || (c.fg^cur.fg)|(c.bg^cur.bg) != 0 {
-						break
-					}
-					run[n] = byte(r)
-					n++
-				}
-				dst = dst[:k+n]
+				// The common case, and all of a plain row.
+				var n int
+				dst, n = appendASCII(dst, l[i:end], cur)
+				i += n
 			case r != runeWideTail:
 				dst = utf8.AppendRune(dst, rune(r))
 				i++
@@ -132,6 +120,24 @@ func appendRow(dst []byte, l line) []byte {
 		dst = append(dst, "\x1b[m"...)
 	}
 	return dst
+}
+
+// appendASCII appends the characters of the cells at l's start that hold an ASCII character
+// in rendition cur, a byte each, and returns how many cells it took. It makes room for all of
+// l at once, so that its loop (a function of its own to keep it in registers) only loads,
+// compares and stores.
+func appendASCII(dst []byte, l line, cur cell) ([]byte, int) {
+	dst = slices.Grow(dst, len(l))
+	k := len(dst)
+	run := dst[k : k+len(l)]
+	for n, c := range l {
+		r := c.c ^ cur.c // the rune if c has cur's attributes, else above runeMask
+		if r-1 >= utf8.RuneSelf-1 || (c.fg^cur.fg)|(c.bg^cur.bg) != 0 {
+			return dst[:k+n], n
+		}
+		run[n] = byte(r)
+	}
+	return dst[:k+len(l)], len(l)
 }
 
 // appendCSI appends CSI n f.
