@@ -21,7 +21,9 @@ func (s *scrollback) len() int { return s.n }
 // at returns row i, 0 the oldest.
 func (s *scrollback) at(i int) []byte { return s.buf[(s.start+i)%len(s.buf)] }
 
-// push appends a row, dropping the oldest if the ring is full.
+// push appends a row, dropping the oldest if the ring is full. Once the ring is full, a row
+// is serialized into the buffer of the row it drops, so pushing allocates nothing unless that
+// buffer is too small, or far too big to keep for this row.
 func (s *scrollback) push(l line) {
 	var slot *[]byte
 	switch {
