@@ -150,3 +150,4 @@ func BenchmarkWriteYesScrollback(b *testing.B) {
 func BenchmarkWriteSeqScrollback(b *testing.B) {
 	benchWrite(b, seqStream(100000), Options{ScrollbackLines: 1000})
 }
+func BenchmarkWriteSeq(b *testing.B) { benchWrite(b, seqStream(100000), Options{}) }

@@ -66,3 +66,33 @@ func (p pen) blank() cell { return cell{bg: p.bg} }
 
 // A line is one row's cells; nil is a row nothing has touched (all blank, default colours).
 type line []cell
+
+// A row is a line of a screen with its extent: ext bounds the columns that may hold anything,
+// so every cell at or past it is cell{}. It is an upper bound, not the exact extent: writing
+// a cell that is not cell{} raises it past that cell, erasing to the end with the default
+// rendition lowers it, and operations that move cells right (ICH, insert mode) raise it by
+// as many columns as they move them. Serializing a row (appendRow) and clearing it cost its
+// extent, not its width, so a short line in a wide terminal costs what it holds.
+type row struct {
+	l   line
+	ext int
+}
+
+// used returns the cells of r that may hold anything: l[:ext] (nil for an untouched row).
+func (r *row) used() line { return r.l[:r.ext] }
+
+// touch notes that the cells before x may now hold something.
+func (r *row) touch(x int) {
+	if x > r.ext {
+		r.ext = x
+	}
+}
+
+// lineRow returns a row of l, its extent measured.
+func lineRow(l line) row {
+	end := len(l)
+	for end > 0 && l[end-1] == (cell{}) {
+		end--
+	}
+	return row{l: l, ext: end}
+}

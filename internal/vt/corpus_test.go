@@ -55,7 +55,7 @@ func TestCorpus(t *testing.T) {
 
 func TestCorpusSpots(t *testing.T) {
 	last := func(term *Terminal) string {
-		return string(appendText(nil, *term.scr().row(term.rows - 1)))
+		return string(appendText(nil, term.scr().row(term.rows-1).l))
 	}
 	t.Run("vim", func(t *testing.T) {
 		term := replay(t, "testdata/corpus/vim.rec", Options{})

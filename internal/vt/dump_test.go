@@ -3,6 +3,7 @@ package vt
 import (
 	"fmt"
 	"strings"
+	"testing"
 )
 
 // dump is a canonical description of everything the model holds that a snapshot carries: two
@@ -12,7 +13,7 @@ func dump(t *Terminal) string {
 	var b strings.Builder
 	// A pending wrap over a cell nothing was printed in is one thing a snapshot cannot carry.
 	wrap := t.wrapPending
-	if l := *t.scr().row(t.y); l == nil || l[t.cols-1].r() == 0 {
+	if l := t.scr().row(t.y).l; l == nil || l[t.cols-1].r() == 0 {
 		wrap = false
 	}
 	fmt.Fprintf(&b, "size %dx%d cursor %d,%d wrap %v alt %v\n", t.cols, t.rows, t.x, t.y, wrap, t.altOn)
@@ -30,7 +31,7 @@ func dump(t *Terminal) string {
 		}
 		b.WriteByte('\n')
 		for y := range len(s.lines) {
-			l := *s.row(y)
+			l := s.row(y).l
 			if l == nil {
 				l = make(line, t.cols)
 			}
@@ -38,4 +39,24 @@ func dump(t *Terminal) string {
 		}
 	}
 	return b.String()
+}
+
+// checkExtents checks every row's extent: within the row, and nothing but cell{} past it.
+func checkExtents(t *testing.T, name string, term *Terminal) {
+	t.Helper()
+	for i, s := range []*screen{&term.main, &term.alt} {
+		for y := range len(s.lines) {
+			r := s.row(y)
+			if r.ext < 0 || r.ext > len(r.l) {
+				t.Errorf("%s: %s row %d: got extent %d, want it in [0, %d]", name, [...]string{"main", "alt"}[i], y, r.ext, len(r.l))
+				continue
+			}
+			for x := r.ext; x < len(r.l); x++ {
+				if r.l[x] != (cell{}) {
+					t.Errorf("%s: %s row %d: got cell %+v at column %d, past the extent %d", name, [...]string{"main", "alt"}[i], y, r.l[x], x, r.ext)
+					break
+				}
+			}
+		}
+	}
 }

@@ -53,22 +53,24 @@ func (t *Terminal) reverseIndex() {
 }
 
 // clearLine blanks a whole row with c, keeping its cells allocated (or none for a default
-// blank on a row never written).
-func (t *Terminal) clearLine(p *line, c cell) {
-	if *p == nil {
+// blank on a row never written). A default blank clears only the row's extent.
+func (t *Terminal) clearLine(p *row, c cell) {
+	if p.l == nil {
 		if c == (cell{}) {
 			return
 		}
-		*p = make(line, t.cols)
+		p.l = make(line, t.cols)
 	}
-	l := *p
 	if c == (cell{}) {
-		clear(l)
+		clear(p.used())
+		p.ext = 0
 		return
 	}
+	l := p.l
 	for i := range l {
 		l[i] = c
 	}
+	p.ext = len(l)
 }
 
 // scrollUp moves rows top+1..bot up by n, blanking n rows at the bottom. With toHistory and
@@ -87,7 +89,7 @@ func (t *Terminal) scrollUp(top, bot, n int, toHistory bool) {
 		for range n {
 			p := s.row(0)
 			if keep {
-				t.sb.push(*p)
+				t.sb.push(p.used())
 			}
 			s.head++
 			if s.head == len(s.lines) {
@@ -99,7 +101,7 @@ func (t *Terminal) scrollUp(top, bot, n int, toHistory bool) {
 	}
 	if keep {
 		for y := range n {
-			t.sb.push(*s.row(top + y))
+			t.sb.push(s.row(top + y).used())
 		}
 	}
 	t.rotate(s, top, bot, n)
@@ -202,14 +204,14 @@ func (t *Terminal) eraseDisplay(mode int) {
 func (t *Terminal) eraseLine(mode int) {
 	x := t.eraseX()
 	t.restrictCursor()
-	l := t.rowW(t.y)
+	r := t.rowW(t.y)
 	switch mode {
 	case 0:
-		eraseCells(l, x, t.cols, t.pen.blank())
+		eraseCells(r, x, t.cols, t.pen.blank())
 	case 1:
-		eraseCells(l, 0, x+1, t.pen.blank())
+		eraseCells(r, 0, x+1, t.pen.blank())
 	case 2:
-		eraseCells(l, 0, t.cols, t.pen.blank())
+		eraseCells(r, 0, t.cols, t.pen.blank())
 	}
 }
 
@@ -217,10 +219,11 @@ func (t *Terminal) eraseLine(mode int) {
 func (t *Terminal) decaln() {
 	c := t.pen.cell('E')
 	for y := 0; y < t.rows; y++ {
-		l := t.rowW(y)
-		for i := range l {
-			l[i] = c
+		r := t.rowW(y)
+		for i := range r.l {
+			r.l[i] = c
 		}
+		r.ext = len(r.l)
 	}
 	t.setCursor(0, 0)
 }
@@ -244,7 +247,7 @@ func (t *Terminal) setAlt(on bool) {
 		return
 	}
 	if on {
-		t.alt.lines = make([]line, t.rows)
+		t.alt.lines = make([]row, t.rows)
 		t.alt.head = 0
 		t.altOn = true
 		if b := t.pen.blank(); b != (cell{}) {

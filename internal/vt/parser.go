@@ -1,6 +1,9 @@
 package vt
 
-import "unicode/utf8"
+import (
+	"encoding/binary"
+	"unicode/utf8"
+)
 
 // The parser is Paul Williams' DEC ANSI parser (vt100.net/emu/dec_ansi_parser) with
 // xterm.js's transition table: it runs over code points, after UTF-8 decoding, so C1 controls
@@ -45,10 +48,7 @@ func (t *Terminal) Write(p []byte) (int, error) {
 		b := p[0]
 		if t.state == stGround {
 			if b >= 0x20 && b < 0x7f {
-				i := 1
-				for i < len(p) && p[i] >= 0x20 && p[i] < 0x7f {
-					i++
-				}
+				i := printableRun(p)
 				t.printASCII(p[:i])
 				p = p[i:]
 				continue
@@ -84,6 +84,36 @@ func (t *Terminal) Write(p []byte) (int, error) {
 	}
 	t.notePending(orig, seq)
 	return n, nil
+}
+
+// printableRun returns the length of the run of printable ASCII (0x20-0x7e) at p's start:
+// its first 8 bytes one at a time (short runs, like yes's or seq's lines, end there), then 8
+// bytes at a time while it can.
+func printableRun(p []byte) int {
+	const (
+		ones = 0x0101010101010101
+		high = 0x8080808080808080
+	)
+	i := 0
+	for n := min(len(p), 8); i < n; i++ {
+		if p[i] < 0x20 || p[i] >= 0x7f {
+			return i
+		}
+	}
+	for ; i+8 <= len(p); i += 8 {
+		// The lowest byte of v outside 0x20-0x7e sets its high bit in one of these (a byte
+		// below 0x20 in v-0x20…, 0x7f in v+1…, the rest in v); the bytes below it are in
+		// range, so no borrow or carry reaches it. Bytes past it may be wrong: the loop
+		// below finds where the run ends.
+		v := binary.LittleEndian.Uint64(p[i:])
+		if ((v-0x20*ones)|(v+ones)|v)&high != 0 {
+			break
+		}
+	}
+	for i < len(p) && p[i] >= 0x20 && p[i] < 0x7f {
+		i++
+	}
+	return i
 }
 
 // notePending keeps the raw bytes of the sequence left unfinished at the end of orig, the

@@ -14,9 +14,11 @@ func (t *Terminal) printASCII(s []byte) {
 		if t.wrapPending {
 			t.wrap()
 		}
-		l := t.rowW(t.y)
+		rw := t.rowW(t.y)
+		l := rw.l
 		x := t.x
 		n := min(cols-x, len(s))
+		rw.touch(x + n) // before the loop below, which is faster with rw dead
 		if l[x].isTail() && x > 0 {
 			l[x-1] = t.pen.blank()
 		}
@@ -67,14 +69,21 @@ func (t *Terminal) put(r rune) {
 		if !t.modes.Wraparound {
 			return // a wide character that does not fit is dropped
 		}
-		t.rowW(t.y)[cols-1] = t.pen.blank()
+		b := t.pen.blank()
+		rw := t.rowW(t.y)
+		rw.l[cols-1] = b
+		if b != (cell{}) {
+			rw.touch(cols)
+		}
 		t.wrap()
 	}
-	l := t.rowW(t.y)
+	rw := t.rowW(t.y)
+	l := rw.l
 	x := t.x
 	if t.modes.Insert {
-		insertCells(l, x, w, t.pen.blank())
+		insertCells(rw, x, w, t.pen.blank())
 	}
+	rw.touch(x + w)
 	if x > 0 && l[x].isTail() {
 		l[x-1] = t.pen.blank()
 	}
@@ -113,10 +122,13 @@ func (t *Terminal) repeat(n int) {
 	}
 }
 
-// insertCells shifts l[x:] right by n, dropping what passes the end, and blanks l[x:x+n].
-func insertCells(l line, x, n int, blank cell) {
+// insertCells shifts r's cells from x right by n, dropping what passes the end, and blanks
+// the n at x.
+func insertCells(r *row, x, n int, blank cell) {
+	l := r.l
 	cols := len(l)
 	n = min(n, cols-x)
+	r.ext = min(max(r.ext, x)+n, cols)
 	if x > 0 && l[x].isTail() {
 		l[x-1] = blank
 		l[x] = blank
@@ -130,10 +142,16 @@ func insertCells(l line, x, n int, blank cell) {
 	}
 }
 
-// deleteCells shifts l[x+n:] left by n, and blanks the n cells it frees at the end.
-func deleteCells(l line, x, n int, blank cell) {
+// deleteCells shifts r's cells from x+n left by n, and blanks the n cells it frees at the end.
+func deleteCells(r *row, x, n int, blank cell) {
+	l := r.l
 	cols := len(l)
 	n = min(n, cols-x)
+	if blank != (cell{}) {
+		r.ext = cols
+	} else if r.ext > x {
+		r.ext = max(r.ext-n, x)
+	}
 	if x > 0 && l[x].isTail() {
 		l[x-1] = blank
 	}
@@ -146,11 +164,18 @@ func deleteCells(l line, x, n int, blank cell) {
 	}
 }
 
-// eraseCells blanks l[from:to], and the other half of a wide character it cuts.
-func eraseCells(l line, from, to int, blank cell) {
+// eraseCells blanks r's cells from:to, and the other half of a wide character it cuts.
+func eraseCells(r *row, from, to int, blank cell) {
+	l := r.l
 	to = min(to, len(l))
 	if from >= to {
 		return
+	}
+	switch {
+	case blank != (cell{}):
+		r.touch(to)
+	case to >= r.ext:
+		r.ext = min(r.ext, from)
 	}
 	if from > 0 && l[from].isTail() {
 		l[from-1] = blank

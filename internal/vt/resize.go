@@ -14,8 +14,8 @@ func (t *Terminal) Resize(cols, rows int) {
 	if cols != oldCols {
 		for _, s := range []*screen{&t.main, &t.alt} {
 			s.linearize()
-			for i, l := range s.lines {
-				s.lines[i] = resizeLine(l, cols)
+			for i, r := range s.lines {
+				s.lines[i] = resizeRow(r, cols)
 			}
 			s.resizeTabs(cols)
 		}
@@ -49,22 +49,17 @@ func (t *Terminal) Resize(cols, rows int) {
 	t.tmp = nil
 }
 
-// resizeLine returns l cut or extended to cols cells.
-func resizeLine(l line, cols int) line {
-	if l == nil {
-		return nil
-	}
-	if cols > len(l) {
-		n := make(line, cols)
-		copy(n, l)
-		return n
+// resizeRow returns r cut or extended to cols cells.
+func resizeRow(r row, cols int) row {
+	if r.l == nil {
+		return row{}
 	}
 	n := make(line, cols)
-	copy(n, l)
-	if n[cols-1].isWideHead() {
+	copy(n, r.used())
+	if cols <= len(r.l) && n[cols-1].isWideHead() {
 		n[cols-1] = cell{bg: n[cols-1].bg}
 	}
-	return n
+	return row{l: n, ext: min(r.ext, cols)}
 }
 
 // resizeRows changes s to rows rows; cy is the cursor's row, and it returns where that row is
@@ -79,10 +74,10 @@ func (t *Terminal) resizeRows(s *screen, rows, cy int, history bool) int {
 	for len(lines) < rows {
 		if history && t.sb.len() > 0 && cy == len(lines)-1 {
 			l := decodeRow(t.sb.pop(), t.cols)
-			lines = append([]line{l}, lines...)
+			lines = append([]row{lineRow(l)}, lines...)
 			cy++
 		} else {
-			lines = append(lines, nil)
+			lines = append(lines, row{})
 		}
 	}
 	for len(lines) > rows {
@@ -91,12 +86,12 @@ func (t *Terminal) resizeRows(s *screen, rows, cy int, history bool) int {
 			continue
 		}
 		if history && t.sb.max > 0 {
-			t.sb.push(lines[0])
+			t.sb.push(lines[0].used())
 		}
 		lines = lines[1:]
 		cy--
 	}
-	s.lines = append([]line(nil), lines...)
+	s.lines = append([]row(nil), lines...)
 	s.head = 0
 	return min(max(cy, 0), rows-1)
 }

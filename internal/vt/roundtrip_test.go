@@ -12,6 +12,7 @@ import (
 // and checks the two are the same, and that the copy's snapshot is the same bytes.
 func checkRoundTrip(t *testing.T, name string, a *Terminal) {
 	t.Helper()
+	checkExtents(t, name, a)
 	so := SnapshotOptions{ScrollbackLines: a.sbMax}
 	s1 := a.AppendSnapshot(nil, so)
 	if !utf8.Valid(s1) {
@@ -19,6 +20,7 @@ func checkRoundTrip(t *testing.T, name string, a *Terminal) {
 	}
 	b := New(a.cols, a.rows, Options{ScrollbackLines: a.sbMax})
 	b.Write(s1)
+	checkExtents(t, name+" (copy)", b)
 	if got, want := dump(b), dump(a); got != want {
 		t.Errorf("%s: the snapshot's terminal differs:\n%s\nsnapshot %q", name, diffLines(got, want), s1)
 		return

@@ -1,6 +1,7 @@
 package vt
 
 import (
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -20,7 +21,9 @@ func (s *scrollback) len() int { return s.n }
 // at returns row i, 0 the oldest.
 func (s *scrollback) at(i int) []byte { return s.buf[(s.start+i)%len(s.buf)] }
 
-// push appends a row, dropping the oldest if the ring is full.
+// push appends a row, dropping the oldest if the ring is full. Once the ring is full, a row
+// is serialized into the buffer of the row it drops, so pushing allocates nothing unless that
+// buffer is too small, or far too big to keep for this row.
 func (s *scrollback) push(l line) {
 	var slot *[]byte
 	switch {
@@ -76,12 +79,18 @@ func appendRow(dst []byte, l line) []byte {
 		c := l[i]
 		r := c.c & runeMask
 		if r != 0 && c.c&attrMask == cur.c && c.fg == cur.fg && c.bg == cur.bg {
-			if r < utf8.RuneSelf {
-				dst = append(dst, byte(r))
-			} else if r != runeWideTail {
+			switch {
+			case r < utf8.RuneSelf:
+				// The common case, and all of a plain row.
+				var n int
+				dst, n = appendASCII(dst, l[i:end], cur)
+				i += n
+			case r != runeWideTail:
 				dst = utf8.AppendRune(dst, rune(r))
+				i++
+			default:
+				i++
 			}
-			i++
 			continue
 		}
 		if r == runeWideTail {
@@ -113,6 +122,24 @@ func appendRow(dst []byte, l line) []byte {
 		dst = append(dst, "\x1b[m"...)
 	}
 	return dst
+}
+
+// appendASCII appends the characters of the cells at l's start that hold an ASCII character
+// in rendition cur, a byte each, and returns how many cells it took. It makes room for all of
+// l at once, so that its loop (a function of its own to keep it in registers) only loads,
+// compares and stores.
+func appendASCII(dst []byte, l line, cur cell) ([]byte, int) {
+	dst = slices.Grow(dst, len(l))
+	k := len(dst)
+	run := dst[k : k+len(l)]
+	for n, c := range l {
+		r := c.c ^ cur.c // the rune if c has cur's attributes, else above runeMask
+		if r-1 >= utf8.RuneSelf-1 || (c.fg^cur.fg)|(c.bg^cur.bg) != 0 {
+			return dst[:k+n], n
+		}
+		run[n] = byte(r)
+	}
+	return dst[:k+len(l)], len(l)
 }
 
 // appendCSI appends CSI n f.

@@ -74,7 +74,7 @@ func (t *Terminal) AppendSnapshot(dst []byte, o SnapshotOptions) []byte {
 		dst = append(dst, "\x1b[?6h"...)
 		y -= t.scr().top
 	}
-	if l := *t.scr().row(t.y); t.wrapPending && l != nil && l[t.cols-1].r() != 0 {
+	if l := t.scr().row(t.y).l; t.wrapPending && l != nil && l[t.cols-1].r() != 0 {
 		x := t.cols - 1
 		if l[x].isTail() {
 			x--
@@ -96,14 +96,14 @@ func (t *Terminal) AppendSnapshot(dst []byte, o SnapshotOptions) []byte {
 // their defaults.
 func (t *Terminal) appendScreen(dst []byte, s *screen) []byte {
 	for y := range len(s.lines) {
-		l := *s.row(y)
-		if l == nil {
+		r := s.row(y)
+		if r.l == nil {
 			continue
 		}
 		n := len(dst)
 		dst = appendCUP(dst, y, 0)
 		m := len(dst)
-		if dst = appendRow(dst, l); len(dst) == m {
+		if dst = appendRow(dst, r.used()); len(dst) == m {
 			dst = dst[:n]
 		}
 	}
@@ -196,7 +196,7 @@ func (t *Terminal) AppendText(dst []byte, o SnapshotOptions) []byte {
 	}
 	s := t.scr()
 	for y := range t.rows {
-		dst = appendText(dst, *s.row(y))
+		dst = appendText(dst, s.row(y).used())
 	}
 	return dst
 }

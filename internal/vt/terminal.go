@@ -61,7 +61,7 @@ type charsets struct {
 // whole screen moves no cells, its scroll region, tab stops and saved cursor (all per buffer,
 // as in xterm.js).
 type screen struct {
-	lines    []line // the ring of rows; row y is lines[(head+y)%len(lines)]
+	lines    []row // the ring of rows; row y is lines[(head+y)%len(lines)]
 	head     int
 	top, bot int       // scroll region, inclusive
 	tabs     *tabStops // nil: a stop every 8 columns
@@ -102,7 +102,7 @@ type Terminal struct {
 	modes       Modes
 	title       string
 	sb          scrollback
-	tmp         []line // scratch for scrolling
+	tmp         []row // scratch for scrolling
 }
 
 // New returns a terminal of cols x rows (clamped to [MinCols, MaxCols] x [MinRows, MaxRows]),
@@ -122,7 +122,7 @@ func clampSize(cols, rows int) (int, int) {
 func (t *Terminal) reset() {
 	t.state, t.un, t.osc, t.oscBig = stGround, 0, nil, false
 	t.pend = nil
-	t.main = screen{lines: make([]line, t.rows), bot: t.rows - 1}
+	t.main = screen{lines: make([]row, t.rows), bot: t.rows - 1}
 	t.alt = screen{bot: t.rows - 1}
 	t.altOn = false
 	t.x, t.y, t.wrapPending = 0, 0, false
@@ -156,11 +156,11 @@ func (t *Terminal) Title() string { return t.title }
 // MemBytes returns the approximate heap bytes the terminal holds: the struct, the rows' cells,
 // the scrollback and the parser's buffers.
 func (t *Terminal) MemBytes() int {
-	n := int(unsafe.Sizeof(*t)) + cap(t.osc) + len(t.title) + cap(t.tmp)*int(unsafe.Sizeof(line(nil)))
+	n := int(unsafe.Sizeof(*t)) + cap(t.osc) + len(t.title) + cap(t.tmp)*int(unsafe.Sizeof(row{}))
 	for _, s := range []*screen{&t.main, &t.alt} {
-		n += cap(s.lines) * int(unsafe.Sizeof(line(nil)))
-		for _, l := range s.lines {
-			n += cap(l) * int(unsafe.Sizeof(cell{}))
+		n += cap(s.lines) * int(unsafe.Sizeof(row{}))
+		for _, r := range s.lines {
+			n += cap(r.l) * int(unsafe.Sizeof(cell{}))
 		}
 		if s.tabs != nil {
 			n += int(unsafe.Sizeof(*s.tabs))
@@ -177,8 +177,8 @@ func (t *Terminal) scr() *screen {
 	return &t.main
 }
 
-// row returns a pointer to row y of s (which may hold a nil line).
-func (s *screen) row(y int) *line {
+// row returns a pointer to row y of s (whose line may be nil).
+func (s *screen) row(y int) *row {
 	i := s.head + y
 	if i >= len(s.lines) {
 		i -= len(s.lines)
@@ -186,13 +186,14 @@ func (s *screen) row(y int) *line {
 	return &s.lines[i]
 }
 
-// rowW returns row y of the active buffer, allocated for writing.
-func (t *Terminal) rowW(y int) line {
-	p := t.scr().row(y)
-	if *p == nil {
-		*p = make(line, t.cols)
+// rowW returns row y of the active buffer, its line allocated for writing. A writer that
+// leaves a cell other than cell{} raises the row's extent past it (row.touch).
+func (t *Terminal) rowW(y int) *row {
+	r := t.scr().row(y)
+	if r.l == nil {
+		r.l = make(line, t.cols)
 	}
-	return *p
+	return r
 }
 
 // linearize makes s's ring start at index 0.
@@ -200,7 +201,7 @@ func (s *screen) linearize() {
 	if s.head == 0 {
 		return
 	}
-	n := make([]line, len(s.lines))
+	n := make([]row, len(s.lines))
 	for y := range n {
 		n[y] = *s.row(y)
 	}
