@@ -18,7 +18,7 @@ const testTTL = 600 * time.Millisecond
 
 func startServer(t *testing.T) *Embedded {
 	t.Helper()
-	e, err := StartEmbedded(EmbeddedConfig{Name: "nats0", ClientListen: "127.0.0.1:0", StoreDir: t.TempDir()})
+	e, err := StartEmbedded(context.Background(), EmbeddedConfig{Name: "nats0", ClientListen: "127.0.0.1:0", StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("embedded: %v", err)
 	}
