@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/muxterm/muxterm/client"
 	"github.com/muxterm/muxterm/internal/testutil"
+	"github.com/muxterm/muxterm/internal/testutil/rawmux"
 	"github.com/muxterm/muxterm/proto"
 )
 
@@ -238,6 +240,7 @@ func TestClusterRelaysAcrossNodes(t *testing.T) {
 	if _, err := cbob.Kill(ctx, id); kindOf(t, err) != proto.KindUnknownSession {
 		t.Fatalf("bob killing alice's session through b: got %v, want unknown_session", err)
 	}
+	sameAsRandom(t, b, tc.bob, id)
 
 	// Credit end to end: a session on a that prints without end, a raw client on b that
 	// never acknowledges.
@@ -339,8 +342,9 @@ func firstDiff(a, b []byte) int {
 }
 
 // TestClusterNodeLoss: SIGKILL of node a closes b's relayed channels to it with node_lost
-// within the TTL, a reattach to a's session gets the same reason, c's own sessions go on; a
-// restarted a sweeps its stale entries from the directory.
+// within the TTL, a reattach to a's session gets the same reason (another principal gets what a
+// random id gets), c's own sessions go on; a restarted a sweeps its stale entries from the
+// directory.
 func TestClusterNodeLoss(t *testing.T) {
 	tc := startCluster(t, "a", "b", "c")
 	a, b, c := tc.nodes["a"], tc.nodes["b"], tc.nodes["c"]
@@ -375,6 +379,9 @@ func TestClusterNodeLoss(t *testing.T) {
 		rpcErr(t, err).Data["reason"] != "node_lost" {
 		t.Fatalf("reattach to a lost session through b: got %v, want session_closed node_lost", err)
 	}
+	// To another principal the lost node's session does not exist: attach, lease and kill through
+	// b answer exactly what a random id gets, not node_lost.
+	sameAsRandom(t, b, tc.bob, sa.Session())
 	gone := waitListed(t, cb, sa.Session(), "", 2*clusterTTL)
 	t.Logf("a's session dropped from b's list %v after the kill", time.Since(killed))
 	_ = gone
@@ -631,5 +638,32 @@ func TestClusterPartitionHeals(t *testing.T) {
 	}
 	if got := catEchoes(ctx, t, again, "healed"); !strings.Contains(got, "healed") {
 		t.Fatalf("echo after the partition healed: got %q", got)
+	}
+}
+
+var rpcID = regexp.MustCompile(`^\{"jsonrpc":"2.0","id":\d+,`)
+
+// sameAsRandom checks that session.attach, session.lease and session.kill of id through g, as the
+// principal of token, answer byte for byte what a random id gets (each id blanked).
+func sameAsRandom(t *testing.T, g *gateway, token, id string) {
+	t.Helper()
+	rc := rawmux.Dial(t, g.WS, http.Header{"Authorization": {"Bearer " + token}})
+	defer rc.Close()
+	blank := func(b []byte, id string) string {
+		return rpcID.ReplaceAllString(strings.ReplaceAll(string(b), id, "<session>"), `{"jsonrpc":"2.0","id":0,`)
+	}
+	fake := randomSessionID()
+	for _, m := range []struct {
+		method string
+		params func(id string) map[string]any
+	}{
+		{"session.attach", func(id string) map[string]any { return map[string]any{"channel": 1, "session": id} }},
+		{"session.lease", func(id string) map[string]any { return map[string]any{"session": id, "ttl_ms": 60000} }},
+		{"session.kill", func(id string) map[string]any { return map[string]any{"session": id} }},
+	} {
+		got, want := blank(rc.Call(m.method, m.params(id)), id), blank(rc.Call(m.method, m.params(fake)), fake)
+		if got != want {
+			t.Errorf("%s of another principal's session: got %s, want exactly what a random id gets: %s", m.method, got, want)
+		}
 	}
 }
