@@ -26,7 +26,7 @@ func (n *Node) List(principal string) []proto.SessionInfo {
 		if e.Principal != principal || e.Node == n.cfg.Name {
 			continue
 		}
-		if _, ok := n.aliveLocked(e.Node); ok {
+		if _, ok := n.aliveLocked(e.Node); ok && n.currentLocked(e) {
 			es = append(es, e)
 		}
 	}
@@ -57,7 +57,11 @@ func (n *Node) owner(ctx context.Context, principal, id string) (node, url strin
 	for {
 		n.mu.Lock()
 		url, alive := n.aliveLocked(e.Node)
+		current := n.currentLocked(e)
 		n.mu.Unlock()
+		if !current {
+			return "", "", mux.ErrNotRemote // died with an earlier run of its node
+		}
 		if !alive {
 			return "", "", proto.ErrSessionClosed(id, ReasonNodeLost)
 		}
@@ -143,7 +147,9 @@ func (n *Node) Open(ctx context.Context, principal string, p proto.OpenParams, n
 	n.mu.Lock()
 	counts := make(map[string]int, len(n.peers))
 	for _, e := range n.entries {
-		counts[e.Node]++
+		if n.currentLocked(e) {
+			counts[e.Node]++
+		}
 	}
 	for name, pr := range n.peers {
 		c := counts[name]

@@ -112,10 +112,18 @@ func startClusterWith(t *testing.T, extra map[string][]string, names ...string) 
 // restart starts node name again with the same arguments (ports, store).
 func (tc *testCluster) restart(name string) *gateway {
 	tc.t.Helper()
-	g, l := spawnGateway(tc.t, tc.alice, []string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, tc.args[name]...)
+	g, l := tc.respawn(name)
 	g.awaitListening(l, 60*time.Second)
-	tc.nodes[name] = g
 	return g
+}
+
+// respawn starts node name again with the same arguments and returns at once, with the channel
+// of its listening line.
+func (tc *testCluster) respawn(name string) (*gateway, <-chan string) {
+	tc.t.Helper()
+	g, l := spawnGateway(tc.t, tc.alice, []string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, tc.args[name]...)
+	tc.nodes[name] = g
+	return g, l
 }
 
 // listed returns the node of session id in c's list, or "" when absent.
@@ -391,8 +399,26 @@ func TestClusterNodeLoss(t *testing.T) {
 		t.Fatalf("c's session after a died: got %q", got)
 	}
 
-	// a comes back: its stale entry is swept; what it opens now is listed again.
-	a2 := tc.restart("a")
+	// a comes back: its stale entry is swept; what it opens now is listed again. b never lists
+	// the dead session, not even while a heartbeats before its sweep (its directory can take
+	// seconds to come back).
+	a2, up := tc.respawn("a")
+	polls := 0
+	for listening := false; !listening; polls++ {
+		select {
+		case base := <-up:
+			a2.Base, a2.WS = base, "ws"+strings.TrimPrefix(base, "http")+"/ws"
+			listening = true
+		case <-a2.exited:
+			t.Fatalf("restarted a exited: %v\n%s", a2.err, a2.Logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if n := listed(t, cb, sa.Session()); n != "" {
+			t.Fatalf("b lists a's dead session (on %q) while a restarts", n)
+		}
+	}
+	t.Logf("b's list polled %d times while a restarted (a waited for its directory: %v)", polls,
+		strings.Contains(a2.Logs(), "directory bucket not ready"))
 	ca2 := dialAs(t, a2, tc.alice)
 	fresh := catSession(ctx, t, ca2)
 	t.Logf("restarted a's new session listed on b after %v", waitListed(t, cb, fresh.Session(), "a", 30*time.Second))
