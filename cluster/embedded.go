@@ -56,7 +56,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 			return nil, fmt.Errorf("cluster listen (routes): %w", err)
 		}
 		opts.Cluster = server.ClusterOpts{Name: "muxterm", Host: rh, Port: randomIfZero(rp)}
-		opts.Routes = server.RoutesFromStr(strings.Join(withSelf(routes, rh, rp), ","))
+		opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -81,26 +81,6 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		}
 	}
 	return &Embedded{s: s}, nil
-}
-
-// withSelf adds this server's own route URL to routes unless it is there. JetStream sizes its
-// meta group, on a first start, from the routes configured: with only the other servers'
-// routes it expects one server fewer than the cluster has (two of three: quorum 2 of 2), and
-// the group's leader places a stream only on the peers it has admitted so far. With its own
-// route every server expects them all, as nats-server's documentation configures a cluster;
-// the server recognizes the route to itself and drops it. A route port chosen at random (0)
-// is not known yet and cannot be added.
-func withSelf(routes []string, host string, port int) []string {
-	if port == 0 {
-		return routes
-	}
-	self := net.JoinHostPort(host, strconv.Itoa(port))
-	for _, r := range routes {
-		if strings.TrimPrefix(strings.TrimPrefix(r, "nats-route://"), "nats://") == self {
-			return routes
-		}
-	}
-	return append(routes, "nats-route://"+self)
 }
 
 func splitRoutes(s string) []string {
@@ -168,13 +148,4 @@ func hostPort(hp string) (string, int, error) {
 		return "", 0, fmt.Errorf("%q: bad port", hp)
 	}
 	return h, n, nil
-}
-
-// metaSize is the cluster size the server's JetStream meta group expects (0: not clustered).
-func (e *Embedded) metaSize() int {
-	info, err := e.s.Jsz(nil)
-	if err != nil || info.Meta == nil {
-		return 0
-	}
-	return info.Meta.Size
 }

@@ -39,7 +39,7 @@ func (c *clusterConfig) register(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.url, "cluster", "", "join the NATS (JetStream) cluster at this `url` (nats://host:port, comma-separated for several)")
 	fs.BoolVar(&c.embedded, "cluster-embedded", false, "run a NATS server with JetStream inside this gateway and join the cluster through it")
-	fs.Var(&c.routes, "cluster-routes", "route `url` of another node's embedded NATS server, nats-route://host:port (repeatable, or comma-separated; name every other node)")
+	fs.Var(&c.routes, "cluster-routes", "route `url` of another node's embedded NATS server, nats-route://host:port (repeatable, or comma-separated)")
 	fs.StringVar(&c.listen, "cluster-listen", "127.0.0.1:4222,127.0.0.1:6222", "the embedded NATS server's client and route `addresses` (host:port,host:port; the route address only with --cluster-routes)")
 	fs.StringVar(&c.store, "cluster-store", "", "`directory` of the embedded server's JetStream data")
 	fs.StringVar(&c.node, "node-name", sanitizeNode(host), "this node's `name` in the cluster (A-Z a-z 0-9 _ -, unique)")
