@@ -5,6 +5,7 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -95,4 +96,33 @@ func TestClusterSIGTERMDuringStart(t *testing.T) {
 			t.Logf("exited %v after SIGTERM (%v)", took.Round(time.Millisecond), g.err)
 		})
 	}
+}
+
+// TestClusterRoutePortTaken: a node whose route port another socket holds exits at once, saying
+// which port and why, instead of waiting for a listener that never comes (the two other nodes of
+// its cluster could then never place the directory's three replicas, and said only that).
+func TestClusterRoutePortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	tok, ctok := newToken(), newToken()
+	g, l := spawnGateway(t, tok, []string{"MUXTERM_CLUSTER_TOKEN=" + ctok}, "--token", tok,
+		"--cluster-embedded", "--node-name", "b", "--cluster-listen", fmt.Sprintf("127.0.0.1:0,127.0.0.1:%d", port),
+		"--cluster-routes", fmt.Sprintf("nats-route://127.0.0.1:%d", freePort(t)), "--cluster-store", t.TempDir())
+	start := time.Now()
+	select {
+	case <-g.exited:
+	case <-l:
+		t.Fatalf("listening with its route port taken:\n%s", g.Logs())
+	case <-time.After(5 * time.Second):
+		t.Fatalf("still starting 5s later with its route port taken:\n%s", g.Logs())
+	}
+	want := fmt.Sprintf("muxterm: embedded nats: Error listening on router port: %d - listen tcp 127.0.0.1:%d: bind: address already in use", port, port)
+	if g.err == nil || !strings.Contains(g.Logs(), want) {
+		t.Fatalf("exit %v after %v, want status 1 and %q in:\n%s", g.err, time.Since(start), want, g.Logs())
+	}
+	t.Logf("exited after %v: %s", time.Since(start).Round(time.Millisecond), want)
 }

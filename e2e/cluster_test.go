@@ -23,6 +23,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/freeport"
 	"github.com/muxterm/muxterm/internal/testutil"
 	"github.com/muxterm/muxterm/internal/testutil/rawmux"
 	"github.com/muxterm/muxterm/proto"
@@ -46,15 +47,18 @@ type testCluster struct {
 	nodes  map[string]*gateway
 }
 
-// freePort returns a loopback port nothing listens on now.
+// freePort returns a loopback port nothing listens on now, for a server started later on it.
+// It lies outside the kernel's ephemeral range (freeport.Port): a port the kernel handed out
+// could be handed again to another socket on the machine (any outgoing connection's source
+// port) before the server binds it, and a node that cannot bind its route port leaves the other
+// two unable to place the directory's three replicas.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func startCluster(t *testing.T, names ...string) *testCluster {
