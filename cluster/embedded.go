@@ -23,8 +23,8 @@ type EmbeddedConfig struct {
 	Routes string
 	// StoreDir holds JetStream's data; a restarted node finds its state there.
 	StoreDir string
-	// Logger receives the server's log at debug level (its fatal error at error level); nil:
-	// none.
+	// Logger receives the server's notices, warnings and errors at debug level (its fatal
+	// error at error level; its own debug log is not asked for: raft chatter); nil: none.
 	Logger *slog.Logger
 }
 
@@ -63,8 +63,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	fatal := make(chan string, 1)
-	debug := cfg.Logger != nil && cfg.Logger.Enabled(context.Background(), slog.LevelDebug)
-	s.SetLogger(&natsLogger{log: cfg.Logger, fatal: fatal}, debug, false)
+	s.SetLogger(&natsLogger{log: cfg.Logger, fatal: fatal}, false, false)
 	go s.Start()
 	// Each check waits up to readyPoll: ctx and a fatal error are seen within it.
 	for !s.ReadyForConnections(readyPoll) {
@@ -102,9 +101,9 @@ func (e *Embedded) Shutdown() {
 	e.s.WaitForShutdown()
 }
 
-// natsLogger passes the embedded server's log to the gateway's at debug level, and its fatal
-// error (after which the server does not start: JetStream refused its configuration, a port
-// in use) to StartEmbedded.
+// natsLogger passes the embedded server's notices, warnings and errors to the gateway's log at
+// debug level, and its fatal error (after which the server does not start: JetStream refused its
+// configuration, a port in use) to StartEmbedded.
 type natsLogger struct {
 	log   *slog.Logger // nil: none
 	once  sync.Once
@@ -113,14 +112,14 @@ type natsLogger struct {
 
 func (l *natsLogger) debug(level, format string, v ...any) {
 	if l.log != nil && l.log.Enabled(context.Background(), slog.LevelDebug) {
-		l.log.Debug("embedded nats: "+fmt.Sprintf(format, v...), "level", level)
+		l.log.Debug("embedded nats: "+fmt.Sprintf(format, v...), "nats_level", level)
 	}
 }
 
 func (l *natsLogger) Noticef(format string, v ...any) { l.debug("info", format, v...) }
 func (l *natsLogger) Warnf(format string, v ...any)   { l.debug("warn", format, v...) }
 func (l *natsLogger) Errorf(format string, v ...any)  { l.debug("error", format, v...) }
-func (l *natsLogger) Debugf(format string, v ...any)  { l.debug("debug", format, v...) }
+func (l *natsLogger) Debugf(string, ...any)           {}
 func (l *natsLogger) Tracef(string, ...any)           {}
 func (l *natsLogger) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
