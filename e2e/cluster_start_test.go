@@ -27,9 +27,10 @@ func TestClusterSingleEmbeddedNode(t *testing.T) {
 	start := time.Now()
 	g.awaitListening(l, 20*time.Second)
 	t.Logf("a single embedded node listening after %v", time.Since(start))
-	if !strings.Contains(g.Logs(), "cluster joined") {
-		t.Fatalf("no 'cluster joined' in the log:\n%s", g.Logs())
-	}
+	// Logged on stderr before the listening line on stdout; the two pipes are read apart.
+	testutil.WaitFor(t, 5*time.Second, "'cluster joined' in the log", func() bool {
+		return strings.Contains(g.Logs(), "cluster joined")
+	})
 	c := dialAs(t, g, tok)
 	ctx := ctxT(t, 20*time.Second)
 	s := catSession(ctx, t, c)
