@@ -101,6 +101,9 @@ type Entry struct {
 	Name      string    `json:"name"`
 	Created   time.Time `json:"created"`
 	State     string    `json:"state"` // "running"
+	// Boot is the owner's boot id when it wrote the entry: an entry of an earlier boot is a
+	// session that died with that run, whatever the sweep has not deleted yet.
+	Boot string `json:"boot,omitempty"`
 }
 
 // peer is what this node knows of another node.
@@ -428,7 +431,7 @@ func (n *Node) publish(e session.Event) error {
 		}
 		return nil
 	}
-	b, _ := json.Marshal(Entry{Node: n.cfg.Name, Principal: e.Owner, Name: e.Name, Created: e.Created.UTC(), State: "running"})
+	b, _ := json.Marshal(Entry{Node: n.cfg.Name, Principal: e.Owner, Name: e.Name, Created: e.Created.UTC(), State: "running", Boot: n.boot})
 	if _, err := n.dir.Put(ctx, key, b); err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}

@@ -18,7 +18,7 @@ const testTTL = 600 * time.Millisecond
 
 func startServer(t *testing.T) *Embedded {
 	t.Helper()
-	e, err := StartEmbedded(EmbeddedConfig{Name: "nats0", ClientListen: "127.0.0.1:0", StoreDir: t.TempDir()})
+	e, err := StartEmbedded(context.Background(), EmbeddedConfig{Name: "nats0", ClientListen: "127.0.0.1:0", StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("embedded: %v", err)
 	}
@@ -93,8 +93,11 @@ func TestDirectory(t *testing.T) {
 	if took > testTTL+testTTL/2 {
 		t.Errorf("loss detected after %v, want within about the TTL %v", took, testTTL)
 	}
-	if _, _, err := b.owner(context.Background(), id1); !isClosed(err, ReasonNodeLost) {
+	if _, _, err := b.owner(context.Background(), "alice", id1); !isClosed(err, ReasonNodeLost) {
 		t.Fatalf("owner of a lost node's session: got %v, want session_closed node_lost", err)
+	}
+	if _, _, err := b.owner(context.Background(), "bob", id1); !errors.Is(err, mux.ErrNotRemote) {
+		t.Fatalf("owner of a lost node's session asked by another principal: got %v, want not remote (as a random id)", err)
 	}
 	if n := len(b.Entries()); n != 1 {
 		t.Fatalf("b's directory: got %d entries, want a's stale one until a comes back", n)
@@ -102,7 +105,7 @@ func TestDirectory(t *testing.T) {
 	a2 := startNode(t, e, "a")
 	defer a2.Close()
 	waitFor(t, "stale entry swept", 5*time.Second, func() bool { return len(b.Entries()) == 0 })
-	if _, _, err := b.owner(context.Background(), id1); !errors.Is(err, mux.ErrNotRemote) {
+	if _, _, err := b.owner(context.Background(), "alice", id1); !errors.Is(err, mux.ErrNotRemote) {
 		t.Fatalf("owner after the sweep: got %v, want not remote", err)
 	}
 }

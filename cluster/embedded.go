@@ -1,10 +1,13 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -13,21 +16,29 @@ import (
 // EmbeddedConfig configures the NATS server a gateway runs with --cluster-embedded.
 type EmbeddedConfig struct {
 	Name string // the server's name: the node's
-	// ClientListen and RouteListen are host:port (port 0: any free one).
+	// ClientListen and RouteListen are host:port (port 0: any free one). RouteListen is used
+	// only with Routes: a server without routes is a cluster of one and listens for none.
 	ClientListen, RouteListen string
 	// Routes are the other servers' route URLs (nats-route://host:port, comma-separated).
 	Routes string
 	// StoreDir holds JetStream's data; a restarted node finds its state there.
 	StoreDir string
+	// Logger receives the server's notices, warnings and errors at debug level (its fatal
+	// error at error level; its own debug log is not asked for: raft chatter); nil: none.
+	Logger *slog.Logger
 }
+
+// readyPoll is how long one check of the server's listeners waits (ReadyForConnections).
+const readyPoll = 25 * time.Millisecond
 
 // Embedded is a NATS server with JetStream inside the gateway.
 type Embedded struct {
 	s *server.Server
 }
 
-// StartEmbedded starts the server and waits until it accepts clients.
-func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+// StartEmbedded starts the server and waits until it accepts clients. It returns early, with
+// the server shut down, when ctx ends or the server stops by itself (its fatal error).
+func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	ch, cp, err := hostPort(cfg.ClientListen)
 	if err != nil {
 		return nil, fmt.Errorf("cluster listen (client): %w", err)
@@ -35,28 +46,50 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	opts := &server.Options{
 		ServerName: cfg.Name, Host: ch, Port: randomIfZero(cp),
 		JetStream: true, StoreDir: cfg.StoreDir,
-		NoLog: true, NoSigs: true,
+		NoSigs: true,
 	}
-	if cfg.RouteListen != "" {
+	if routes := splitRoutes(cfg.Routes); len(routes) > 0 {
+		// JetStream refuses a cluster block without routes ("JetStream cluster requires
+		// configured routes"), so a lone server has none.
 		rh, rp, err := hostPort(cfg.RouteListen)
 		if err != nil {
 			return nil, fmt.Errorf("cluster listen (routes): %w", err)
 		}
 		opts.Cluster = server.ClusterOpts{Name: "muxterm", Host: rh, Port: randomIfZero(rp)}
-	}
-	if r := strings.TrimSpace(cfg.Routes); r != "" {
-		opts.Routes = server.RoutesFromStr(r)
+		opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
+	fatal := make(chan string, 1)
+	s.SetLogger(&natsLogger{log: cfg.Logger, fatal: fatal}, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded nats: not ready within 10s (client %s, routes %s)", cfg.ClientListen, cfg.RouteListen)
+	// Each check waits up to readyPoll: ctx and a fatal error are seen within it.
+	for !s.ReadyForConnections(readyPoll) {
+		select {
+		case msg := <-fatal:
+			s.Shutdown()
+			s.WaitForShutdown()
+			return nil, fmt.Errorf("embedded nats: %s", msg)
+		case <-ctx.Done():
+			s.Shutdown()
+			s.WaitForShutdown()
+			return nil, fmt.Errorf("embedded nats: not ready (client %s, routes %s): %w", cfg.ClientListen, cfg.RouteListen, ctx.Err())
+		default:
+		}
 	}
 	return &Embedded{s: s}, nil
+}
+
+func splitRoutes(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // ClientURL is where the gateway's own NATS client connects.
@@ -66,6 +99,34 @@ func (e *Embedded) ClientURL() string { return e.s.ClientURL() }
 func (e *Embedded) Shutdown() {
 	e.s.Shutdown()
 	e.s.WaitForShutdown()
+}
+
+// natsLogger passes the embedded server's notices, warnings and errors to the gateway's log at
+// debug level, and its fatal error (after which the server does not start: JetStream refused its
+// configuration, a port in use) to StartEmbedded.
+type natsLogger struct {
+	log   *slog.Logger // nil: none
+	once  sync.Once
+	fatal chan<- string // capacity 1: the first fatal error
+}
+
+func (l *natsLogger) debug(level, format string, v ...any) {
+	if l.log != nil && l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug("embedded nats: "+fmt.Sprintf(format, v...), "nats_level", level)
+	}
+}
+
+func (l *natsLogger) Noticef(format string, v ...any) { l.debug("info", format, v...) }
+func (l *natsLogger) Warnf(format string, v ...any)   { l.debug("warn", format, v...) }
+func (l *natsLogger) Errorf(format string, v ...any)  { l.debug("error", format, v...) }
+func (l *natsLogger) Debugf(string, ...any)           {}
+func (l *natsLogger) Tracef(string, ...any)           {}
+func (l *natsLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if l.log != nil {
+		l.log.Error("embedded nats: " + msg)
+	}
+	l.once.Do(func() { l.fatal <- msg })
 }
 
 // randomIfZero: NATS reads port 0 as its default port and -1 as any free one.

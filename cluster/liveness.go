@@ -113,6 +113,16 @@ func (n *Node) relaysOfLocked(node string) []*relay {
 	return out
 }
 
+// currentLocked reports whether e was written by its node's current run, as far as this node
+// knows: an entry of an earlier boot than the node's latest heartbeat names is a session that
+// died with that run, listed by no one and answered as no session, even before the restarted
+// node's sweep deletes it (its heartbeat starts before the sweep). An entry without a boot, or of
+// a node not heard from yet, counts as current.
+func (n *Node) currentLocked(e Entry) bool {
+	p := n.peers[e.Node]
+	return p == nil || p.boot == "" || e.Boot == "" || e.Boot == p.boot
+}
+
 // aliveLocked reports whether node is alive: heard within the TTL, or, never heard, named by
 // the directory less than a TTL after this node started (its heartbeat may not have come yet).
 func (n *Node) aliveLocked(node string) (url string, ok bool) {

@@ -26,7 +26,7 @@ func (n *Node) List(principal string) []proto.SessionInfo {
 		if e.Principal != principal || e.Node == n.cfg.Name {
 			continue
 		}
-		if _, ok := n.aliveLocked(e.Node); ok {
+		if _, ok := n.aliveLocked(e.Node); ok && n.currentLocked(e) {
 			es = append(es, e)
 		}
 	}
@@ -40,11 +40,14 @@ func (n *Node) List(principal string) []proto.SessionInfo {
 	return out
 }
 
-// owner finds the live node that owns id and its URL. A session of a lost node is
-// session_closed {reason: node_lost}; one the directory does not know is mux.ErrNotRemote.
-func (n *Node) owner(ctx context.Context, id string) (node, url string, err error) {
+// owner finds the live node that owns principal's session id and its URL. Whether principal may
+// know the session exists is decided first: another principal's session, live or not, is
+// mux.ErrNotRemote, as is one the directory does not know (the caller answers unknown_session,
+// what a random id gets). Only then is a session of a lost node session_closed {reason:
+// node_lost}.
+func (n *Node) owner(ctx context.Context, principal, id string) (node, url string, err error) {
 	e, ok := n.lookup(ctx, id)
-	if !ok || e.Node == n.cfg.Name {
+	if !ok || e.Principal != principal || e.Node == n.cfg.Name {
 		return "", "", mux.ErrNotRemote
 	}
 	// A node named by the directory but not heard from yet (this node just started) is waited
@@ -54,7 +57,11 @@ func (n *Node) owner(ctx context.Context, id string) (node, url string, err erro
 	for {
 		n.mu.Lock()
 		url, alive := n.aliveLocked(e.Node)
+		current := n.currentLocked(e)
 		n.mu.Unlock()
+		if !current {
+			return "", "", mux.ErrNotRemote // died with an earlier run of its node
+		}
 		if !alive {
 			return "", "", proto.ErrSessionClosed(id, ReasonNodeLost)
 		}
@@ -90,7 +97,7 @@ func (n *Node) dial(ctx context.Context, url, principal string, readOnly bool, o
 
 // Attach implements mux.Remote: a relay bound to the owner's session.
 func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p proto.AttachParams, notify func()) (mux.Relay, proto.AttachResult, error) {
-	node, url, err := n.owner(ctx, p.Session)
+	node, url, err := n.owner(ctx, principal, p.Session)
 	if err != nil {
 		return nil, proto.AttachResult{}, err
 	}
@@ -140,7 +147,9 @@ func (n *Node) Open(ctx context.Context, principal string, p proto.OpenParams, n
 	n.mu.Lock()
 	counts := make(map[string]int, len(n.peers))
 	for _, e := range n.entries {
-		counts[e.Node]++
+		if n.currentLocked(e) {
+			counts[e.Node]++
+		}
 	}
 	for name, pr := range n.peers {
 		c := counts[name]
@@ -171,7 +180,7 @@ func (n *Node) Open(ctx context.Context, principal string, p proto.OpenParams, n
 
 // Kill implements mux.Remote.
 func (n *Node) Kill(ctx context.Context, principal, id string) (proto.KillResult, error) {
-	node, url, err := n.owner(ctx, id)
+	node, url, err := n.owner(ctx, principal, id)
 	if err != nil {
 		return proto.KillResult{}, err
 	}
@@ -185,7 +194,7 @@ func (n *Node) Kill(ctx context.Context, principal, id string) (proto.KillResult
 
 // Lease implements mux.Remote: the lease is taken on the owner, where the reaper runs.
 func (n *Node) Lease(ctx context.Context, principal, id string, ttlMs int64) (proto.LeaseResult, error) {
-	node, url, err := n.owner(ctx, id)
+	node, url, err := n.owner(ctx, principal, id)
 	if err != nil {
 		return proto.LeaseResult{}, err
 	}

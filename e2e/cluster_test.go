@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -22,7 +23,9 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/freeport"
 	"github.com/muxterm/muxterm/internal/testutil"
+	"github.com/muxterm/muxterm/internal/testutil/rawmux"
 	"github.com/muxterm/muxterm/proto"
 )
 
@@ -44,15 +47,18 @@ type testCluster struct {
 	nodes  map[string]*gateway
 }
 
-// freePort returns a loopback port nothing listens on now.
+// freePort returns a loopback port nothing listens on now, for a server started later on it.
+// It lies outside the kernel's ephemeral range (freeport.Port): a port the kernel handed out
+// could be handed again to another socket on the machine (any outgoing connection's source
+// port) before the server binds it, and a node that cannot bind its route port leaves the other
+// two unable to place the directory's three replicas.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func startCluster(t *testing.T, names ...string) *testCluster {
@@ -110,10 +116,18 @@ func startClusterWith(t *testing.T, extra map[string][]string, names ...string) 
 // restart starts node name again with the same arguments (ports, store).
 func (tc *testCluster) restart(name string) *gateway {
 	tc.t.Helper()
-	g, l := spawnGateway(tc.t, tc.alice, []string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, tc.args[name]...)
+	g, l := tc.respawn(name)
 	g.awaitListening(l, 60*time.Second)
-	tc.nodes[name] = g
 	return g
+}
+
+// respawn starts node name again with the same arguments and returns at once, with the channel
+// of its listening line.
+func (tc *testCluster) respawn(name string) (*gateway, <-chan string) {
+	tc.t.Helper()
+	g, l := spawnGateway(tc.t, tc.alice, []string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, tc.args[name]...)
+	tc.nodes[name] = g
+	return g, l
 }
 
 // listed returns the node of session id in c's list, or "" when absent.
@@ -238,6 +252,7 @@ func TestClusterRelaysAcrossNodes(t *testing.T) {
 	if _, err := cbob.Kill(ctx, id); kindOf(t, err) != proto.KindUnknownSession {
 		t.Fatalf("bob killing alice's session through b: got %v, want unknown_session", err)
 	}
+	sameAsRandom(t, b, tc.bob, id)
 
 	// Credit end to end: a session on a that prints without end, a raw client on b that
 	// never acknowledges.
@@ -339,8 +354,9 @@ func firstDiff(a, b []byte) int {
 }
 
 // TestClusterNodeLoss: SIGKILL of node a closes b's relayed channels to it with node_lost
-// within the TTL, a reattach to a's session gets the same reason, c's own sessions go on; a
-// restarted a sweeps its stale entries from the directory.
+// within the TTL, a reattach to a's session gets the same reason (another principal gets what a
+// random id gets), c's own sessions go on; a restarted a sweeps its stale entries from the
+// directory.
 func TestClusterNodeLoss(t *testing.T) {
 	tc := startCluster(t, "a", "b", "c")
 	a, b, c := tc.nodes["a"], tc.nodes["b"], tc.nodes["c"]
@@ -375,6 +391,9 @@ func TestClusterNodeLoss(t *testing.T) {
 		rpcErr(t, err).Data["reason"] != "node_lost" {
 		t.Fatalf("reattach to a lost session through b: got %v, want session_closed node_lost", err)
 	}
+	// To another principal the lost node's session does not exist: attach, lease and kill through
+	// b answer exactly what a random id gets, not node_lost.
+	sameAsRandom(t, b, tc.bob, sa.Session())
 	gone := waitListed(t, cb, sa.Session(), "", 2*clusterTTL)
 	t.Logf("a's session dropped from b's list %v after the kill", time.Since(killed))
 	_ = gone
@@ -384,8 +403,26 @@ func TestClusterNodeLoss(t *testing.T) {
 		t.Fatalf("c's session after a died: got %q", got)
 	}
 
-	// a comes back: its stale entry is swept; what it opens now is listed again.
-	a2 := tc.restart("a")
+	// a comes back: its stale entry is swept; what it opens now is listed again. b never lists
+	// the dead session, not even while a heartbeats before its sweep (its directory can take
+	// seconds to come back).
+	a2, up := tc.respawn("a")
+	polls := 0
+	for listening := false; !listening; polls++ {
+		select {
+		case base := <-up:
+			a2.Base, a2.WS = base, "ws"+strings.TrimPrefix(base, "http")+"/ws"
+			listening = true
+		case <-a2.exited:
+			t.Fatalf("restarted a exited: %v\n%s", a2.err, a2.Logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if n := listed(t, cb, sa.Session()); n != "" {
+			t.Fatalf("b lists a's dead session (on %q) while a restarts", n)
+		}
+	}
+	t.Logf("b's list polled %d times while a restarted (a waited for its directory: %v)", polls,
+		strings.Contains(a2.Logs(), "directory bucket not ready"))
 	ca2 := dialAs(t, a2, tc.alice)
 	fresh := catSession(ctx, t, ca2)
 	t.Logf("restarted a's new session listed on b after %v", waitListed(t, cb, fresh.Session(), "a", 30*time.Second))
@@ -631,5 +668,32 @@ func TestClusterPartitionHeals(t *testing.T) {
 	}
 	if got := catEchoes(ctx, t, again, "healed"); !strings.Contains(got, "healed") {
 		t.Fatalf("echo after the partition healed: got %q", got)
+	}
+}
+
+var rpcID = regexp.MustCompile(`^\{"jsonrpc":"2.0","id":\d+,`)
+
+// sameAsRandom checks that session.attach, session.lease and session.kill of id through g, as the
+// principal of token, answer byte for byte what a random id gets (each id blanked).
+func sameAsRandom(t *testing.T, g *gateway, token, id string) {
+	t.Helper()
+	rc := rawmux.Dial(t, g.WS, http.Header{"Authorization": {"Bearer " + token}})
+	defer rc.Close()
+	blank := func(b []byte, id string) string {
+		return rpcID.ReplaceAllString(strings.ReplaceAll(string(b), id, "<session>"), `{"jsonrpc":"2.0","id":0,`)
+	}
+	fake := randomSessionID()
+	for _, m := range []struct {
+		method string
+		params func(id string) map[string]any
+	}{
+		{"session.attach", func(id string) map[string]any { return map[string]any{"channel": 1, "session": id} }},
+		{"session.lease", func(id string) map[string]any { return map[string]any{"session": id, "ttl_ms": 60000} }},
+		{"session.kill", func(id string) map[string]any { return map[string]any{"session": id} }},
+	} {
+		got, want := blank(rc.Call(m.method, m.params(id)), id), blank(rc.Call(m.method, m.params(fake)), fake)
+		if got != want {
+			t.Errorf("%s of another principal's session: got %s, want exactly what a random id gets: %s", m.method, got, want)
+		}
 	}
 }

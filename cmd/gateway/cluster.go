@@ -40,7 +40,7 @@ func (c *clusterConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "cluster", "", "join the NATS (JetStream) cluster at this `url` (nats://host:port, comma-separated for several)")
 	fs.BoolVar(&c.embedded, "cluster-embedded", false, "run a NATS server with JetStream inside this gateway and join the cluster through it")
 	fs.Var(&c.routes, "cluster-routes", "route `url` of another node's embedded NATS server, nats-route://host:port (repeatable, or comma-separated)")
-	fs.StringVar(&c.listen, "cluster-listen", "127.0.0.1:4222,127.0.0.1:6222", "the embedded NATS server's client and route `addresses` (host:port,host:port)")
+	fs.StringVar(&c.listen, "cluster-listen", "127.0.0.1:4222,127.0.0.1:6222", "the embedded NATS server's client and route `addresses` (host:port,host:port; the route address only with --cluster-routes)")
 	fs.StringVar(&c.store, "cluster-store", "", "`directory` of the embedded server's JetStream data")
 	fs.StringVar(&c.node, "node-name", sanitizeNode(host), "this node's `name` in the cluster (A-Z a-z 0-9 _ -, unique)")
 	fs.StringVar(&c.nodeURL, "node-url", "", "`url` at which other nodes reach this node's /ws")
@@ -165,7 +165,8 @@ func (c *clusterConfig) newNode(addr string, tls bool, sessions func() int, log 
 
 // start runs the embedded server if asked, then starts node. ho, an upgrade in place's
 // handover (nil without one): its sessions keep their directory entries through the start.
-func (c *clusterConfig) start(ctx context.Context, node *cluster.Node, ho *upgradeState) (*joined, error) {
+// ctx ends the start at any moment (a signal), with what it started stopped.
+func (c *clusterConfig) start(ctx context.Context, node *cluster.Node, ho *upgradeState, log *slog.Logger) (*joined, error) {
 	j := &joined{node: node}
 	if ho != nil && ho.Sessions != nil {
 		ids := make([]string, 0, len(ho.Sessions.Sessions))
@@ -189,8 +190,8 @@ func (c *clusterConfig) start(ctx context.Context, node *cluster.Node, ho *upgra
 				}
 			}
 		}
-		emb, err := cluster.StartEmbedded(cluster.EmbeddedConfig{Name: c.node, ClientListen: strings.TrimSpace(client),
-			RouteListen: strings.TrimSpace(route), Routes: strings.Join(routes, ","), StoreDir: store})
+		emb, err := cluster.StartEmbedded(ctx, cluster.EmbeddedConfig{Name: c.node, ClientListen: strings.TrimSpace(client),
+			RouteListen: strings.TrimSpace(route), Routes: strings.Join(routes, ","), StoreDir: store, Logger: log})
 		if err != nil {
 			return nil, err
 		}

@@ -107,6 +107,9 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 			}
 			return
 		}
+		if isBool(f) {
+			v = boolWord(v)
+		}
 		if err := f.Value.Set(v); err != nil && envErr == nil {
 			envErr = fmt.Errorf("%s: %w", name, err)
 		}
@@ -160,6 +163,24 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	return c, nil
 }
 
+// isBool reports whether f is a switch (--metrics, not --metrics=x).
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// boolWord reads on and off, the words --help shows for a switch's default, as true and false;
+// anything else goes to strconv.ParseBool as is.
+func boolWord(v string) string {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "on":
+		return "true"
+	case "off":
+		return "false"
+	}
+	return v
+}
+
 // envName is a flag's environment twin: --idle-grace is MUXTERM_IDLE_GRACE.
 func envName(flagName string) string {
 	return "MUXTERM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
@@ -182,8 +203,10 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 			def = d
 		}
 		switch {
-		case arg == "" && def == "false": // a bool
+		case isBool(f) && def == "false":
 			def = "off"
+		case isBool(f) && def == "true":
+			def = "on"
 		case def == "":
 			def = "none"
 		}

@@ -181,8 +181,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var clusterToken, nodeName string
 	if node != nil {
 		clusterToken, nodeName = c.cl.token, c.cl.node
-		if cl, err = c.cl.start(ctx, node, ho); err != nil {
+		if cl, err = c.cl.start(ctx, node, ho, log); err != nil {
 			ln.Close()
+			if ctx.Err() != nil {
+				// SIGTERM or SIGINT while the cluster formed: a stop like any other.
+				log.Info("stopped while joining the cluster", "err", err)
+				return nil
+			}
 			return err
 		}
 		// On an early return; a graceful shutdown closes it below, within its deadline.

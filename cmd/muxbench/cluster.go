@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/freeport"
 )
 
 // The cluster section (docs/scaling.md): three gateway processes, each with an embedded NATS
@@ -132,14 +132,9 @@ func (bc *benchCluster) stop() {
 	_ = os.RemoveAll(bc.store)
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a route port for a node started later: outside the kernel's ephemeral range, so
+// that no other socket takes it meanwhile (freeport.Port).
+func freePort() (int, error) { return freeport.Port() }
 
 // listedOn reports the node c's list names for id ("" when absent).
 func listedOn(ctx context.Context, c *client.Client, id string) (string, error) {
