@@ -106,21 +106,36 @@ func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p pr
 	if err != nil {
 		return nil, proto.AttachResult{}, n.dialErr(node, p.Session, err)
 	}
-	ch, res, err := c.Attach(ctx, p.Session, p.From)
+	// The owner paints (or not) as the client asked, at the size it declares; the relay's own
+	// re-attaches stay a byte stream (a paint would reach the client unannounced).
+	o := client.AttachOptions{From: p.From, Screen: p.Screen, ResumeScreen: proto.ScreenNever}
+	if !readOnly {
+		o.Cols, o.Rows = p.Cols, p.Rows
+	}
+	ch, res, err := c.AttachWith(ctx, p.Session, o)
 	if err != nil {
 		c.Close()
 		return nil, res, err // the owner's error, e.g. unknown_session for another principal
-	}
-	if p.Cols > 0 && !readOnly {
-		if rerr := ch.Resize(ctx, p.Cols, p.Rows); rerr == nil {
-			res.Cols, res.Rows = p.Cols, p.Rows
-		}
 	}
 	rl, err := n.startRelay(r, node, p.Session, c, ch)
 	if err != nil {
 		return nil, res, err
 	}
 	return rl, res, nil
+}
+
+// Capture implements mux.Remote: the owner holds the screen.
+func (n *Node) Capture(ctx context.Context, principal string, readOnly bool, p proto.CaptureParams) (proto.CaptureResult, error) {
+	node, url, err := n.owner(ctx, principal, p.Session)
+	if err != nil {
+		return proto.CaptureResult{}, err
+	}
+	c, err := n.dial(ctx, url, principal, readOnly, nil)
+	if err != nil {
+		return proto.CaptureResult{}, n.dialErr(node, p.Session, err)
+	}
+	defer c.Close()
+	return c.Capture(ctx, p.Session, client.CaptureOptions{ANSI: p.Format == proto.CaptureANSI, Scrollback: p.Scrollback})
 }
 
 // dialErr: an owner that cannot be reached is reported as lost; one whose TLS certificate this

@@ -260,3 +260,48 @@ func TestScreenCrossesAnUpgrade(t *testing.T) {
 		t.Errorf("painted by the new image:\n%s\n%+v\nwant:\n%s\n%+v", g, got.Modes(), w, want.Modes())
 	}
 }
+
+// TestClusterRelayPaintsTheScreen: an attach relayed to the node that owns the session gets the
+// owner's paint of the screen (the relay carries the mode and the size), and session.capture
+// through either node reads the owner's screen.
+func TestClusterRelayPaintsTheScreen(t *testing.T) {
+	small := []string{"--scrollback", "64KiB"}
+	tc := startClusterWith(t, map[string][]string{"a": small, "b": small, "c": small}, "a", "b", "c")
+	ctx := ctxT(t, 90*time.Second)
+	id, want := watchAll(ctx, t, tc.nodes["a"], fullScreenProgram)
+	ca := dialAs(t, tc.nodes["a"], tc.alice)
+	owner := listed(t, ca, id)
+	other := "a"
+	if owner == "a" {
+		other = "b"
+	}
+	c := dialAs(t, tc.nodes[other], tc.alice)
+	waitListed(t, c, id, owner, 10*time.Second)
+	ch, res, err := c.AttachWith(ctx, id, client.AttachOptions{From: ptrTo(int64(0)), Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatalf("attach through %s: %v", other, err)
+	}
+	if res.Screen == 0 {
+		t.Fatalf("relayed attach from 0: %+v, want the owner's paint", res)
+	}
+	got := vt.New(res.Cols, res.Rows, vt.Options{})
+	buf := make([]byte, 32<<10)
+	for left := int64(res.Screen) + res.End - res.Offset; left > 0; {
+		n, err := ch.ReadContext(ctx, buf[:min(int64(len(buf)), left)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Write(buf[:n])
+		left -= int64(n)
+	}
+	if g, w := strings.Join(rows(got), "\n"), strings.Join(rows(want), "\n"); g != w || got.Modes() != want.Modes() {
+		t.Errorf("relayed paint:\n%s\n%+v\nwant:\n%s\n%+v", g, got.Modes(), w, want.Modes())
+	}
+	cap, err := c.Capture(ctx, id, client.CaptureOptions{})
+	if err != nil {
+		t.Fatalf("capture through %s: %v", other, err)
+	}
+	if g, w := strings.TrimRight(cap.Screen, "\n"), strings.Join(rows(want), "\n"); g != w {
+		t.Errorf("relayed capture:\n%s\nwant:\n%s", g, w)
+	}
+}

@@ -339,6 +339,12 @@ func (c *conn) handleCapture(req *proto.Request) {
 		defer span.End()
 		span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
 		snap, err := c.reg.Capture(p.Session, c.opts.Principal, p.Format == proto.CaptureANSI, p.Scrollback)
+		if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
+			// Perhaps another node's: its owner holds the screen (we are on a slow goroutine).
+			res, err := c.opts.Remote.Capture(c.ctx, c.opts.Principal, c.opts.ReadOnly, p)
+			c.replyRemote(req.ID, p.Session, res, err)
+			return
+		}
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
 			c.replyErr(req.ID, sessionError(err, p.Session))

@@ -25,9 +25,11 @@ type Remote interface {
 	// Open opens a session on another node when placement sends it there; ok false: open it
 	// here.
 	Open(ctx context.Context, principal string, p proto.OpenParams, notify func()) (r Relay, res proto.OpenResult, ok bool, err error)
-	// Kill and Lease act on the owner, on behalf of principal.
+	// Kill, Lease and Capture act on the owner, on behalf of principal.
 	Kill(ctx context.Context, principal, id string) (proto.KillResult, error)
 	Lease(ctx context.Context, principal, id string, ttlMs int64) (proto.LeaseResult, error)
+	// Capture reads the screen there, for a read-only principal as one.
+	Capture(ctx context.Context, principal string, readOnly bool, p proto.CaptureParams) (proto.CaptureResult, error)
 }
 
 // Relay is one channel relayed to the node that owns its session. Read, State and Ack are

@@ -48,6 +48,10 @@ func (f *fakeRemote) Lease(context.Context, string, string, int64) (proto.LeaseR
 	return proto.LeaseResult{}, ErrNotRemote
 }
 
+func (f *fakeRemote) Capture(context.Context, string, bool, proto.CaptureParams) (proto.CaptureResult, error) {
+	return proto.CaptureResult{}, ErrNotRemote
+}
+
 // fakeRelay is a relay whose owner the test plays.
 type fakeRelay struct {
 	notify func()
