@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // TestIdleFloodFromSeveralAddressesCannotStarveAClient: under a descriptor table of 512, 700
@@ -129,12 +130,8 @@ func TestIdleFloodFromSeveralAddressesCannotStarveAClient(t *testing.T) {
 	full := func() bool {
 		return dials.Load() >= floodConns && strings.Contains(g.Logs(), "file descriptor table nearly full")
 	}
-	for deadline := time.Now().Add(15 * time.Second); !full(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 15 s the flood (%d dials) has not brought the gateway to its descriptor reserve: the test proves nothing\n%s",
-				dials.Load(), tail(g.Logs()))
-		}
-	}
+	// State nothing signals (the gateway's log): polled, as testutil.WaitFor does.
+	testutil.WaitFor(t, 15*time.Second, "the flood to bring the gateway to its descriptor reserve (else the test proves nothing)", full)
 	t.Logf("flood: %d dials, %d answered, %d open after %v", dials.Load(), answered.Load(), openNow.Load(),
 		time.Since(floodStart).Round(time.Millisecond))
 
