@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,7 +67,8 @@ func TestClusterSIGTERMDuringStart(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tok, ctok := newToken(), newToken()
-			args := []string{"--token", tok, "--cluster-embedded", "--node-name", "lonely",
+			root := testutil.CgroupRoot(t)
+			args := []string{"--token", tok, "--cluster-embedded", "--node-name", "lonely", "--cgroup-root", root,
 				"--cluster-listen", fmt.Sprintf("127.0.0.1:0,127.0.0.1:%d", freePort(t)), "--cluster-store", t.TempDir()}
 			if !tc.alone {
 				args = append(args, "--cluster-routes", nowhere)
@@ -95,6 +97,13 @@ func TestClusterSIGTERMDuringStart(t *testing.T) {
 				t.Fatalf("exit took %v after SIGTERM, want at once", took)
 			}
 			t.Logf("exited %v after SIGTERM (%v)", took.Round(time.Millisecond), g.err)
+			// A gateway that stopped (after its cgroups were set up, once its runtime caught the
+			// signal) leaves no gw-<pid> directory of its own behind.
+			if g.err == nil {
+				if left, _ := filepath.Glob(filepath.Join(root, "gw-*")); len(left) > 0 {
+					t.Errorf("left behind after SIGTERM: %v", left)
+				}
+			}
 		})
 	}
 }

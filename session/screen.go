@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -219,6 +220,11 @@ func (s *Session) catchUpLocked(deadline time.Time, budget int) (done bool) {
 		}
 		if (!deadline.IsZero() && time.Now().After(deadline)) || (budget > 0 && fed >= budget) {
 			return false
+		}
+		if deadline.IsZero() {
+			// The feeder (or a handover) between two chunks: let a keystroke's echo, waiting
+			// for a core, go first.
+			runtime.Gosched()
 		}
 	}
 }

@@ -167,6 +167,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if c.cl.on() {
 		if node, err = c.cl.newNode(addr, useTLS, func() int { return reg.Len() }, log); err != nil {
 			ln.Close()
+			closeCgroupsEarly(cgroups, log)
 			return err
 		}
 		observer = node.Observe
@@ -183,6 +184,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		clusterToken, nodeName = c.cl.token, c.cl.node
 		if cl, err = c.cl.start(ctx, node, ho, log); err != nil {
 			ln.Close()
+			closeCgroupsEarly(cgroups, log) // no session ran yet: our gw-<pid> directory goes
 			if ctx.Err() != nil {
 				// SIGTERM or SIGINT while the cluster formed: a stop like any other.
 				log.Info("stopped while joining the cluster", "err", err)
@@ -457,4 +459,17 @@ func echoHold(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// closeCgroupsEarly removes this gateway's cgroup directory when it stops before serving (no
+// session ran in it), so that nothing of it is left for a later start's sweep.
+func closeCgroupsEarly(cgroups *cgroup.Tree, log *slog.Logger) {
+	if cgroups == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cgroups.Close(ctx); err != nil {
+		log.Warn("cgroups: removing this gateway's directory", "err", err)
+	}
 }
