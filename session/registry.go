@@ -316,13 +316,6 @@ func (s *Session) paints(o AttachOptions) bool {
 	return o.From < s.ring.start
 }
 
-// ringStart returns the oldest offset the ring holds.
-func (s *Session) ringStart() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ring.start
-}
-
 // List returns owner's sessions, oldest first.
 func (r *Registry) List(owner string) []Info {
 	r.mu.Lock()
