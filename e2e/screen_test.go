@@ -305,3 +305,58 @@ func TestClusterRelayPaintsTheScreen(t *testing.T) {
 		t.Errorf("relayed capture:\n%s\nwant:\n%s", g, w)
 	}
 }
+
+// TestCLIAttachShowsAnImposedSize: when another viewer's size is applied to the session (the
+// gateway's --window-size latest, the other viewer typing), muxterm attach draws the session at
+// that size and says so on a status line below it; when its own size is back, the line goes.
+func TestCLIAttachShowsAnImposedSize(t *testing.T) {
+	tm := startTmux(t)
+	g := startGateway(t, "--allow-cmd", "sh")
+	ctx := ctxT(t, 60*time.Second)
+	c := g.dial(t)
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c",
+		`stty raw -echo; printf 'TOP LINE\r\n'; while read -r x; do printf 'got\r\n'; done`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Detach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cmd := "exec env"
+	for _, kv := range cliEnv(t, g) {
+		if strings.HasPrefix(kv, "MUXTERM_") || strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			cmd += " '" + kv + "'"
+		}
+	}
+	cmd += " '" + cliBinary(t) + "' attach " + ch.Session()
+	tm.run("-f", "/dev/null", "new-session", "-d", "-s", "e2e", "-n", "w", "-x", "80", "-y", "24", cmd)
+	tm.run("set-option", "-t", "e2e", "status", "off") // the pane is the whole 80x24
+	testutil.WaitFor(t, 20*time.Second, "the pane to show the session", func() bool {
+		return strings.Contains(strings.Join(tm.pane(), "\n"), "TOP LINE")
+	})
+	// Another viewer, 60x20, types: under --window-size latest its size is the session's.
+	other, _, err := c.AttachWith(ctx, ch.Session(), client.AttachOptions{Cols: 60, Rows: 20, Screen: proto.ScreenNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Write([]byte("x\r")); err != nil {
+		t.Fatal(err)
+	}
+	var last []string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the pane:\n%s", strings.Join(last, "\n"))
+		}
+	})
+	testutil.WaitFor(t, 20*time.Second, "a status line naming the imposed size", func() bool {
+		p := tm.pane()
+		last = p
+		return strings.Contains(p[len(p)-1], "the session is 60x20 (another viewer's size); this terminal is 80x24") &&
+			strings.Contains(strings.Join(p, "\n"), "TOP LINE")
+	})
+	// This terminal's viewer types: its size is the session's again, and the line goes.
+	tm.run("send-keys", "-t", "w", "y", "Enter")
+	testutil.WaitFor(t, 20*time.Second, "the status line to go", func() bool {
+		return !strings.Contains(strings.Join(tm.pane(), "\n"), "another viewer's size")
+	})
+}

@@ -52,7 +52,13 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pump{cfg: a.cfg, id: id, out: a.stdout, events: make(chan event), done: make(chan struct{}),
 		lf: o.lf, sentTo: -1, scr: o.scr}
-	_, _, p.sizeGen = ch.SizeGen() // the size the attach result gave is drawn already
+	var follow <-chan time.Time // a size can change while no output comes: look now and then
+	if o.scr != nil {
+		_ = o.scr.follow(a.stdout, ch) // the size the attach result gave is drawn already
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		follow = t.C
+	}
 	filter := newReplyFilter(false)
 	if o.sentinel && o.replayEnd > ch.Offset() {
 		p.sentTo = o.replayEnd
@@ -186,6 +192,8 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 			if stop {
 				return a.detach(cur, o.label, "")
 			}
+		case <-follow:
+			_ = o.scr.follow(a.stdout, cur)
 		case size = <-sizes:
 			if o.scr != nil {
 				o.scr.setLocal(size[0], size[1])

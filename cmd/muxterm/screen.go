@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/muxterm/muxterm/client"
 	"github.com/muxterm/muxterm/internal/vt"
 )
 
@@ -14,11 +15,15 @@ import (
 // and a size another viewer imposes can be drawn again at that size, with a status line.
 // Safe for concurrent use: the pump writes, the loop restores.
 type localScreen struct {
-	// mu guards every field: the pump's writes and the loop's restore take it in turn.
+	// mu guards every field, and is held across each write to the terminal, so that output and
+	// redraws reach it whole and in the order the model saw them.
 	mu    sync.Mutex
 	term  *vt.Terminal
 	local [2]int // the local terminal's size (0: unknown)
 	note  bool   // a status line about the size is on the local terminal
+	// ch and gen are the binding and its count of session.size notifications last drawn.
+	ch  *client.Channel
+	gen uint64
 }
 
 func newLocalScreen(cols, rows int) *localScreen {
@@ -29,11 +34,34 @@ func newLocalScreen(cols, rows int) *localScreen {
 // cursor home, the screen cleared.
 const clearSeq = "\x1b[0m\x1b[r\x1b[H\x1b[2J"
 
-// fed records b, written to the local terminal.
-func (s *localScreen) fed(b []byte) {
+// write writes output b to the terminal w and records it.
+func (s *localScreen) write(w io.Writer, b []byte) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := w.Write(b)
 	s.term.Write(b)
-	s.mu.Unlock()
+	return err
+}
+
+// follow draws the size ch last reported if it has not been drawn: a new binding's (a paint,
+// or a replay at its size) counts as drawn. The pump calls it after each read, and the loop
+// on a timer, since a size can change while no output comes.
+func (s *localScreen) follow(w io.Writer, ch *client.Channel) error {
+	if ch == nil {
+		return nil
+	}
+	cols, rows, gen := ch.SizeGen()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch != s.ch {
+		s.ch, s.gen = ch, gen
+		return nil
+	}
+	if gen == s.gen {
+		return nil
+	}
+	s.gen = gen
+	return s.resizedLocked(w, cols, rows)
 }
 
 // repaintFor prepares the local terminal for a paint of a session of cols×rows: it undoes
@@ -55,12 +83,11 @@ func (s *localScreen) setLocal(cols, rows int) {
 	s.mu.Unlock()
 }
 
-// resized draws the session again at the size the gateway applied, cols×rows, when it is not
+// resizedLocked draws the session again at the size the gateway applied, cols×rows, when it is not
 // the local terminal's (another viewer's size under --window-size), with a status line below it
-// that says so; nothing when the size is the local one and no line was shown.
-func (s *localScreen) resized(w io.Writer, cols, rows int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// that says so; nothing when the size is the local one and no line was shown. s.mu must be
+// held.
+func (s *localScreen) resizedLocked(w io.Writer, cols, rows int) error {
 	s.term.Resize(cols, rows)
 	lc, lr := s.local[0], s.local[1]
 	differs := lc > 0 && (lc != cols || lr != rows)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,9 +48,8 @@ type pump struct {
 	sentTo  int64         // write the sentinel once the output reaches this offset (-1: never)
 	scratch []byte
 	// scr, for attach on a terminal, is fed everything written to out (screen.go); nil for
-	// exec. sizeGen is the count of session.size notifications it has drawn.
-	scr     *localScreen
-	sizeGen uint64
+	// exec.
+	scr *localScreen
 }
 
 // send gives ev to the loop unless ctx ended first.
@@ -78,21 +78,21 @@ func (p *pump) run(ctx context.Context, c *client.Client, ch *client.Channel) {
 			if sentinelDue {
 				q.feed(buf[:n])
 			}
-			if werr := p.write(buf[:n]); werr != nil {
+			var werr error
+			if p.scr != nil {
+				werr = p.scr.write(p.out, buf[:n])
+			} else {
+				werr = p.write(buf[:n])
+			}
+			if werr != nil {
 				p.send(ctx, event{kind: evEnd, err: fmt.Errorf("write output: %w", werr)})
 				return
 			}
-			if p.scr != nil {
-				p.scr.fed(buf[:n])
-			}
 		}
 		if p.scr != nil {
-			if cols, rows, gen := ch.SizeGen(); gen != p.sizeGen {
-				p.sizeGen = gen
-				if werr := p.scr.resized(p.out, cols, rows); werr != nil {
-					p.send(ctx, event{kind: evEnd, err: fmt.Errorf("write output: %w", werr)})
-					return
-				}
+			if werr := p.scr.follow(p.out, ch); werr != nil {
+				p.send(ctx, event{kind: evEnd, err: fmt.Errorf("write output: %w", werr)})
+				return
 			}
 		}
 		if sentinelDue && ch.Offset() >= p.sentTo && q.ground() {
@@ -133,7 +133,6 @@ func (p *pump) run(ctx context.Context, c *client.Client, ch *client.Channel) {
 			}
 			return
 		}
-		_, _, p.sizeGen = ch.SizeGen() // the new binding's size is drawn (a paint, or as it was)
 		if !p.send(ctx, event{kind: evBound, c: c, ch: ch}) {
 			c.Close()
 			return
@@ -236,7 +235,7 @@ func (p *pump) attachOnce(ctx context.Context, from int64, cut bool) (*client.Cl
 		return nil, nil, err
 	}
 	if res.Screen > 0 {
-		if err := p.scr.repaintFor(p.out, res.Cols, res.Rows); err != nil {
+		if err := p.scr.repaintFor(p.out, cmp.Or(res.ScreenCols, res.Cols), cmp.Or(res.ScreenRows, res.Rows)); err != nil {
 			c.Close()
 			return nil, nil, fmt.Errorf("write output: %w", err)
 		}
