@@ -5,6 +5,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/muxterm/muxterm/internal/earlysignal"
 )
 
 // The signals a new image must survive while it starts: until the Go runtime installs its
@@ -31,16 +33,21 @@ const sigIgn = 1 // SIG_IGN
 // back (os/signal.Ignore would also drop every Notify registration), and returns what puts the
 // runtime's actions back should the exec fail.
 func ignoreAcrossExec() (restore func()) {
-	saved := make([]kernelSigaction, len(startupSignals))
-	set := make([]bool, len(startupSignals))
-	for i, sig := range startupSignals {
+	sigs := startupSignals
+	if earlysignal.HangupIgnored {
+		// Started under nohup: the new image must find SIGHUP ignored as this one did.
+		sigs = append(sigs[:len(sigs):len(sigs)], syscall.SIGHUP)
+	}
+	saved := make([]kernelSigaction, len(sigs))
+	set := make([]bool, len(sigs))
+	for i, sig := range sigs {
 		ign := kernelSigaction{handler: sigIgn}
 		if rtSigaction(sig, &ign, &saved[i]) == nil {
 			set[i] = true
 		}
 	}
 	return func() {
-		for i, sig := range startupSignals {
+		for i, sig := range sigs {
 			if set[i] {
 				_ = rtSigaction(sig, &saved[i], nil)
 			}
