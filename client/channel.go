@@ -201,6 +201,14 @@ func (ch *Channel) resumable() (string, int64, string, bool) {
 	return ch.session, ch.next, screen, ch.session != "" && !ch.detaching && ch.endErr == nil
 }
 
+// Next is the offset of the next byte to arrive: the offset a resume of everything received
+// asks for (the bytes received and not yet read counted, gaps included, a paint's not).
+func (ch *Channel) Next() int64 {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.next
+}
+
 // PaintPending reports whether bytes of the binding's paint of the screen have yet to arrive: a
 // connection that drops then has delivered half a paint, and a resume should ask for a whole
 // one (proto.ScreenAlways) on a terminal it has reset.

@@ -342,8 +342,9 @@ func (r *relay) flushQueue(b *binding) {
 // place), from the offset old had received, retrying until the owner answers, the node is
 // declared lost or a TTL has passed. It reports whether the relay goes on.
 func (r *relay) resume(old *binding) bool {
-	r.mu.Lock() // Read moves bytes from Buffered to Offset under it
-	from := old.ch.Offset() + int64(old.ch.Buffered())
+	r.mu.Lock()           // Read moves bytes from Buffered to Offset under it
+	from := old.ch.Next() // a paint's bytes still buffered have no offsets
+
 	r.mu.Unlock()
 	r.n.log.Info("relay: owner restarting; resuming", "owner", r.node, "session", r.id, "from", from)
 	ctx, cancel := context.WithTimeout(r.n.ctx, maxResume)

@@ -268,6 +268,7 @@ func (r *Registry) AttachWith(id, owner string, o AttachOptions, wake func()) (*
 	// paint. Should the ring have dropped the paint's offset meanwhile (a stream faster than
 	// the ring is long), the viewer's first read reports those bytes as a gap.
 	v.next, v.start, v.paint = snap.Offset, snap.Offset, snap.Paint
+	s.maybeResumeLocked() // a reader paused for the viewer's first offset may go on
 	info.Offset = snap.Offset
 	info.Screen, info.ScreenLost = len(snap.Paint), snap.Lost
 	info.ScreenCols, info.ScreenRows = snap.Cols, snap.Rows

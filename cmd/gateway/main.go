@@ -167,7 +167,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if c.cl.on() {
 		if node, err = c.cl.newNode(addr, useTLS, func() int { return reg.Len() }, log); err != nil {
 			ln.Close()
-			closeCgroupsEarly(cgroups, log)
+			if ho == nil { // an upgrade's directory holds the sessions it hands over
+				closeCgroupsEarly(cgroups, log)
+			}
 			return err
 		}
 		observer = node.Observe
@@ -184,7 +186,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		clusterToken, nodeName = c.cl.token, c.cl.node
 		if cl, err = c.cl.start(ctx, node, ho, log); err != nil {
 			ln.Close()
-			closeCgroupsEarly(cgroups, log) // no session ran yet: our gw-<pid> directory goes
+			if ho == nil { // no session ran yet: our gw-<pid> directory goes (an upgrade's holds the handed sessions)
+				closeCgroupsEarly(cgroups, log)
+			}
 			if ctx.Err() != nil {
 				// SIGTERM or SIGINT while the cluster formed: a stop like any other.
 				log.Info("stopped while joining the cluster", "err", err)

@@ -54,7 +54,7 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 		lf: o.lf, sentTo: -1, scr: o.scr}
 	var follow <-chan time.Time // a size can change while no output comes: look now and then
 	if o.scr != nil {
-		_ = o.scr.follow(a.stdout, ch) // the size the attach result gave is drawn already
+		_ = o.scr.follow(a.stdout, ch, false) // before the pump writes: nothing holds the terminal
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		follow = t.C
@@ -193,7 +193,7 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 				return a.detach(cur, o.label, "")
 			}
 		case <-follow:
-			_ = o.scr.follow(a.stdout, cur)
+			_ = o.scr.follow(a.stdout, cur, true)
 		case size = <-sizes:
 			if o.scr != nil {
 				o.scr.setLocal(size[0], size[1])

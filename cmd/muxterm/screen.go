@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/muxterm/muxterm/client"
 	"github.com/muxterm/muxterm/internal/vt"
@@ -15,12 +16,16 @@ import (
 // and a size another viewer imposes can be drawn again at that size, with a status line.
 // Safe for concurrent use: the pump writes, the loop restores.
 type localScreen struct {
-	// mu guards every field, and is held across each write to the terminal, so that output and
-	// redraws reach it whole and in the order the model saw them.
-	mu    sync.Mutex
-	term  *vt.Terminal
-	local [2]int // the local terminal's size (0: unknown)
-	note  bool   // a status line about the size is on the local terminal
+	// local is the local terminal's size (cols<<32 | rows; 0: unknown), set by the loop
+	// without waiting for mu.
+	local atomic.Uint64
+
+	// mu guards the fields below, and is held across each write to the terminal, so that
+	// output and redraws reach it whole and in the order the model saw them. The loop only
+	// tries it (a stalled terminal must not make it deaf to stop signals and the detach keys).
+	mu   sync.Mutex
+	term *vt.Terminal
+	note bool // a status line about the size is on the local terminal
 	// ch and gen are the binding and its count of session.size notifications last drawn.
 	ch  *client.Channel
 	gen uint64
@@ -43,20 +48,27 @@ func (s *localScreen) write(w io.Writer, b []byte) error {
 	return err
 }
 
-// follow draws the size ch last reported if it has not been drawn: a new binding's (a paint,
-// or a replay at its size) counts as drawn. The pump calls it after each read, and the loop
-// on a timer, since a size can change while no output comes.
-func (s *localScreen) follow(w io.Writer, ch *client.Channel) error {
+// follow draws the size ch last reported if it has not been drawn (a new binding starts from
+// its result's size, drawn with its paint or replay; every session.size after it is drawn).
+// The pump calls it after each read; the loop, which must never wait on the terminal, on a
+// timer with try set (it does nothing while a write holds the lock), since a size can change
+// while no output comes.
+func (s *localScreen) follow(w io.Writer, ch *client.Channel, try bool) error {
 	if ch == nil {
 		return nil
 	}
-	cols, rows, gen := ch.SizeGen()
-	s.mu.Lock()
+	if try {
+		if !s.mu.TryLock() {
+			return nil
+		}
+	} else {
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	if ch != s.ch {
-		s.ch, s.gen = ch, gen
-		return nil
+		s.ch, s.gen = ch, 0
 	}
+	cols, rows, gen := ch.SizeGen()
 	if gen == s.gen {
 		return nil
 	}
@@ -78,9 +90,7 @@ func (s *localScreen) repaintFor(w io.Writer, cols, rows int) error {
 
 // setLocal records the local terminal's size.
 func (s *localScreen) setLocal(cols, rows int) {
-	s.mu.Lock()
-	s.local = [2]int{cols, rows}
-	s.mu.Unlock()
+	s.local.Store(uint64(uint32(cols))<<32 | uint64(uint32(rows)))
 }
 
 // resizedLocked draws the session again at the size the gateway applied, cols×rows, when it is not
@@ -89,7 +99,8 @@ func (s *localScreen) setLocal(cols, rows int) {
 // held.
 func (s *localScreen) resizedLocked(w io.Writer, cols, rows int) error {
 	s.term.Resize(cols, rows)
-	lc, lr := s.local[0], s.local[1]
+	l := s.local.Load()
+	lc, lr := int(l>>32), int(uint32(l))
 	differs := lc > 0 && (lc != cols || lr != rows)
 	if !differs && !s.note {
 		return nil

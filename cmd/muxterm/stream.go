@@ -90,7 +90,7 @@ func (p *pump) run(ctx context.Context, c *client.Client, ch *client.Channel) {
 			}
 		}
 		if p.scr != nil {
-			if werr := p.scr.follow(p.out, ch); werr != nil {
+			if werr := p.scr.follow(p.out, ch, false); werr != nil {
 				p.send(ctx, event{kind: evEnd, err: fmt.Errorf("write output: %w", werr)})
 				return
 			}
