@@ -501,6 +501,10 @@ func (n *Node) close(ctx context.Context) {
 	n.nc.Close()
 }
 
+// Published implements mux.Remote: it returns once the directory writes queued so far are
+// written.
+func (n *Node) Published(ctx context.Context) error { return n.flush(ctx) }
+
 // flush waits for the publisher to drain the queue.
 func (n *Node) flush(ctx context.Context) error {
 	for {

@@ -92,6 +92,16 @@ func (c *conn) handleOpen(req *proto.Request) {
 		ch.sess, ch.v = s, v
 		_, ch.sizeGen = s.Size() // the opener's own size, which it knows
 		ch.ready.Store(true)
+		if c.opts.Remote != nil {
+			// Read your writes: an id this result hands out is attachable through any node, so
+			// the result waits for the directory to hold its entry (a bounded wait: a directory
+			// electing a leader delays the result, then it goes anyway; docs/scaling.md).
+			pctx, cancel := context.WithTimeout(c.ctx, publishWait)
+			if err := c.opts.Remote.Published(pctx); err != nil {
+				c.log.Warn("session.open: answered before the directory held the session", "session", s.ID(), "err", err)
+			}
+			cancel()
+		}
 		queued := c.reply(req.ID, proto.OpenResult{Session: s.ID(), Channel: ch.id, Pid: s.Pid()})
 		if h := c.opts.testHookBeforeActivate; h != nil {
 			h()

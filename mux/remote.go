@@ -3,6 +3,7 @@ package mux
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/muxterm/muxterm/proto"
 )
@@ -28,6 +29,10 @@ type Remote interface {
 	// Kill, Lease and Capture act on the owner, on behalf of principal.
 	Kill(ctx context.Context, principal, id string) (proto.KillResult, error)
 	Lease(ctx context.Context, principal, id string, ttlMs int64) (proto.LeaseResult, error)
+	// Published returns once the directory writes of this node's sessions queued so far are
+	// written (the queue drained: later ones may be in it too), or when ctx ends, with its
+	// error; an open's result waits for it.
+	Published(ctx context.Context) error
 	// Capture reads the screen there, for a read-only principal as one.
 	Capture(ctx context.Context, principal string, readOnly bool, p proto.CaptureParams) (proto.CaptureResult, error)
 }
@@ -64,6 +69,9 @@ type Relay interface {
 	// socket just ends (it keeps a resume hold, as for any lost socket).
 	Close(detach bool)
 }
+
+// publishWait bounds how long session.open's result waits for the directory (Remote.Published).
+const publishWait = 2 * time.Second
 
 // remoteError maps a Remote's error to the reply.
 func remoteError(err error, id string) *proto.Error {

@@ -48,6 +48,8 @@ func (f *fakeRemote) Lease(context.Context, string, string, int64) (proto.LeaseR
 	return proto.LeaseResult{}, ErrNotRemote
 }
 
+func (f *fakeRemote) Published(context.Context) error { return nil }
+
 func (f *fakeRemote) Capture(context.Context, string, bool, proto.CaptureParams) (proto.CaptureResult, error) {
 	return proto.CaptureResult{}, ErrNotRemote
 }

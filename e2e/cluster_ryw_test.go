@@ -1,0 +1,47 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/proto"
+)
+
+// TestClusterAttachRightAfterOpen: a session id a client has from session.open is attachable
+// through every other node at once (read your writes): 20 opens through a, each attached
+// through b and c the instant its result arrives, none answered unknown_session.
+func TestClusterAttachRightAfterOpen(t *testing.T) {
+	tc := startCluster(t, "a", "b", "c")
+	ca, cb, cc := dialAs(t, tc.nodes["a"], tc.alice), dialAs(t, tc.nodes["b"], tc.alice), dialAs(t, tc.nodes["c"], tc.alice)
+	ctx := ctxT(t, 90*time.Second)
+	misses := 0
+	for i := range 20 {
+		ch, err := ca.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "exec sleep 600"}})
+		if err != nil {
+			t.Fatalf("open %d: %v", i, err)
+		}
+		for _, c := range []*client.Client{cb, cc} {
+			att, _, err := c.Attach(ctx, ch.Session(), nil)
+			if err != nil {
+				if pe := (*proto.Error)(nil); errors.As(err, &pe) && pe.Kind() == proto.KindUnknownSession {
+					misses++
+					continue
+				}
+				t.Fatalf("attach %d: %v", i, err)
+			}
+			if err := att.Detach(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := ca.Kill(ctx, ch.Session()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if misses > 0 {
+		t.Errorf("%d of 40 attaches right after their open got unknown_session for a live session", misses)
+	}
+}
