@@ -142,6 +142,9 @@ type Node struct {
 	waiting bool // close waits on wg: relay.Close runs its teardown outside wg
 	started time.Time
 
+	// natsUser and natsPassword are set by SetNATSAuth before Start, and read by it.
+	natsUser, natsPassword string
+
 	// pubMu guards pubQ: directory writes of this node's sessions, in order. It is taken from
 	// the registry's Observer with Registry.mu held, so nothing else is taken under it.
 	pubMu   sync.Mutex
@@ -206,6 +209,10 @@ func (n *Node) KeepOnStart(ids []string) {
 // SetNATS sets Config.NATS before Start (an embedded server's URL is known only once it runs).
 func (n *Node) SetNATS(url string) { n.cfg.NATS = url }
 
+// SetNATSAuth sets the user and password the node's NATS connection presents (an embedded
+// server's, EmbeddedCredentials), before Start.
+func (n *Node) SetNATSAuth(user, password string) { n.natsUser, n.natsPassword = user, password }
+
 // Name is this node's name.
 func (n *Node) Name() string { return n.cfg.Name }
 
@@ -227,8 +234,12 @@ func (n *Node) Observe(e session.Event) {
 func (n *Node) Start(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	nc, err := nats.Connect(n.cfg.NATS, nats.Name("muxterm-"+n.cfg.Name), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	copts := []nats.Option{nats.Name("muxterm-" + n.cfg.Name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100 * time.Millisecond), nats.RetryOnFailedConnect(true)}
+	if n.natsUser != "" {
+		copts = append(copts, nats.UserInfo(n.natsUser, n.natsPassword))
+	}
+	nc, err := nats.Connect(n.cfg.NATS, copts...)
 	if err != nil {
 		return fmt.Errorf("cluster: connect %s: %w", n.cfg.NATS, err)
 	}

@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +30,20 @@ type EmbeddedConfig struct {
 	// Logger receives the server's notices, warnings and errors at debug level (its fatal
 	// error at error level; its own debug log is not asked for: raft chatter); nil: none.
 	Logger *slog.Logger
+	// Secret, when set (the cluster token), is what the server's credentials derive from
+	// (EmbeddedCredentials): clients and routes without them are refused, so another user of
+	// the host cannot write the directory or forge heartbeats. Empty: no authentication.
+	Secret string
+}
+
+// EmbeddedCredentials derives from secret the user and password an embedded server asks of
+// its clients (purpose "client") and of the other servers' routes (purpose "route"). Every
+// node of a cluster has the same secret, so each derives the same credentials, and the secret
+// itself never crosses the wire.
+func EmbeddedCredentials(secret, purpose string) (user, password string) {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("muxterm embedded nats " + purpose))
+	return "muxterm-" + purpose, hex.EncodeToString(m.Sum(nil))
 }
 
 // readyPoll is how long one check of the server's listeners waits (ReadyForConnections).
@@ -57,6 +75,16 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		}
 		opts.Cluster = server.ClusterOpts{Name: "muxterm", Host: rh, Port: randomIfZero(rp)}
 		opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		if cfg.Secret != "" {
+			u, p := EmbeddedCredentials(cfg.Secret, "route")
+			opts.Cluster.Username, opts.Cluster.Password = u, p
+			for _, r := range opts.Routes {
+				r.User = url.UserPassword(u, p)
+			}
+		}
+	}
+	if cfg.Secret != "" {
+		opts.Username, opts.Password = EmbeddedCredentials(cfg.Secret, "client")
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/muxterm/muxterm/cluster"
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
@@ -21,9 +24,10 @@ import (
 // sessions with a directory of one replica.
 func TestClusterSingleEmbeddedNode(t *testing.T) {
 	tok, ctok := newToken(), newToken()
+	natsPort := freePort(t)
 	g, l := spawnGateway(t, tok, []string{"MUXTERM_CLUSTER_TOKEN=" + ctok}, "--token", tok,
 		"--cluster-embedded", "--cluster-replicas", "1", "--node-name", "solo",
-		"--cluster-listen", fmt.Sprintf("127.0.0.1:0,127.0.0.1:%d", freePort(t)),
+		"--cluster-listen", fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", natsPort, freePort(t)),
 		"--cluster-store", t.TempDir(), "--allow-cmd", "sh")
 	start := time.Now()
 	g.awaitListening(l, 20*time.Second)
@@ -41,6 +45,27 @@ func TestClusterSingleEmbeddedNode(t *testing.T) {
 	if n := listed(t, c, s.Session()); n == "" {
 		t.Fatalf("the single node's list: session %s missing", s.Session())
 	}
+
+	// Its NATS server refuses a client without the credentials derived from the cluster token
+	// (another user of the host cannot write the directory or forge heartbeats), and takes one
+	// with them.
+	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	if nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second)); err == nil {
+		nc.Close()
+		t.Fatalf("an unauthenticated NATS client connected to the embedded server")
+	} else if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("an unauthenticated NATS client: got %v, want an authorization violation", err)
+	}
+	if nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second), nats.UserInfo("muxterm-client", "wrong")); err == nil {
+		nc.Close()
+		t.Fatalf("a NATS client with a wrong password connected to the embedded server")
+	}
+	user, pass := cluster.EmbeddedCredentials(ctok, "client")
+	nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second), nats.UserInfo(user, pass))
+	if err != nil {
+		t.Fatalf("a NATS client with the cluster's credentials: %v", err)
+	}
+	nc.Close()
 }
 
 // TestClusterSIGTERMDuringStart: SIGTERM ends a node at any moment of its start: before its

@@ -191,12 +191,16 @@ func (c *clusterConfig) start(ctx context.Context, node *cluster.Node, ho *upgra
 			}
 		}
 		emb, err := cluster.StartEmbedded(ctx, cluster.EmbeddedConfig{Name: c.node, ClientListen: strings.TrimSpace(client),
-			RouteListen: strings.TrimSpace(route), Routes: strings.Join(routes, ","), StoreDir: store, Logger: log})
+			RouteListen: strings.TrimSpace(route), Routes: strings.Join(routes, ","), StoreDir: store, Logger: log,
+			Secret: c.token})
 		if err != nil {
 			return nil, err
 		}
 		j.emb = emb
 		natsURL = emb.ClientURL()
+		if c.token != "" {
+			node.SetNATSAuth(cluster.EmbeddedCredentials(c.token, "client"))
+		}
 	}
 	node.SetNATS(natsURL)
 	if err := node.Start(ctx); err != nil {
