@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Echo first (issue 17). While a session waits for the echo of a keystroke, the readers hold
+// Echo first. While a session waits for the echo of a keystroke, the readers hold
 // the other sessions of its echo group, the sessions of the same owner (the principal that
 // opened them): a worker that takes one's master parks it (readParked) instead of reading it,
 // and a worker in a turn stops at the next batch. Other owners' sessions are never held: one

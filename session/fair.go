@@ -13,7 +13,7 @@ import (
 // together get equal turns, but not equal bytes: a PTY holds ~18 KiB before its writer blocks,
 // so a session whose program did not get a CPU for a millisecond or two is found empty and
 // misses turns while the others are read on, and the programs the readers keep reading get
-// the CPUs that would let it catch up (docs/benchmarks.md, issue 17). Equal bytes per turn
+// the CPUs that would let it catch up (docs/benchmarks.md, "Fairness of 8 `yes` sessions"). Equal bytes per turn
 // (deficit round robin) only halved the gap, and with this hold cost 12-18% more CPU per GiB
 // than the hold alone (one batch per turn: more turns). So a heavy master (one whose
 // turn read all maxBatchesPerTurn batches: its program writes as fast as it is read) that is
@@ -43,7 +43,7 @@ const (
 	// defaultFairIdle: how long a heavy master may go without a turn, unreadable, before it is
 	// taken for idle. A `yes` refills its empty PTY within a millisecond once it has a CPU, so
 	// this waits for one that misses the CPU for a few; a bursty program that stopped holds the
-	// others this long after its burst, not the whole wait (issue 17: a steady `yes` beside
+	// others this long after its burst, not the whole wait (measured: a steady `yes` beside
 	// `head -c 400000` every 30 ms was held for 20 ms of every 30).
 	defaultFairIdle = 5 * time.Millisecond
 )

@@ -247,7 +247,7 @@ func (b *bench) runEcho(ctx context.Context) error {
 		}
 		return out
 	}
-	// Issue 17's targets: the pass-through and raw stand in for ttyd's position here.
+	// The echo targets: the pass-through and raw stand in for ttyd's position here.
 	targets := map[string]*Target{
 		"back to back/p50":                  {Desc: "≤ 1.05× pass-through", Of: "ratio_pass", Op: "<=", Value: 1.05},
 		"back to back/p99":                  {Desc: "≤ 0.95× pass-through", Of: "ratio_pass", Op: "<=", Value: 0.95},

@@ -18,7 +18,7 @@ import (
 	"github.com/muxterm/muxterm/internal/procfs"
 )
 
-// The echotrace section: a kernel-level timeline of a keystroke's echo (issue 17). It traces
+// The echotrace section: a kernel-level timeline of a keystroke's echo. It traces
 // the whole machine with ftrace (syscalls and scheduler events, in the kernel's ring buffer,
 // which perturbs far less than perf record) while muxbench types keystrokes from idle through
 // the pass-through and the gateway, and back to back through the Go client and the lean client,

@@ -18,7 +18,7 @@ import (
 )
 
 // The slow link: a client that reads SlowLinkRate through a small receive buffer, so that the
-// sender's kernel, not the client's, holds the backlog (issue 15 point 4).
+// sender's kernel, not the client's, holds the backlog (the TCP_NOTSENT_LOWAT bound, mux/lowat.go).
 const (
 	SlowLinkRate   = 40 << 10
 	slowLinkRcvBuf = 8 << 10
