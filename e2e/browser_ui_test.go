@@ -2,7 +2,7 @@
 
 package e2e
 
-// Browser tests of issue 13 ("living in the browser UI"), one per numbered problem: a replay
+// Browser tests of living in the browser UI, one per problem: a replay
 // never types into the PTY, sizes follow the viewers, the page explains a missing or refused
 // token, underscores survive the DOM renderer, and the shortcuts and the title work.
 
@@ -124,7 +124,7 @@ func typeAndSee(b *browser, session, key string, want []string) {
 	}
 }
 
-// TestBrowserReplayNeverTypes (issue 13, problem 1): a session whose ring holds DA1, OSC 10/11
+// TestBrowserReplayNeverTypes: a session whose ring holds DA1, OSC 10/11
 // and DECRQM queries is attached from the Detached panel, after a reload, and from a second
 // browser; the PTY receives only the keys typed, never xterm.js's answers to the replay.
 func TestBrowserReplayNeverTypes(t *testing.T) {
@@ -213,7 +213,7 @@ type sizes struct {
 	Own     [2]int  `json:"own"`
 }
 
-// TestBrowserSizeFollowsViewers (issue 13, problem 2): two browsers at different window sizes
+// TestBrowserSizeFollowsViewers: two browsers at different window sizes
 // on one session, under each --window-size policy: stty size follows the policy, each page
 // draws the session's size (saying so where it is not its own), and when the smaller browser
 // leaves the size is the remaining one's.
@@ -305,7 +305,7 @@ func signinShown(b *browser, why string) {
 	}
 }
 
-// TestBrowserExplainsSignIn (issue 13, problem 3): no cookie, a wrong token, and a token
+// TestBrowserExplainsSignIn: no cookie, a wrong token, and a token
 // changed under a live page (the gateway restarted with another token on the same port): the
 // page explains how to sign in, stops reconnecting, and opens no session.
 func TestBrowserExplainsSignIn(t *testing.T) {
@@ -370,7 +370,7 @@ func TestBrowserExplainsSignIn(t *testing.T) {
 	})
 }
 
-// TestBrowserDOMRendererUnderscore (issue 13, problem 4): with the DOM renderer (no WebGL),
+// TestBrowserDOMRendererUnderscore: with the DOM renderer (no WebGL),
 // the underscore of `a_b` has pixels on the screen; and no black strip under the terminal.
 func TestBrowserDOMRendererUnderscore(t *testing.T) {
 	g := startGateway(t)
@@ -456,7 +456,7 @@ func (b *browser) key(mods int64, key, code string, vk int64) {
 	b.run(10*time.Second, keyEvent(down), keyEvent(up))
 }
 
-// TestBrowserShortcutsAndTitle (issue 13, problem 5): every documented shortcut reaches the
+// TestBrowserShortcutsAndTitle: every documented shortcut reaches the
 // page and does its action; the page title follows the focused terminal's title; closing a
 // running tab asks first; an exited tab restarts on Enter; the tab order and the active tab
 // survive a reload.

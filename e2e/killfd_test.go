@@ -18,7 +18,7 @@ import (
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
-// A kill when the gateway's descriptor table is full (issue 15 point 2): the gateway runs under
+// A kill when the gateway's descriptor table is full: the gateway runs under
 // a lowered ulimit -n, and once the session and its setsid escapee run, its limit is lowered
 // again, to its lowest free descriptor, so that no open, pidfd_open or socket can get one. The
 // kill must still find and end the escapee (the kill path's descriptor reserve), and its result
@@ -98,7 +98,7 @@ func fdsOf(t *testing.T, pid int) map[int]bool {
 	return fds
 }
 
-// session.kill of an interactive bash running a foreground job (issue 15 point 9): the job's
+// session.kill of an interactive bash running a foreground job: the job's
 // process group gets each signal with the shell's, so the kill ends at HUP (the result's
 // signals say so, however slow the host: the grace is long) and the result counts both groups.
 func TestKillInteractiveShellWithForegroundJob(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/muxterm/muxterm/internal/testutil/rawmux"
 )
 
-// A session.open reply on a slow link, against the binary (issue 15 point 4; the same
+// A session.open reply on a slow link, against the binary (the same
 // measurement as mux.TestReplyLatencyOnSlowLink, through the gateway's own listener and
 // connection guard): a client that reads 40 KB/s through an 8 KiB receive buffer, three
 // channels running yes, 32 KiB read, then session.open. The gateway keeps at most 16 KiB

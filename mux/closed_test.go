@@ -67,7 +67,7 @@ func (r *rawConn) next(match func(m map[string]any, b []byte) bool) map[string]a
 }
 
 // A client that reuses a channel number the instant its session.closed arrives gets the
-// channel, never channel_in_use (issue 15 point 10): the writer frees the number before it
+// channel, never channel_in_use: the writer frees the number before it
 // writes the notification. The hook holds the writer right after that write until the reuse
 // has been decided, so the order is forced.
 func TestChannelReusableWhenClosedArrives(t *testing.T) {
@@ -107,8 +107,7 @@ func TestChannelReusableWhenClosedArrives(t *testing.T) {
 	}
 }
 
-// session.closed after a kill follows every byte printed before the kill point (issue 15 point
-// 10: nothing the program printed before the kill is lost), so with the window full it waits
+// session.closed after a kill follows every byte printed before the kill point (nothing the program printed before the kill is lost), so with the window full it waits
 // for acknowledgements; a client that does not want the rest detaches, and the detach's result
 // frees the channel at once. Acknowledging instead brings the rest, then session.closed right
 // after the byte at the kill result's offset.

@@ -16,8 +16,7 @@ import (
 // A client that floods requests without reading the responses is closed with 1008, and the
 // close frame reaches it although it goes on sending: the gateway shuts its side down after the
 // close frame and drains what the client sends, instead of closing a socket with unread input,
-// which resets the connection and can discard the close frame (the client saw 1006) (issue 15
-// point 5).
+// which resets the connection and can discard the close frame (the client saw 1006).
 //
 // On a loaded machine one run in several may still end in a reset (seen once in 5 runs with
 // other test binaries competing for both CPUs, never alone in 30): the test wants the close in

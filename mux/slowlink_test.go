@@ -7,8 +7,8 @@ import (
 )
 
 // A control reply on a slow link waits behind a bounded amount of output: what the gateway
-// hands to the kernel ahead of it is bounded (TCP_NOTSENT_LOWAT), not the whole send buffer
-// (issue 15 point 4). The bound is in bytes, counted off the link, so a loaded host cannot break
+// hands to the kernel ahead of it is bounded (TCP_NOTSENT_LOWAT), not the whole send buffer.
+// The bound is in bytes, counted off the link, so a loaded host cannot break
 // it: about 16 KiB unsent + the 32 KiB frame being written + the client's window; without the
 // bound the reply waits behind the three channels' credit (768 KiB).
 func TestReplyLatencyOnSlowLink(t *testing.T) {

@@ -130,7 +130,7 @@ func TestFairShareLetsGoOfAStoppedStream(t *testing.T) {
 // A stream next to a bursty one is not held once the bursty one's program has stopped
 // producing: a drained master that stays unreadable stops counting after the fair share's idle
 // bound, not its wait (an hour here, so a hold that waited for the idle master would never end),
-// and the steady stream is read on. (Issue 17: a `yes` beside `head -c 400000` every 30 ms was
+// and the steady stream is read on. (Measured: a `yes` beside `head -c 400000` every 30 ms was
 // held for the whole 20 ms wait of every cycle, and read half of what it read with the hold off.)
 func TestFairShareLetsGoOfADrainedBurst(t *testing.T) {
 	t.Parallel()

@@ -12,8 +12,7 @@ import (
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
-// An interactive shell runs its foreground job in a process group of its own (issue 15 point
-// 9). Each step of a kill signals every process group of the session's terminal session, so the
+// An interactive shell runs its foreground job in a process group of its own. Each step of a kill signals every process group of the session's terminal session, so the
 // job dies with the shell at the first step (HUP) and the kill takes well under one grace, not a
 // second escalation for the job; the result counts the groups it signalled.
 func TestKillSignalsEveryGroupOfTheTerminalSession(t *testing.T) {
@@ -81,7 +80,7 @@ func lastIndex(b []byte, s string) int {
 
 // When the kill cannot check for survivors at all (every step that needs a descriptor fails,
 // as with a full table that even the reserve cannot relieve), the result says so in Unverified;
-// it never reports survivors 0 with nothing unverified while an escapee runs (issue 15 point 2).
+// it never reports survivors 0 with nothing unverified while an escapee runs.
 // With cgroups too: cgroup.procs and cgroup.kill cannot be opened either. Not parallel:
 // testNoFDs is package-wide.
 func TestKillWithoutDescriptorsReportsUnverified(t *testing.T) {

@@ -431,7 +431,7 @@ func TestKillSignalsStragglersInOtherGroups(t *testing.T) {
 				return r.Kill(ctx, s.ID(), "alice")
 			})
 			// The job's group is one of the terminal session's: the group steps signal it with
-			// the shell's, so no holder is left for a second round (issue 15 point 9).
+			// the shell's, so no holder is left for a second round.
 			if res.Escapees != 0 || res.Groups != 2 || res.Signalled != 0 || res.Survivors != 0 {
 				t.Errorf("escapees, groups, signalled, survivors: got %v, %v, %v, %v, want 0, 2, 0, 0", res.Escapees, res.Groups, res.Signalled, res.Survivors)
 			}
