@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -55,6 +56,23 @@ func watchAll(ctx context.Context, t *testing.T, g *gateway, program string) (st
 	return ch.Session(), want
 }
 
+// readPainted reads what an attach with result res sends up to the output's end at the attach
+// (its paint, then the output from res.Offset) into a fresh model of the paint's size.
+func readPainted(ctx context.Context, t *testing.T, ch *client.Channel, res proto.AttachResult) *vt.Terminal {
+	t.Helper()
+	got := vt.New(cmp.Or(res.ScreenCols, res.Cols), cmp.Or(res.ScreenRows, res.Rows), vt.Options{})
+	buf := make([]byte, 32<<10)
+	for left := int64(res.Screen) + res.End - res.Offset; left > 0; {
+		n, err := ch.ReadContext(ctx, buf[:min(int64(len(buf)), left)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Write(buf[:n])
+		left -= int64(n)
+	}
+	return got
+}
+
 func rows(m *vt.Terminal) []string {
 	return strings.Split(strings.TrimRight(string(m.AppendText(nil, vt.SnapshotOptions{})), "\n"), "\n")
 }
@@ -76,17 +94,7 @@ func TestLateViewerGetsTheScreen(t *testing.T) {
 	if res.Screen == 0 || res.Lost == 0 {
 		t.Fatalf("attach from 0: %+v, want a paint and lost > 0", res)
 	}
-	got := vt.New(res.Cols, res.Rows, vt.Options{})
-	buf := make([]byte, 32<<10)
-	// The paint, then the output from offset to the end at the attach.
-	for left := int64(res.Screen) + res.End - res.Offset; left > 0; {
-		n, err := ch.ReadContext(ctx, buf[:min(int64(len(buf)), left)])
-		if err != nil {
-			t.Fatal(err)
-		}
-		got.Write(buf[:n])
-		left -= int64(n)
-	}
+	got := readPainted(ctx, t, ch, res)
 	if ch.Offset() != res.End {
 		t.Errorf("after the paint and the output: offset %d, want the end %d", ch.Offset(), res.End)
 	}
@@ -246,16 +254,7 @@ func TestScreenCrossesAnUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := vt.New(res.Cols, res.Rows, vt.Options{})
-	buf := make([]byte, 32<<10)
-	for left := int64(res.Screen) + res.End - res.Offset; left > 0; {
-		n, err := ch.ReadContext(ctx, buf[:min(int64(len(buf)), left)])
-		if err != nil {
-			t.Fatal(err)
-		}
-		got.Write(buf[:n])
-		left -= int64(n)
-	}
+	got := readPainted(ctx, t, ch, res)
 	if g, w := strings.Join(rows(got), "\n"), strings.Join(rows(want), "\n"); g != w || got.Modes() != want.Modes() {
 		t.Errorf("painted by the new image:\n%s\n%+v\nwant:\n%s\n%+v", g, got.Modes(), w, want.Modes())
 	}
@@ -284,16 +283,7 @@ func TestClusterRelayPaintsTheScreen(t *testing.T) {
 	if res.Screen == 0 {
 		t.Fatalf("relayed attach from 0: %+v, want the owner's paint", res)
 	}
-	got := vt.New(res.Cols, res.Rows, vt.Options{})
-	buf := make([]byte, 32<<10)
-	for left := int64(res.Screen) + res.End - res.Offset; left > 0; {
-		n, err := ch.ReadContext(ctx, buf[:min(int64(len(buf)), left)])
-		if err != nil {
-			t.Fatal(err)
-		}
-		got.Write(buf[:n])
-		left -= int64(n)
-	}
+	got := readPainted(ctx, t, ch, res)
 	if g, w := strings.Join(rows(got), "\n"), strings.Join(rows(want), "\n"); g != w || got.Modes() != want.Modes() {
 		t.Errorf("relayed paint:\n%s\n%+v\nwant:\n%s\n%+v", g, got.Modes(), w, want.Modes())
 	}

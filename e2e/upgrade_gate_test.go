@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -180,27 +181,8 @@ func TestUpgradeThatCannotExecServesAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	seqCh, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c",
-		`stty raw -echo; i=0; while :; do i=$((i+1)); echo $i; [ $((i % 25)) -eq 0 ] && sleep 0.02; done`}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	catCh, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"cat"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, seqCh, catCh := seqAndCat(ctx, t, g, c)
 	pids := map[string]int{seqCh.Session(): seqCh.Pid(), catCh.Session(): catCh.Pid()}
-	t.Cleanup(func() {
-		g.Stop(15 * time.Second)
-		for id, pid := range pids {
-			if testutil.Alive(pid) {
-				t.Errorf("session %s's process %d outlived the gateway", id, pid)
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
-	st := &stream{id: seqCh.Session()}
-	st.follow(seqCh)
 	st.waitGrowth(t, 5000, 20*time.Second)
 
 	d := startDialer(g.Base, 60*time.Second)
@@ -248,4 +230,32 @@ func TestUpgradeThatCannotExecServesAgain(t *testing.T) {
 	if g.err != nil {
 		t.Fatalf("gateway exit after SIGTERM: %v\n%s", g.err, g.Logs())
 	}
+}
+
+// seqAndCat opens on c a session printing 1, 2, 3, … (followed by the stream it returns) and an
+// idle cat, and checks when the test ends that stopping g ended both processes.
+func seqAndCat(ctx context.Context, t *testing.T, g *gateway, c *client.Client) (*stream, *client.Channel, *client.Channel) {
+	t.Helper()
+	seqCh, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c",
+		`stty raw -echo; i=0; while :; do i=$((i+1)); echo $i; [ $((i % 25)) -eq 0 ] && sleep 0.02; done`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	catCh, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := map[string]int{seqCh.Session(): seqCh.Pid(), catCh.Session(): catCh.Pid()}
+	t.Cleanup(func() {
+		g.Stop(15 * time.Second)
+		for id, pid := range pids {
+			if testutil.Alive(pid) {
+				t.Errorf("session %s's process %d outlived the gateway", id, pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	st := &stream{id: seqCh.Session()}
+	st.follow(seqCh)
+	return st, seqCh, catCh
 }

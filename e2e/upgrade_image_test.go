@@ -100,27 +100,8 @@ func TestUpgradeRunsTheCheckedImage(t *testing.T) {
 	comm := readComm(t, gwPid)
 	ctx := ctxT(t, 120*time.Second)
 	c := g.dial(t)
-	seqCh, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Name: "seq", Cmd: []string{"sh", "-c",
-		`stty raw -echo; i=0; while :; do i=$((i+1)); echo $i; [ $((i % 25)) -eq 0 ] && sleep 0.02; done`}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &stream{id: seqCh.Session()}
-	st.follow(seqCh)
-	catCh, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Name: "cat", Cmd: []string{"cat"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, seqCh, catCh := seqAndCat(ctx, t, g, c)
 	pids := map[string]int{seqCh.Session(): seqCh.Pid(), catCh.Session(): catCh.Pid()}
-	t.Cleanup(func() {
-		g.Stop(15 * time.Second)
-		for id, pid := range pids {
-			if testutil.Alive(pid) {
-				t.Errorf("session %s's process %d outlived the gateway", id, pid)
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
 	st.waitGrowth(t, 20000, 20*time.Second)
 
 	// The upgrade, held after its dry run; meanwhile a truncated copy replaces the file.
