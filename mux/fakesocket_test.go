@@ -14,6 +14,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/muxterm/muxterm/session"
+
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // fakeSocket is a Socket in memory, for timer tests inside a synctest bubble (no real socket
@@ -206,13 +208,11 @@ func TestSilentSocketIsClosedAfterPongWait(t *testing.T) {
 			t.Fatalf("initialize and session.list: %d replies, want 2", f.texts())
 		}
 		pongWait := ServerOptions{}.withDefaults().PongWait
-		time.Sleep(pongWait - time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(pongWait - time.Nanosecond)
 		if isDone(done) {
 			t.Fatal("closed before PongWait")
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(time.Nanosecond)
 		if !isDone(done) {
 			t.Fatal("the silent socket was not closed at PongWait")
 		}
@@ -229,16 +229,14 @@ func TestPongsDoNotKeepAnUninitializedSocket(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeSocket(true)
 		done := serveFake(t, f)
-		time.Sleep(firstMsgTimeout - time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(firstMsgTimeout - time.Nanosecond)
 		if isDone(done) {
 			t.Fatal("closed before the time to initialize was up")
 		}
 		if len(f.pingTimes()) == 0 {
 			t.Fatal("no ping before the deadline: the test proves nothing")
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(time.Nanosecond)
 		if !isDone(done) {
 			t.Fatal("an uninitialized socket answering pings was not closed at the deadline")
 		}
@@ -253,8 +251,7 @@ func TestPongsKeepAnInitializedSocket(t *testing.T) {
 		done := serveFake(t, f)
 		f.send(websocket.TextMessage, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
 		pongWait := ServerOptions{}.withDefaults().PongWait
-		time.Sleep(3 * pongWait)
-		synctest.Wait()
+		testutil.Advance(3 * pongWait)
 		if isDone(done) {
 			t.Fatal("a socket answering pings was closed")
 		}
@@ -263,13 +260,11 @@ func TestPongsKeepAnInitializedSocket(t *testing.T) {
 		f.mu.Unlock()
 		pings := f.pingTimes()
 		last := pings[len(pings)-1] // the last ping answered
-		time.Sleep(last + pongWait - 3*pongWait - time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(last + pongWait - 3*pongWait - time.Nanosecond)
 		if isDone(done) {
 			t.Fatal("closed before PongWait after the last pong")
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(time.Nanosecond)
 		if !isDone(done) {
 			t.Fatal("not closed PongWait after the last pong")
 		}

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 // settled reads s.exitSettled under s.mu.
@@ -26,13 +28,11 @@ func TestSettleExitRearmedIsNotCutShort(t *testing.T) {
 		s.paused, s.dropOutput = true, true
 		s.maybeResumeLocked()
 		s.mu.Unlock()
-		time.Sleep(exitSettle*3/4 - time.Nanosecond) // past the exit's timer, before the new one
-		synctest.Wait()
+		testutil.Advance(exitSettle*3/4 - time.Nanosecond) // past the exit's timer, before the new one
 		if settled(s) {
 			t.Fatal("the exit's settle timer ended the re-armed settle early")
 		}
-		time.Sleep(exitSettle/4 + time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(exitSettle/4 + time.Nanosecond)
 		if !settled(s) {
 			t.Fatal("not settled once the re-armed timer ran")
 		}
@@ -44,13 +44,11 @@ func TestSettleExitAfterExitSettle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := fakeSession(1 << 16)
 		s.reaped(0, nil)
-		time.Sleep(exitSettle - time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(exitSettle - time.Nanosecond)
 		if settled(s) {
 			t.Fatal("settled before exitSettle")
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(time.Nanosecond)
 		if !settled(s) {
 			t.Fatal("not settled at exitSettle")
 		}
@@ -77,13 +75,11 @@ func TestResumeHoldEndsAfterResumeHold(t *testing.T) {
 			t.Fatal("not paused above the high watermark")
 		}
 		v.CloseHolding(0) // at offset 0: without the hold the reader would resume at once
-		time.Sleep(s.opts.ResumeHold - time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(s.opts.ResumeHold - time.Nanosecond)
 		if !isPaused(s) {
 			t.Fatal("the reader resumed before ResumeHold")
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		testutil.Advance(time.Nanosecond)
 		if isPaused(s) {
 			t.Fatal("the reader still paused once the hold ended")
 		}

@@ -85,3 +85,19 @@ func WaitClosedCtx(ctx context.Context, t testing.TB, ch <-chan struct{}, what s
 		t.Fatalf("%s: not before %v", what, context.Cause(ctx))
 	}
 }
+
+// Await checks cond each time wake delivers (and once at the start) until it holds, and fails
+// the test if timeout passes first. wake is signalled by whatever changes cond's state (a
+// WakeChan's func in a fake's method, a client's notify callback): unlike WaitFor, nothing polls.
+func Await(t testing.TB, wake <-chan struct{}, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for !cond() {
+		select {
+		case <-wake:
+		case <-timer.C:
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+	}
+}
