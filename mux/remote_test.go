@@ -33,6 +33,7 @@ func (f *fakeRemote) Attach(_ context.Context, principal string, _ bool, p proto
 		return nil, proto.AttachResult{}, ErrNotRemote
 	}
 	f.relay = &fakeRelay{notify: notify}
+	f.relay.changed, f.relay.signal = testutil.WakeChan()
 	return f.relay, proto.AttachResult{Session: remoteID, Channel: 77}, nil
 }
 
@@ -56,7 +57,9 @@ func (f *fakeRemote) Capture(context.Context, string, bool, proto.CaptureParams)
 
 // fakeRelay is a relay whose owner the test plays.
 type fakeRelay struct {
-	notify func()
+	notify  func()
+	changed chan struct{} // signalled (testutil.WakeChan) after Ack, Write and Close
+	signal  func()
 
 	mu       sync.Mutex
 	buf      []byte
@@ -106,6 +109,7 @@ func (r *fakeRelay) Ack(n int) {
 	r.mu.Lock()
 	r.acked += n
 	r.mu.Unlock()
+	r.signal()
 }
 
 func (r *fakeRelay) Errors() []*proto.Error {
@@ -120,6 +124,7 @@ func (r *fakeRelay) Write(p []byte) error {
 	r.mu.Lock()
 	r.written = append(r.written, p...)
 	r.mu.Unlock()
+	r.signal()
 	return nil
 }
 
@@ -133,6 +138,7 @@ func (r *fakeRelay) Close(detach bool) {
 	r.mu.Lock()
 	r.detached, r.ended = detach, true
 	r.mu.Unlock()
+	r.signal()
 }
 
 func (r *fakeRelay) get(f func(r *fakeRelay) bool) bool {
@@ -151,10 +157,12 @@ func TestRelayedChannel(t *testing.T) {
 	s := newServer(t, ServerOptions{Remote: rem, Node: "a", Window: window}, nil)
 	var errMu sync.Mutex
 	var serverErrs []*proto.Error
+	errArrived, signalErr := testutil.WakeChan()
 	c := s.dialWith(t, client.DialOptions{ManualAck: true, OnServerError: func(e *proto.Error) {
 		errMu.Lock()
 		serverErrs = append(serverErrs, e)
 		errMu.Unlock()
+		signalErr()
 	}})
 	ctx := testCtx(t)
 
@@ -174,13 +182,15 @@ func TestRelayedChannel(t *testing.T) {
 		t.Fatalf("attach result: channel %d, want this socket's %d (not the owner's 77)", res.Channel, ch.ID)
 	}
 	r := rem.relay
+	arrived, signalArrived := testutil.WakeChan()
+	ch.SetNotify(signalArrived)
 	if rem.asked[len(rem.asked)-1] != principal {
 		t.Fatalf("relay asked for %q, want %q", rem.asked, principal)
 	}
 
 	// Credit: 5000 bytes buffered at the relay, a window of 1024 reaches the client.
 	r.do(func() { r.buf = make([]byte, 5000) })
-	testutil.WaitFor(t, 10*time.Second, "one window delivered", func() bool { return ch.Buffered() == window })
+	testutil.Await(t, arrived, 10*time.Second, "one window delivered", func() bool { return ch.Buffered() == window })
 	if _, err := c.List(ctx); err != nil { // a round trip: the writer wrote what it could
 		t.Fatal(err)
 	}
@@ -197,16 +207,16 @@ func TestRelayedChannel(t *testing.T) {
 	if err := ch.Ack(window); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, 10*time.Second, "the ack passed on to the relay", func() bool { return r.get(func(r *fakeRelay) bool { return r.acked == window }) })
+	testutil.Await(t, r.changed, 10*time.Second, "the ack passed on to the relay", func() bool { return r.get(func(r *fakeRelay) bool { return r.acked == window }) })
 	for got := window; got < 5000; {
-		testutil.WaitFor(t, 10*time.Second, "the next window", func() bool { return ch.Buffered() == min(window, 5000-got) })
+		testutil.Await(t, arrived, 10*time.Second, "the next window", func() bool { return ch.Buffered() == min(window, 5000-got) })
 		n, _ := ch.Read(buf)
 		got += n
 		if err := ch.Ack(n); err != nil {
 			t.Fatal(err)
 		}
 	}
-	testutil.WaitFor(t, 10*time.Second, "every ack passed on", func() bool { return r.get(func(r *fakeRelay) bool { return r.acked == 5000 }) })
+	testutil.Await(t, r.changed, 10*time.Second, "every ack passed on", func() bool { return r.get(func(r *fakeRelay) bool { return r.acked == 5000 }) })
 
 	// A gap goes ahead of the data it concerns.
 	before := ch.Offset()
@@ -219,11 +229,11 @@ func TestRelayedChannel(t *testing.T) {
 	if _, err := ch.Write([]byte("typed")); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, 10*time.Second, "input passed on", func() bool { return r.get(func(r *fakeRelay) bool { return string(r.written) == "typed" }) })
+	testutil.Await(t, r.changed, 10*time.Second, "input passed on", func() bool { return r.get(func(r *fakeRelay) bool { return string(r.written) == "typed" }) })
 	r.do(func() {
 		r.errs = append(r.errs, withChannel(proto.ErrLimitExceeded("inputQueue", "full"), 77))
 	})
-	testutil.WaitFor(t, 10*time.Second, "the owner's error", func() bool {
+	testutil.Await(t, errArrived, 10*time.Second, "the owner's error", func() bool {
 		errMu.Lock()
 		defer errMu.Unlock()
 		return len(serverErrs) == 1
@@ -240,5 +250,5 @@ func TestRelayedChannel(t *testing.T) {
 	if ch.Reason() != "node_lost" {
 		t.Fatalf("closed: reason %q, want node_lost", ch.Reason())
 	}
-	testutil.WaitFor(t, 10*time.Second, "the relay closed", func() bool { return r.get(func(r *fakeRelay) bool { return r.ended }) })
+	testutil.Await(t, r.changed, 10*time.Second, "the relay closed", func() bool { return r.get(func(r *fakeRelay) bool { return r.ended }) })
 }
