@@ -25,6 +25,8 @@
 //	           input ──▶ B relay.Write (queued, ≤ 64 KiB) ──relay flusher──────────▶ A session input
 //	           output ◀── B writer: relay.Read (≤ B's credit) ◀── client buffer ◀── A writer (≤ A's credit)
 //
+// In detail:
+//
 //   - A socket's session.attach (or kill, lease) for an id the local registry does not know goes
 //     to mux.Remote on a slow-request goroutine: the owner comes from the directory, whose
 //     entry's principal is checked first (another principal's session, its node alive or lost, is
