@@ -1,6 +1,7 @@
 // Package docscheck holds tests that keep the docs true to the tree: every non-test Go or
 // TypeScript source over MaxLines lines has a line in docs/architecture.md saying why, and
-// every file that list names is still over it. It has no code of its own.
+// every file that list names is still over it; the programs docs/getting-started.md shows are
+// the files of examples/ that the e2e tests run. It has no code of its own.
 package docscheck
 
 // MaxLines is the length past which a source file needs a reason in docs/architecture.md.
