@@ -24,23 +24,6 @@ func checkHello(t *testing.T, who, out, name string) {
 	}
 }
 
-// The Go client of docs/getting-started.md (examples/goclient) does what the page says against
-// the binary: it opens a session with the gateway's shell, reads its hello, lists it and kills it.
-func TestGettingStartedGoClient(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "goclient")
-	goCmd(t, repoRoot(t), nil, "build", "-o", bin, "./examples/goclient")
-	g := startGateway(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin)
-	cmd.Env = append(os.Environ(), "MUXTERM_URL="+g.WS, "MUXTERM_TOKEN="+g.Token)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("examples/goclient: %v\n%s", err, out)
-	}
-	checkHello(t, "examples/goclient", string(out), "hello-go")
-}
-
 // The npm client of docs/getting-started.md: `npm pack` of packages/client, installed with ws
 // in a fresh project outside the repository, runs examples/npmclient/hello.mjs against the binary.
 func TestGettingStartedNpmClient(t *testing.T) {
