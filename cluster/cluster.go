@@ -1,9 +1,3 @@
-// Package cluster lets several gateway nodes serve one set of sessions (docs/scaling.md). The
-// session directory is a NATS JetStream key-value bucket (session id → owner node, principal,
-// name, created, state) that every node watches; node liveness is a heartbeat each node
-// publishes on core NATS every TTL/5 and that the others time out within the TTL (silence). A session
-// another node owns is relayed to it over muxterm.v1 with the Go client and the cluster token
-// (Node implements mux.Remote).
 package cluster
 
 import (

@@ -54,41 +54,18 @@ func goCmd(t *testing.T, dir string, env []string, args ...string) string {
 
 // A plugin that only dials depends on nothing of the server: the Go client's dependencies are
 // the standard library, gorilla/websocket and proto, and it builds for macOS, Windows and Linux
-// on ARM. It also talks to the real binary.
+// on ARM. It also talks to the real binary: the program is docs/getting-started.md's Go client
+// (examples/goclient), which does what the page says.
 func TestGoClientFromOutsideModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds for three platforms")
 	}
-	dir := outsideModule(t, `package main
-
-import (
-	"context"
-	"fmt"
-	"os"
-	"time"
-
-	"github.com/muxterm/muxterm/client"
-)
-
-func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, ch, err := client.DialOpen(ctx, os.Args[1], client.DialOptions{Token: os.Getenv("TOKEN")},
-		client.OpenOptions{Cols: 80, Rows: 24})
+	// The program is docs/getting-started.md's Go client, as a user copies it into a module.
+	program, err := os.ReadFile(filepath.Join(repoRoot(t), "examples", "goclient", "main.go"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		t.Fatal(err)
 	}
-	defer c.Close()
-	ch.Write([]byte("echo outside-$((6*7))\r"))
-	if _, err := ch.ReadUntil(ctx, "outside-42"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	res, err := c.Kill(ctx, ch.Session())
-	fmt.Println("killed", res.Status, err)
-}
-`)
+	dir := outsideModule(t, string(program))
 	deps := strings.Fields(goCmd(t, dir, nil, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "."))
 	want := []string{"example.com/plugin", "github.com/gorilla/websocket", "github.com/muxterm/muxterm/client", "github.com/muxterm/muxterm/proto"}
 	slices.Sort(deps)
@@ -110,10 +87,11 @@ func main() {
 	g := startGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, g.WS)
-	cmd.Env = append(os.Environ(), "TOKEN="+g.Token)
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "MUXTERM_URL="+g.WS, "MUXTERM_TOKEN="+g.Token)
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "killed killed <nil>") {
-		t.Errorf("the outside program against the gateway: %v\n%s", err, out)
+	if err != nil {
+		t.Fatalf("the outside program against the gateway: %v\n%s", err, out)
 	}
+	checkHello(t, "examples/goclient, built outside the module", string(out), "hello-go")
 }

@@ -457,7 +457,7 @@ func TestUpgradeKeepsCgroupsAndChildren(t *testing.T) {
 	})
 }
 
-// The whole scenario: 20 sessions with the hard jobs (a setsid escapee, nohup'ed,
+// Upgrades with every kind of hard job: 20 sessions with the hard jobs (a setsid escapee, nohup'ed,
 // disowned, double-forked, HUP-ignoring jobs and a shell that ignores HUP and TERM), upgraded in
 // place to the same binary and then to a second build: after each upgrade every process of
 // every session is still running with the same pid, every session is listed with the same id,

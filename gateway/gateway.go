@@ -1,7 +1,3 @@
-// Package gateway is muxterm's HTTP face: an Echo app that authenticates, checks Origin and
-// Host, upgrades GET /ws to a WebSocket and hands it to a mux connection, serves the embedded
-// frontend and the health endpoints, and drains every socket on shutdown. It is the only
-// package that imports Echo; it knows the protocol only through mux.
 package gateway
 
 import (

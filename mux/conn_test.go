@@ -311,8 +311,9 @@ func TestClientAcksADrainedReadAtOnce(t *testing.T) {
 	}
 }
 
-// TestAttachReplyFailureUnsubscribes is seed 002's last scenario: a subscription whose reply
-// could not be written is undone, so the session stays reapable.
+// TestAttachReplyFailureUnsubscribes: a subscription whose reply could not be written is undone,
+// so the session stays reapable (docs/architecture.md, invariant 3: a failure right after
+// subscribing still unsubscribes).
 func TestAttachReplyFailureUnsubscribes(t *testing.T) {
 	var sock *websocket.Conn
 	var sockMu sync.Mutex

@@ -1,8 +1,3 @@
-// Package reaper closes sessions nobody watches any more: idle beyond a grace period with no
-// viewer and no lease, or whose process has exited. A sweep selects victims from a snapshot,
-// then claims each one through session.Registry.Claim, which re-checks the whole predicate
-// under the registry and session locks, so a client that reattaches in between always wins.
-// Only claimed sessions are torn down, with no lock held. reaper imports session and otel only.
 package reaper
 
 import (

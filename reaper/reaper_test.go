@@ -1,10 +1,11 @@
 package reaper
 
-// These tests carry seed 002 (hermes-webui's idle-reaper regression tests) over to muxterm,
-// against the real registry and real sessions: real PTYs and real processes. Only time is
-// fake: the registry and the reaper share an injected clock, so "unwatched for longer than the
-// grace" is set up by advancing it, never by waiting. Interleavings are driven with the
-// reaper's testHookAfterSelect and channels, never with sleeps.
+// These tests hold the reaper to "attach and reap are atomic with respect to each other"
+// (docs/architecture.md, invariant 3) against the real registry and real sessions: real PTYs
+// and real processes. Only time is fake: the registry and the reaper share an injected clock,
+// so "unwatched for longer than the grace" is set up by advancing it, never by waiting.
+// Interleavings are driven with the reaper's testHookAfterSelect and channels, never with
+// sleeps.
 
 import (
 	"bufio"
@@ -365,8 +366,9 @@ func TestUnwatchedSinceTracksViewerAttachment(t *testing.T) {
 	}
 }
 
-// TestViewerCloseMakesSessionReapableAgain is the registry-level half of the seed's last test
-// (the write failure itself belongs to mux): closing the last viewer restarts the grace, and
+// TestViewerCloseMakesSessionReapableAgain is the registry-level half of "a failure right after
+// subscribing still unsubscribes" (the write failure itself is mux's
+// TestAttachReplyFailureUnsubscribes): closing the last viewer restarts the grace, and
 // once it elapses the session is reapable again rather than pinned as watched forever.
 func TestViewerCloseMakesSessionReapableAgain(t *testing.T) {
 	h := newHarness(t, nil)

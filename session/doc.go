@@ -2,10 +2,429 @@
 // shared by every session (a few goroutines on one epoll instance) that read its output into a
 // bounded scrollback ring addressed by 64-bit byte offsets, one waiter shared by every session
 // that reaps the children, the viewers that pull from the ring, the resume holds a lost viewer
-// leaves behind, and a kill that never waits for the reader. Registry holds the sessions by id
-// and provides the atomic attach and the reaper's claim.
+// leaves behind, the terminal model of each session's screen, and a kill that never waits for the
+// reader. Registry holds the sessions by id and provides the atomic attach and the reaper's
+// claim, and the hand-over of every session to the next image in an upgrade in place.
 //
-// Package session knows nothing of sockets or protocols; it imports creack/pty and os/exec and
-// nothing of muxterm but otel and the internal helpers cgroup and procfs. Which file holds which
-// concern: docs/architecture.md, "Files of session".
+// Package session knows nothing of sockets or protocols. It imports creack/pty, os/exec,
+// golang.org/x/sys/unix, otel and, of muxterm's internal packages, cgroup, procfs and vt.
+//
+// # Files
+//
+// One concern per file; the Session type's methods are spread over the files of their concern.
+//
+//   - session.go: the Session type and its fields' guards, its accessors (ID, Exit, State, Info,
+//     ...), State, Reason, ExitStatus, Info, Event, and reaped (the waiter's hand-off of the
+//     exit).
+//   - options.go: the errors (ErrSessionClosed, ClosedError, ...), the limits, Options and its
+//     defaults (withDefaults, batchSize, KeptBehind), Spec.
+//   - spawn.go: spawn, openPTY (the non-blocking master), the child's directory and environment
+//     (checkDir, homeDir, childEnv, CheckEnvPattern), sizes (checkSize, setSize, Resize), Signal.
+//   - read.go: a reader's turn at a master (readState, readReady, readBatch), re-arming it after
+//     backpressure (wakeReaderLocked), the end of reading (failReading, endReading, closePTY,
+//     finishOutput), ingest.
+//   - readers.go: readPoller, the epoll instance and workers that read the masters; readers, the
+//     process-wide one.
+//   - fair.go: the readers' fair share among streaming masters (below).
+//   - echofirst.go: echo first (below): echoGroup, one per owner; keystroke, echoed, holding,
+//     hold, release, unhold, holdReading, Held, DefaultEchoHold.
+//   - waiter.go: waiter, the epoll instance and goroutine that reap the children, the
+//     blocking-wait fallback; children, the process-wide one.
+//   - hold.go: backpressure (minLagLocked, maybeResumeLocked), the resume holds (holdLocked,
+//     takeOverHoldLocked, dropHoldsLocked), waking viewers, the exit settle (armSettleLocked,
+//     settleExit).
+//   - input.go: input to the PTY: Write, writeNow, inputLoop.
+//   - ring.go: the scrollback ring addressed by 64-bit offsets.
+//   - viewer.go: Viewer, a reader of the ring at its own offset, after the paint of the screen it
+//     may start with (Subscribe, Read, Close, CloseHolding).
+//   - screen.go: the session's screen (below): screen, screenFeeder, keepForScreenLocked,
+//     noteSizeLocked, Capture, the paint of an attach (paintLocked), its hand-over (handScreen,
+//     adoptScreen).
+//   - size.go: the window-size policy over the read-write viewers' sizes (WindowSize).
+//   - kill.go: teardown: the kill point, the escalation, the PTY's holders, the result
+//     (KillResult).
+//   - cgroup.go: a session's cgroup (newCgroup, removeCgroup, killCgroup).
+//   - fdreserve.go: the kill path's descriptor reserve (withFDs) and its /proc listings.
+//   - orphans.go: the orphan reaper (AdoptOrphans) and the start of our own children
+//     (orphans.start, StartChild).
+//   - registry.go: Registry: ids, owners, open, attach, claim, lease, kill, shutdown, the
+//     tombstones.
+//   - handover.go, handover_codec.go: the upgrade in place: quiescing, resuming, adopting, the
+//     state's encoding.
+//
+// # Reading
+//
+// No goroutine holds an OS thread while it waits, and no goroutine waits for one session's
+// output: every master is non-blocking (creack/pty's Open returns a blocking master; openPTY
+// duplicates it, sets O_NONBLOCK and wraps it with os.NewFile) and registered with the read
+// poller's epoll instance, whose fd is itself registered with the runtime poller; the workers
+// park on it, one in the poller and the others on its read lock, and the one that wakes takes one
+// ready master (epoll_wait with room for one event, so the next ready master goes to the next
+// worker). Every master is registered EPOLLIN|EPOLLONESHOT, so a master is handed to one worker
+// at a time; a worker claims a reported master by moving its readState from armed to busy, so a
+// stale report is dropped. The child waiter parks the same way on its own epoll fd. Resizes use
+// SyscallConn().Control, never Fd(), which would turn the master blocking again.
+//
+// Both are owned by the Options a Registry was made with (Options.readers, Options.children,
+// unexported): they default to the process-wide readers and children (withDefaults), so in
+// production every registry, and a handover's resume or adoption, shares one epoll instance with
+// its workers and one waiter; a test that sets their test hooks, holds a worker or watches them
+// go idle gives its options instances of its own (ownPollers) and runs in parallel with the
+// others. A session at rest costs no goroutine and two fds (the master and its child's pidfd;
+// os.Process's own pidfd is released right after start).
+//
+// A worker's turn (Session.readReady) reads in batches (Session.readBatch) of up to
+// Options.batchSize (32 KiB by default), appending each to the ring and waking the viewers once
+// per batch, until the master would block, backpressure holds, another session of the same owner
+// awaits an echo, or maxBatchesPerTurn (4) batches were read. It then counts the turn in the fair
+// share and re-arms the master (readPoller.settle; Session.inTurn is set from the claim to the
+// count, so the fair share never takes a master in a turn for idle), or leaves it disarmed while
+// backpressure holds, while it is held for an echo (in its owner's echoGroup.held; a master taken
+// while held is parked before it is read) or while the fair share holds it, or ends the session's
+// reading (EIO when the last slave fd closes): unregister, close the master, close readerDone.
+// Only endReading closes a master, after unregistering it: a master closed behind the readers'
+// back would silently leave their epoll instance, and its reading would never end.
+//
+// Fair share (fair.go): a streaming master more than 32 KiB (less than one turn) ahead of the
+// slowest streaming one is held (not re-armed) until it is not, for at most 20 ms; a streaming
+// master that goes idle (no turn for 5 ms, none under way, its master not readable: its program
+// stopped producing, e.g. after a burst) stops counting, checked before a hold and every 5 ms
+// while one lasts, so it holds nobody. A master under backpressure, held for its owner's echo or
+// past its kill point never counts (readPoller.settle, dropIdleLocked, holdExpired, releaseHeld).
+//
+// Echo first (echofirst.go): a keystroke (Session.Write of at most 64 bytes) marks its session
+// awaitingEcho, makes it its group's last and extends the group's holdUntil to Options.EchoHold
+// from now (default 2 ms, negative: off; --echo-hold, 0: off). Until then, or until a viewer
+// reads any output of the session that took the group's latest keystroke (Viewer.Read of n > 0;
+// the reader's ingest when no viewer is attached; the end of its reading), which sets holdUntil
+// to now, the readers hold the master of every other session of the same owner (the principal
+// that opened it) that awaits no echo of its own and whose program has not exited: a worker that
+// takes one parks it (readParked, listed in its echoGroup.held) instead of reading it, and a
+// worker in a turn stops at the next batch. An earlier keystroke without an echo (a key the
+// program takes silently) does not prolong the hold past the latest one's echo. The echo that
+// ends the hold, or a timer armed at the holdUntil of the first hold, re-arms the held masters
+// (those not under backpressure); a session typed into while held is taken out and re-armed at
+// once; a released master reads a batch before it can be held again. A master held for an echo
+// counts as light in the fair share, so another owner's streams never wait for it; after the kill
+// point or the program's exit no hold applies (reaped re-arms a held master), so the tail is read
+// before the exit is reported. Meanwhile Session.Held makes a socket's writer send the held
+// sessions' output in frames of at most 4 KiB (mux.heldFrame), so an echo waits behind little. A
+// stream loses at most EchoHold per keystroke of its owner's; while nobody types nothing is held
+// and the cost is an atomic load per read batch and per output frame. The hold is per owner,
+// never process-wide: one principal who types cannot slow another principal's streams. Each
+// session points to its owner's echoGroup (the latest keystroke's session, the hold's end, the
+// held masters and their timer), which the Registry makes on the owner's first Open or adoption
+// (echoGroupLocked, under Registry.mu) and keeps as long as it lives: a few words per principal
+// that ever opened a session there (the principals are the configured tokens), and a session
+// never outlives the group it points to or changes group. A session spawned outside a registry
+// (tests) has a group of its own unless its test gives it one.
+//
+// # Ring, viewers and backpressure
+//
+//   - Output is never pushed to viewers. The reader appends to the ring and calls each viewer's
+//     wake (non-blocking); the socket's writer pulls from the viewer by offset.
+//   - Every byte has a 64-bit offset. A viewer that falls behind the ring's start gets the exact
+//     number of bytes lost (a gap) and continues.
+//   - Read-only principals attach passive viewers: they never count for backpressure, so a
+//     stalled read-only viewer falls behind and gets a gap instead of pausing the owner's
+//     program.
+//   - Backpressure: while at least one read-write viewer or resume hold counts and every one of
+//     them is more than HighWaterBytes (default half the ring) behind, the reader stops reading
+//     the PTY; it resumes below LowWaterBytes. With nothing counting, the ring overwrites its
+//     oldest bytes.
+//   - Resume hold: when a socket ends, mux.Serve closes each binding's viewer with
+//     Viewer.CloseHolding(bytes in flight). For ResumeHold (--resume-hold) the session keeps a
+//     hold at that offset (where the client will resume) in Session.holds, which minLagLocked
+//     counts like a viewer while the ring still has its offset, so backpressure keeps the bytes
+//     the client will ask for until it reattaches and reads on. Each hold has its own timer,
+//     which removes it; a read-write attach whose offset lies in a hold's [from, upTo] (what the
+//     lost client acknowledged, what it had been sent) takes that one hold over (the narrowest;
+//     removes it); an attach that fails to reply, or whose socket ends before it is published,
+//     leaves a hold at its own offset, a new hold prunes those the ring has overwritten, and
+//     closing the session drops them all. Viewer.Close (session.detach) holds nothing.
+//   - Replay boundary: an attach's live offset is AttachInfo.End, the ring's end read under
+//     Session.mu in the same critical section that subscribes the viewer, so every byte below it
+//     was ingested before the attach and every byte from it on after (ingest appends under the
+//     same lock).
+//   - A viewer reports the exit once nothing is pending and the reader reached the end of output,
+//     or exitSettle (50 ms) after the exit when a descendant keeps the PTY open.
+//
+// # Window size
+//
+// size.go: each read-write Viewer has its own size (the opener's from Spec, Viewer.Resize for an
+// attach with a size or a resize) and a used stamp from Session.sizeSeq (bumped when it declares
+// a size, and when it types under the latest policy: Viewer.Write). applySize computes the
+// policy's size over them (wantSizeLocked, under Session.mu), then, if it differs from the
+// applied one, does the TIOCSWINSZ ioctl with only Session.resizeMu held, stores the size, bumps
+// Session.sizeGen and wakes every viewer. It runs after a viewer declares a size, types (when
+// that makes it the latest) or leaves (Viewer.Close, CloseHolding: after Session.mu is released).
+// Each computation is fresh under resizeMu, so concurrent changes end with the size of the final
+// state. A socket's writer compares sizeGen (an atomic) with the generation its channel last
+// reported.
+//
+// # Screens
+//
+// screen.go: the reader only appends to the ring. The model (an internal/vt Terminal) reads the
+// ring behind it by offset, like a viewer that never holds the reader back: once it lags 64 KiB
+// (a quarter of a smaller ring) the session is queued for the feeder, a goroutine that runs while
+// some session waits, catches each up by at most 1 MiB a turn and ends when its queue is empty,
+// so a keystroke's echo costs the model nothing on its path. Bytes the ring is about to drop
+// before the model read them are copied into the screen's backlog in ingest (a copy under
+// Session.mu, no parsing; at most 4 MiB, beyond which the oldest are counted lost): the model
+// falls behind, it does not lose. A size applied to the PTY is queued with the ring's end
+// (Session.screenSizes) and applied after exactly the bytes read before it. An attach that paints
+// (Registry.AttachWith), Capture and a handover catch the model up themselves, under screen.mu,
+// within 50 ms (then the ring's bytes from where it got follow the paint), paint it
+// (AppendSnapshot + AppendPending), and subscribe the viewer at the paint's offset with the paint
+// as its first bytes (Viewer.paint, read before the ring, counted in Pending); if the ring
+// dropped that offset meanwhile they paint again.
+//
+// # State machine
+//
+//	running ──kill / claim / shutdown──▶ closing(reason) ──teardown done──▶ closed
+//	   │
+//	   └─ the process may exit while running: exited is closed, the session stays attachable
+//	      (viewers get the exit) until the reaper claims it (reason exited) or a kill.
+//
+// States only move forward. beginCloseLocked is the kill point, taken under Session.mu: for a
+// kill, an idle reap or a shutdown it sets dropOutput and outputFinal together (a reap of a
+// session whose process exited does not: the reader still drains what the program printed before
+// it exited), so a chunk the reader read before the kill but ingests after it is dropped (the
+// ingest checks dropOutput under the same lock), and the final offset is fixed. Kill, claim and
+// shutdown all go through it; the first decides, the others wait for its result. The session is
+// removed from the registry at that point (compare-and-delete) and leaves a tombstone, so an
+// attach by id fails with ErrSessionClosed rather than a silent miss.
+//
+// Claim (the reaper's): under Registry.mu and Session.mu, re-check that sessions[id] is the
+// session selected and the whole predicate (ReapReason), mark the kill point and remove the
+// entry. An attach either happened before the claim (the claim sees a viewer and refuses) or
+// after it (ErrSessionClosed).
+//
+// # Kill
+//
+// teardown: at each step (HUP, wait KillGrace, TERM, wait, KILL, wait up to max(4×KillGrace, 1s))
+// signal every process group of the child's terminal session (the groups, getpgid, of the live
+// processes whose session id, getsid, is the child's pid, the child's own group always), so an
+// interactive shell's jobs, each in a group of its own, get the same signal at the same step;
+// KillResult.Groups counts the distinct groups signalled. A step's wait ends early once the child
+// is reaped and no live (non-zombie) process of that session is left (re-read from /proc every 10
+// ms after the reap: the jobs are not our children; when /proc cannot be listed then, the
+// escalation stops and counts one check in Unverified). Then find processes that still hold the
+// PTY slave (/proc/*/fd; skipped when the master already sees a hang-up; our own direct children
+// that still run our executable are skipped, since a sibling spawn's child holds every fd we have
+// open between its fork and its exec; an orphaned escapee re-parented to a gateway running as PID
+// 1 has exec'd and is not skipped), remember which of its fds point at the slave, open a pidfd
+// for each, re-check through readlink of those fds that it still holds the slave, and signal
+// through the pidfd with the same escalation: group stragglers always, escapees (another session
+// id) unless SpareEscapees. Kill never waits for the reader: when an escapee keeps the slave
+// open, the master stays registered with the readers, and the reading ends (the master closed,
+// readerDone closed) when the escapee lets go of the slave and a read returns EIO.
+//
+// Descriptors: the kill path needs descriptors (listing /proc, each /proc/PID/fd, a stat, a pidfd
+// per holder, cgroup.procs, cgroup.kill, cgroup.events), and a gateway whose table is full must
+// still end a session and say truly what is left. The package holds 4 descriptors on /dev/null
+// from its initialization (fdreserve.go, killFDs, its mutex guards them); withFDs runs a step,
+// and when it fails with EMFILE or ENFILE closes the reserve, runs it again and refills the
+// reserve (two kills short of descriptors take turns on the mutex). A holder whose pidfd cannot
+// be had even so is signalled by pid, each time right after readlink showed its fds still point
+// at the slave (readlink, getsid, getpgid and kill need no descriptor), and watched the same way
+// every 10 ms. Whatever could not be checked (a process's fds unreadable for another reason than
+// its exit or another owner, /proc or the cgroup unreadable) is counted in KillResult.Unverified:
+// Survivors is then a lower bound, never a claim.
+//
+// With cgroups (Options.Cgroups), the kill ends with killCgroup: write 1 to the session's
+// cgroup.kill (the kernel SIGKILLs every process in it, forks racing the kill included), wait on
+// cgroup.events (poll, POLLPRI) for populated 0 within max(4×KillGrace, 1s), wait for the child's
+// reap within the same bound, and rmdir the cgroup, deepest first with any cgroups the session
+// made below it (a session running as root can; a gateway run inside a session does), retried on
+// EBUSY within the bound. Survivors is then the pids still in cgroup.procs (its own and below),
+// plus any process outside the cgroup that still holds the PTY (Unverified counts 1 when
+// cgroup.procs could not be read); without cgroups it is the unreaped child plus the PTY holders
+// still alive. SpareEscapees still spares escapees from the holders' signals, but not from
+// cgroup.kill. Zombies are not in cgroup.procs and do not keep a cgroup from being removed. At
+// spawn, newCgroup makes the session's directory and SysProcAttr.UseCgroupFD/CgroupFD make
+// os/exec use clone3(CLONE_INTO_CGROUP), so the child's first instruction already runs in the
+// session's cgroup; Session.CgroupPath exposes it (an upgrade in place carries it to the next
+// image).
+//
+// # Children and orphans
+//
+// The waiter reaps each session's child through its pidfd (wait4 once the pidfd is readable). A
+// child whose pidfd is readable but which wait4 cannot reap yet (a tracer such as strace holds
+// its zombie), or one the waiter could not take, is waited for by blockingWait, which holds a
+// thread.
+//
+// AdoptOrphans (called by cmd/gateway's main on a fresh start, not by its run, so tests that call
+// run keep their own children; an image started by an upgrade calls it in run once the adopted
+// children are registered) sets PR_SET_CHILD_SUBREAPER: a session's descendant whose parent dies
+// is re-parented to the gateway instead of PID 1 (which, in a container, may never reap it). The
+// orphan reaper reaps them without ever taking an exit status someone else waits for: the waiter
+// reaps session children, and StartChild callers through cmd.Wait. Every such child is started
+// under orphanReaper.gate held shared and its pid is put in own before the gate is released; the
+// reaper, woken by SIGCHLD, holds the gate exclusively and loops: waitid(P_ALL,
+// WEXITED|WNOHANG|WNOWAIT|__WALL) peeks at one zombie without reaping it; if it is in own it
+// stops (waitid shows one zombie at a time; that child's waiter reaps it, removes it from own and
+// kicks the reaper, which then sees past it); otherwise it reaps that pid (wait4(pid, WNOHANG))
+// and peeks again. A pid leaves own only after its reap, so a recycled pid is at worst reaped one
+// round late, never stolen. Any code in the gateway that starts a child and waits for it must use
+// StartChild.
+//
+// # Upgrade in place
+//
+// Registry.Handover quiesces every session and snapshots it; Registry.Adopt takes the state over
+// in the next image; Registry.ResumeHandover gives the sessions back to this image when the exec
+// fails. The whole sequence is in docs/operations.md, "How an upgrade in place works".
+//
+// Quiescing a session (Session.stopReading, under Session.mu): handingOver is set. A master that
+// is armed or parked is unregistered at once (readHanded; lock order Session.mu before
+// readPoller.mu, as for a re-arm); one a worker is reading is left to it, and the worker, at the
+// end of its turn (it breaks out of its batches as soon as it sees handingOver), unregisters it
+// instead of re-arming it. Either way readStopped is closed once no worker reads the master, and
+// only then is the ring snapshotted: no byte is read from a master after its ring was
+// snapshotted. Bytes the program writes from then on wait in the PTY (the program blocks when the
+// terminal's buffer is full) and are read by the new image. A master whose reading had already
+// ended (readDone, the PTY hung up) is handed as absent. waiter.detach takes the pidfds of the
+// handed sessions' children out of the waiter's epoll instance under waiter.mu (closing the
+// instance when none is left): from then on this image does not reap them; it keeps waiting for
+// the children of sessions being torn down. A child the waiter reaped just before publishes its
+// status on its own goroutine; Handover waits up to 2 s for that exited. A child waited for by a
+// blockingWait (traced) is handed without a pidfd: the new image opens one if the pid is still
+// its child (checked in /proc/<pid>/stat after the open, which pins the process).
+//
+// The orphan reaper must never take an adopted child's exit status: Adopt registers every live
+// child as ours (orphanReaper.adopt) before the new image starts the orphan reaper.
+//
+// # Telemetry
+//
+// The session.reader span is started by spawn (a child of the session.open span, passed in
+// Spec.Trace) and ended when reading the master ends (endReading). teardown starts session.kill
+// (child of the caller's context: the client's traceparent, ws.connection, or reaper.sweep),
+// links it to the reader span and the reader span back to it, and records the kill histogram.
+// Instruments are updated lock-free (OTel instruments are safe for concurrent use) and never
+// under a lock that guards I/O.
+//
+// # Goroutines
+//
+//   - readPoller.loop: GOMAXPROCS workers per readPoller while any of its masters is being read
+//     (the process-wide readers serve every registry; only a test gives Options.readers one of
+//     its own). Started by readPoller.add from spawn (and startReading after a resumed or adopted
+//     handover) when none run. Each owns one read buffer and takes one ready master at a time
+//     (Reading, above). They end when the last master is unregistered: it closes the epoll fd and
+//     every worker returns; the next spawn starts new ones.
+//   - screenFeeder.loop: one per process (feeder) while some session's screen lags; started by
+//     screenFeeder.enqueue from ingest when a model lags 64 KiB; catches the queued models up
+//     from the ring and their backlogs, at most 1 MiB per session per turn (Session.feedScreen);
+//     ends when its queue is empty.
+//   - waiter.loop: one per waiter while any of its children is unreaped (the process-wide
+//     children serve every registry). Started by waiter.add from spawn (and waitChild after a
+//     resumed or adopted handover) when none runs; owns the epoll instance that holds every
+//     unreaped child's pidfd and runs wait4(WNOHANG) on each pidfd it reports; ends when the last
+//     child is reaped (it closes the epoll fd; the next spawn starts a new one).
+//   - blockingWait: the fallback, one per child it takes: from spawn if the waiter cannot take
+//     the pidfd, or from waiter.loop for a child whose pidfd is readable but which wait4 cannot
+//     reap yet (it would keep the level-triggered epoll busy). A blocking wait4 (it holds a
+//     thread) until the child is reaped.
+//   - Session.reaped hand-off: one per exit, short, from waiter.loop or on blockingWait's
+//     goroutine: writes exit, closes exited, takes Session.mu, wakes viewers, arms the settle
+//     timer.
+//   - The fair share's hold timer: a time.AfterFunc of readPoller.holdExpired, at most one
+//     pending per readPoller, armed by readPoller.settle when it holds a streaming master back
+//     and no timer is pending, and by holdExpired itself while masters stay held (at most
+//     defaultFairIdle, 5 ms, later). It takes readPoller.mu, turns light the streaming masters
+//     behind a held one that went idle (a zero-timeout poll finds the master empty) and those
+//     that let a held one wait defaultFairWait (20 ms) without catching up, lets go of the
+//     masters no longer ahead, then re-arms them (releaseHeld: each Session.mu, after
+//     readPoller.mu is released). closeLocked stops a pending one with the last master.
+//   - The echo hold timer: at most one per owner's echoGroup while a master of that owner's is
+//     held for an echo; armed by Session.hold at the group's holdUntil as the first hold saw it;
+//     runs echoGroup.release (echoGroup.mu to empty held, then each held session's Session.mu,
+//     never both at once, to re-arm its master); stopped when an echo releases the masters first.
+//   - Session.endReading on a goroutine of its own: rare, at most one per session, from
+//     wakeReaderLocked when re-arming a master parked by backpressure fails (it holds Session.mu,
+//     which endReading takes).
+//   - Session.inputLoop: at most one per session, on demand, from Session.Write when the PTY did
+//     not take all input; writes the queued input until the queue is empty or the master is
+//     closed.
+//   - The cgroup removal of a failed spawn: one, from spawn when the master could not be
+//     registered with the readers after the child started (the child is killed): it waits for the
+//     child's exit, then removes the session's cgroup.
+//   - Registry.Shutdown's teardowns, one per session, each run with context.WithoutCancel (the
+//     shutdown timeout never cuts the escalation short, which bounds it: KillGrace twice, then
+//     max(4×KillGrace, 1s) for KILL, the same for the PTY holders and for the cgroup); and its
+//     wait, one per call: r.wg.Wait(), then it closes the call's done; it outlives a call whose
+//     context ended first.
+//   - The orphan reaper: one per process, started by AdoptOrphans (in the gateway binary only);
+//     SIGCHLD (os/signal) and orphans.kick wake it; it runs until the process exits.
+//   - Adopters: GOMAXPROCS-1 goroutines (at least 1, at most 4), only in a new image after an
+//     upgrade, started by Registry.Adopt; each takes the next handed session and adopts and
+//     registers it (or tears it down); Adopt waits for them.
+//   - The dying children's kill: one, only after an adoption whose state lists children of
+//     sessions still being torn down, started by Registry.EndStrays: HUP, TERM, KILL and the reap
+//     of those children; it ends when they are reaped or survived KILL (logged).
+//   - The exit settle timer (time.AfterFunc, one per exit, again when a paused reader resumes
+//     after the exit), armed by armSettleLocked: settleExit takes Session.mu and, unless a later
+//     timer superseded it (settleGen), sets exitSettled and wakes viewers.
+//   - The resume hold timer (time.AfterFunc, one per hold), armed by holdLocked and stopped when
+//     its hold is taken over or pruned or the session closes: it takes Session.mu, removes its
+//     hold from holds and lets a paused reader resume.
+//
+// # Locks
+//
+// The order is written once, in docs/architecture.md, "Lock order". Each mutex:
+//
+//   - Registry.mu: sessions (id → session), closed, the tombstones of recently closed ids,
+//     echoGroups (owner → echo-first group).
+//   - Session.mu: handingOver, readStopped (an upgrade in place takes the session over), state,
+//     reason, dropOutput (the kill point), outputFinal, exitSettled, settleGen, ring, viewers,
+//     every Viewer's next, closed, size and used, unwatchedSince, leaseUntil, cols and rows (the
+//     applied size; written only with resizeMu also held), sizeSeq, paused, readState (armed,
+//     read by a worker, parked by backpressure, held for another session's echo or held by the
+//     fair share, done), holds, dropped, killDone, killRes, tearing.
+//   - Session.ptyMu: ptmxClosed; held by the reader to close the master and by the kill's scan
+//     for PTY holders up to opening their pidfds (not while waiting for them to die), so a slave
+//     name reused by a newer session is never scanned. It is one of the deliberate exceptions to
+//     "no lock across a blocking call": the scan is skipped when the master already sees a
+//     hang-up.
+//   - Session.resizeMu: serialises computing and applying the window size (applySize,
+//     Session.Resize), so the size stored is the size applied and the last computation wins; held
+//     across the TIOCSWINSZ ioctl (through SyscallConn().Control), with no other lock; taken
+//     before Session.mu, never while holding Session.mu or Registry.mu (a leaving viewer applies
+//     the size after releasing Session.mu).
+//   - Session.inMu: inQueue, inDraining; held across one non-blocking write(2) attempt on the
+//     master, so input stays in order; taken before Session.mu when a write fails (never after).
+//   - readPoller.mu: ep, epfd, sessions, next (the readers' epoll fd and the token → session
+//     table); the fair share's shares (bytes read by each streaming master and when its last turn
+//     ended), held and holdTimer. Under it only epoll_ctl, close, map updates, timer calls and
+//     the fair share's zero-timeout poll of an idle-looking master (dropIdleLocked), none of
+//     which waits. A held master is let go by re-arming it after readPoller.mu is released, never
+//     under it. Re-arming a master holds Session.mu and readPoller.mu across one epoll_ctl, so
+//     the state and the registration change together (so does unregistering it for an upgrade in
+//     place, stopReadingLocked).
+//   - echoGroup.mu (one per owner): held, holdTimer; under it only slice updates and arming or
+//     stopping the timer.
+//   - waiter.mu: ep, waiting (the epoll fd and the pidfd → child table); under it only epoll_ctl,
+//     close, wait4(WNOHANG) and map updates, never a blocking wait or a session lock.
+//   - orphanReaper.gate (RWMutex): the order of "a child of ours exists" and "the orphan reaper
+//     looks at zombies": held shared by every start of a child we wait for ourselves (spawn,
+//     StartChild) from before the fork until its pid is in own, exclusively by the orphan reaper
+//     while it peeks and reaps; taken with no other lock held.
+//   - orphanReaper.mu: own (pids of our own children not reaped yet: added under gate, removed by
+//     their waiter after the reap); taken under waiter.mu and under gate; nothing is taken under
+//     it.
+//   - fdReserve.mu (killFDs): the kill path's reserve of descriptors; held by withFDs only when a
+//     step failed for want of a descriptor, while it runs the step again on the released reserve
+//     and refills it (a cgroup wait included), so two such kills take turns; may be taken under
+//     Session.ptyMu; nothing is taken under it.
+//   - Registry's atomics survivors and survivorSessions: what Shutdown's kills left alive.
+//
+// Fields without a lock: Session.sizeGen (atomic; written under resizeMu and Session.mu, read
+// lock-free by socket writers); Session.awaitingEcho, echoGroup.last and echoGroup.holdUntil
+// (atomics: a keystroke sets them, in its session's owner's group, before it is written to the
+// PTY; the session's next read clears awaitingEcho and, if it is last, sets holdUntil to now);
+// Session.echo (set before the master is read, never changed); Session.readEnded (atomic: set by
+// endReading before it clears the session's wait for an echo; a keystroke that sees it clears its
+// own, so a keystroke after the reading ended leaves no wait that no read would end);
+// Session.released (atomic: set when its master is released from a hold, cleared by its next
+// batch; until then it is not held again, so keystrokes without an echo cannot stop a stream);
+// Session.exit (written before exited is closed; read only after <-exited).
 package session

@@ -13,11 +13,11 @@ import (
 // together get equal turns, but not equal bytes: a PTY holds ~18 KiB before its writer blocks,
 // so a session whose program did not get a CPU for a millisecond or two is found empty and
 // misses turns while the others are read on, and the programs the readers keep reading get
-// the CPUs that would let it catch up (docs/benchmarks.md, "Fairness of 8 `yes` sessions"). Equal bytes per turn
-// (deficit round robin) only halved the gap, and with this hold cost 12-18% more CPU per GiB
-// than the hold alone (one batch per turn: more turns). So a heavy master (one whose
-// turn read all maxBatchesPerTurn batches: its program writes as fast as it is read) that is
-// more than fairSlack bytes ahead of the slowest heavy master is held: not re-armed, so its
+// the CPUs that would let it catch up. Equal bytes per turn (deficit round robin) does not
+// close that gap, and costs more CPU per GiB (one batch per turn: more turns); only not reading
+// the masters that are ahead does (docs/benchmarks.md, "What each change measured"). So a
+// heavy master (one whose turn read all maxBatchesPerTurn batches: its program writes as fast
+// as it is read) that is more than fairSlack bytes ahead of the slowest heavy master is held: not re-armed, so its
 // program blocks on a full PTY and leaves the CPU to the others, until the slowest is within
 // fairSlack again. A heavy master stops counting (light) until a turn of it reads all its
 // batches again when
@@ -35,16 +35,16 @@ const (
 	// it is held. It is less than a full turn (maxBatchesPerTurn × readChunk, 128 KiB, unless
 	// a small scrollback shrinks the batches), so a master that read a full turn is held until
 	// the slowest has had its turn too: the streams go round in step. Over 8 `yes` streams
-	// 256 KiB gave fairness ~0.97 and 32 KiB ~0.996, for ~5% more gateway CPU per GiB
-	// (docs/benchmarks.md, "Slack and wait of the hold").
+	// 256 KiB gives fairness ~0.97 and 32 KiB ~0.996, for ~5% more gateway CPU per GiB
+	// (docs/benchmarks.md, "What each change measured").
 	defaultFairSlack = 32 << 10
 	// defaultFairWait: how long a hold may last before the masters behind are taken for slow.
 	defaultFairWait = 20 * time.Millisecond
 	// defaultFairIdle: how long a heavy master may go without a turn, unreadable, before it is
 	// taken for idle. A `yes` refills its empty PTY within a millisecond once it has a CPU, so
 	// this waits for one that misses the CPU for a few; a bursty program that stopped holds the
-	// others this long after its burst, not the whole wait (measured: a steady `yes` beside
-	// `head -c 400000` every 30 ms was held for 20 ms of every 30).
+	// others this long after its burst, not the whole wait (without the idle bound a steady
+	// `yes` beside `head -c 400000` every 30 ms is held for 20 ms of every 30).
 	defaultFairIdle = 5 * time.Millisecond
 )
 

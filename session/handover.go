@@ -25,7 +25,7 @@ import (
 	"github.com/muxterm/muxterm/otel"
 )
 
-// An upgrade in place (docs/architecture.md, "Upgrade in place") hands every session to the
+// An upgrade in place (docs/operations.md, "How an upgrade in place works") hands every session to the
 // next image of the gateway in the same process: Registry.Handover quiesces the sessions and
 // describes them (HandoverState, its descriptors still open), the caller encodes that into a
 // memfd and execs; the next image decodes it and calls Registry.Adopt.

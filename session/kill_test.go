@@ -21,7 +21,7 @@ import (
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
-// The seed-000 scenarios. An escapee (a descendant that setsid()s into its own session) keeps
+// Kills with an escapee. An escapee (a descendant that setsid()s into its own session) keeps
 // the PTY slave open, so the reader's read does not end when the shell dies. It exits on its own
 // after escapeeLifetime (it is reparented away from us; a test never signals it directly). The
 // kill deadline is well under that lifetime: a kill that waited for the reader would miss it.
@@ -33,7 +33,7 @@ const (
 // escapeeScript runs an escapee that writes its pid to pidfile, optionally prints late (one
 // second later, after the test has killed the session), and lives escapeeLifetime in all; with
 // trap it ignores HUP and TERM (and so does the sleep it execs). The pid is read as the PPID of
-// a grandchild, as the seed does. The shell itself waits on a `sleep 120` in its own process
+// a grandchild (the escapee's child). The shell itself waits on a `sleep 120` in its own process
 // group.
 func escapeeScript(pidfile, late string, trap bool) string {
 	life := int(escapeeLifetime / time.Second)

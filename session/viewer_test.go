@@ -138,7 +138,7 @@ func TestSubscribeOffsets(t *testing.T) {
 	}
 }
 
-// The seed-002 tracking: born unwatched; the first subscribe clears it; with two viewers one
+// TestUnwatchedSinceTracksViewers: the idle clock the reaper reads: born unwatched; the first subscribe clears it; with two viewers one
 // unsubscribe keeps it clear; the last unsubscribe sets it (to the clock's now).
 func TestUnwatchedSinceTracksViewers(t *testing.T) {
 	var clock atomic.Int64

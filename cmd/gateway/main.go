@@ -1,5 +1,3 @@
-// Command gateway runs muxterm: a WebSocket gateway that multiplexes PTY sessions over one
-// socket. main only parses flags and environment, wires the packages and handles signals.
 package main
 
 import (

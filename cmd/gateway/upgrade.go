@@ -26,8 +26,8 @@ import (
 	"github.com/muxterm/muxterm/session"
 )
 
-// Upgrade in place (docs/operations.md, "Upgrade and restart"; docs/architecture.md, "Upgrade
-// in place"): SIGUSR2 re-executes the gateway binary in this process, handing every session over.
+// Upgrade in place (docs/operations.md, "Upgrade and restart" and "How an upgrade in place
+// works"): SIGUSR2 re-executes the gateway binary in this process, handing every session over.
 
 // handoverEnv names the memfd that carries the state to the next image. init removes it from
 // the environment before anything else reads it.

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The image an upgrade checks is the image it executes (docs/architecture.md, "Upgrade in
-// place"). The binary at the upgrade's path is copied into a sealed memfd before the dry run;
+// The image an upgrade checks is the image it executes (docs/operations.md, "How an
+// upgrade in place works"). The binary at the upgrade's path is copied into a sealed memfd before the dry run;
 // the dry run and the exec both run that copy. A file moved onto the path, or written into it,
 // after the copy cannot reach the exec: the next image is byte for byte the one that answered
 // the dry run.

@@ -15,7 +15,7 @@ import (
 // Target is a goal a figure is compared against. It is reported as met or missed, never
 // enforced.
 type Target struct {
-	Desc  string  `json:"desc"`  // as the issue states it, e.g. "≥ 85% of raw"
+	Desc  string  `json:"desc"`  // the target in words, e.g. "≥ 85% of raw"
 	Of    string  `json:"of"`    // "ratio_raw", "ratio_pass" or "value": which median is compared
 	Op    string  `json:"op"`    // "<=" or ">="
 	Value float64 `json:"value"` // the bound

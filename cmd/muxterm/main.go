@@ -1,5 +1,3 @@
-// Command muxterm is the terminal client of a muxterm gateway: it lists, starts, attaches to
-// and kills sessions, and runs commands in them for scripts (see help and README).
 package main
 
 import (

@@ -1,11 +1,3 @@
-// Package cgroup manages the cgroup v2 directories that hold muxterm's sessions: one directory
-// per gateway process under a root (<root>/gw-<pid>-<start time>), one cgroup per session under
-// it. A session's processes are ended with cgroup.kill, "none left" is an empty cgroup.procs,
-// and a gateway that starts sweeps the directories of gateways that died without cleaning up.
-//
-// Only cgroup.kill, cgroup.procs and cgroup.events are used: no controller is enabled anywhere,
-// so cgroup v2's "no internal processes" rule never applies and the gateway can stay in its own
-// cgroup (see docs/architecture.md).
 package cgroup
 
 import (

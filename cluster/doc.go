@@ -1,0 +1,129 @@
+// Package cluster lets several gateway nodes serve one set of sessions (docs/scaling.md). The
+// session directory is a NATS JetStream key-value bucket (s.<node>.<session> → owner node,
+// principal, name, created, state, the owner's boot id) that every node watches; node liveness is
+// a heartbeat each node publishes on core NATS every TTL/5 and that the others time out within
+// the TTL (liveness.go). A session another node owns is relayed to it over muxterm.v1 with the Go
+// client and the cluster token (Node implements mux.Remote; a relay implements mux.Relay). The
+// package also sweeps a node's stale entries at start, answers session.capture through the owner,
+// places new sessions, runs the embedded NATS server (embedded.go: its clients and routes
+// authenticated with credentials derived from the cluster token, EmbeddedCredentials) and lets
+// session.open wait for its directory entry (Published).
+//
+// It imports nats-server (the embedded server only), nats.go and its jetstream package (no other
+// muxterm package does), client, mux, proto, session (the Observer of opens and removals) and
+// internal/procfs.
+//
+// # Data flow
+//
+//	Registry.Open / removeLocked ──Observer (under Registry.mu: append only)──▶ Node.pubQ ──publisher──▶ KV put/purge
+//	KV bucket ──watcher──▶ Node.entries (id → entry) ◀── List / lookup (an id not yet watched: one KV query)
+//	heartbeatLoop ──core NATS muxterm.heartbeat.<node> every TTL/5──▶ every node's onHeartbeat ──▶ Node.peers
+//	monitor (every TTL/20): a peer silent > 3/4 TTL ──▶ lost ──▶ its relays: client closed ──▶ session.closed node_lost
+//
+//	client ──socket──▶ node B: mux conn ──Relay (client.Client, ManualAck)──socket──▶ node A: mux conn ──▶ Session
+//	           acks ──▶ B credit.give + relay.Ack (queued) ──relay flusher──────▶ A credit.give
+//	           input ──▶ B relay.Write (queued, ≤ 64 KiB) ──relay flusher──────────▶ A session input
+//	           output ◀── B writer: relay.Read (≤ B's credit) ◀── client buffer ◀── A writer (≤ A's credit)
+//
+// In detail:
+//
+//   - A socket's session.attach (or kill, lease) for an id the local registry does not know goes
+//     to mux.Remote on a slow-request goroutine: the owner comes from the directory, whose
+//     entry's principal is checked first (another principal's session, its node alive or lost, is
+//     mux.ErrNotRemote: the local unknown_session, as for a random id; node_lost only after that
+//     check), the relay dials the owner's --node-url with the cluster token and the headers
+//     naming the principal, and the owner's own mux checks ownership again. The owner serves the
+//     relay like any socket; a socket authenticated with the cluster token is never relayed
+//     further. An attach carries the client's screen mode and size, so the owner paints; the
+//     relay's own re-attaches ask for raw bytes.
+//   - Credit end to end: the relay's client never acknowledges by itself (ManualAck); B's read
+//     loop passes each ack of its client on (relay.Ack → Channel.Ack), so the bytes A has in
+//     flight (on the wire to B, buffered in B's client, on the wire to the client) never exceed
+//     A's window. B's writer reads the relay's buffer only within B's own credit for the channel.
+//   - The owner's session.size notifications reach the relay's client.Channel (Size, with a
+//     count); B's writer compares that count with the one its channel last reported and writes
+//     session.size with B's channel number, ahead of output, as for a local channel.
+//   - Errors the owner sends without a request id about the relayed channel (input refused) are
+//     kept by the relay (at most 64) and written by B's writer with B's channel number.
+//   - B's read loop never writes to the owner: relay.Ack adds to a count and relay.Write copies
+//     the input into the relay's upstream queue, and the relay's flusher goroutine writes them to
+//     the owner's socket (acks first, then input in order; each write bounded by the client's
+//     WriteTimeout, 10 s, and a write that fails ends the relay's socket: node_lost). The queue
+//     holds at most a session input queue's worth of input (64 KiB); input that does not fit is
+//     refused whole with limit_exceeded inputQueue, as the owner refuses input its program does
+//     not read. An owner that stops reading thus delays only its own channel
+//     (TestRelayUpstreamNeverBlocks, e2e's TestClusterStalledOwnerDoesNotBlockTheSocket).
+//     relay.Close lets the flusher write what was queued before the detach. Resize, signal, kill,
+//     lease and attach through a relay are round trips and run on slow-request goroutines.
+//   - Start: StartEmbedded starts the embedded server (with a route listener and routes only when
+//     --cluster-routes names some: JetStream refuses a cluster block without routes, so a lone
+//     node is a cluster of one) and waits for its listeners, returning at once on the server's
+//     fatal error, which its logger hands over (a route port in use: "Error listening on router
+//     port: …": the node exits with it, and the other nodes, which cannot place the directory's
+//     replicas without it, wait for it) or when the start's context ends; then Node.Start
+//     connects and waits for the directory bucket. That context is the signal context: SIGTERM or
+//     SIGINT at any moment of the start stops what was started and the gateway exits 0 ("stopped
+//     while joining the cluster"). The embedded server's notices, warnings and errors go to the
+//     gateway's log at debug (its own debug log, raft chatter, is not asked for).
+//   - Shutdown: after the sockets and the sessions (whose removals the Observer queued), the node
+//     flushes its directory writes, refuses new relays, closes its relays (a detach in flight is
+//     cut short), stops its goroutines and NATS connection, and the embedded server shuts down
+//     (waited for at most 2 s), all within --shutdown-timeout; what is not done by then is
+//     abandoned (the next start sweeps). Other nodes' relays to it get session.closed {reason:
+//     "shutdown"} from its sockets, like any client.
+//   - A relay whose owner's socket ends without session.closed, or whose owner is declared lost,
+//     reports node_lost once its buffer is delivered, except when the socket closed with 1012
+//     (the owner upgrades in place): then the flusher resumes the relay (relay.resume: dial the
+//     owner again, attach from the offset received) and swaps in the new binding; the writer
+//     reads the old binding's buffered output first, acks for it are absorbed (ackDebt), and
+//     State reports the channel bound meanwhile. A node's boot id is its pid and process start
+//     time, which the exec keeps, and its heartbeat starts before its directory bucket is ready,
+//     so an upgrading node is not declared lost; Node.KeepOnStart keeps the handed-over sessions'
+//     entries through the start-up sweep.
+//
+// # Goroutines
+//
+//   - Node.watch (one per node, started by Node.Start): the directory watcher; applies puts and
+//     deletes to Node.entries; ends with Node.Close.
+//   - Node.publisher (one per node, Node.Start): writes this node's entries from pubQ, in order,
+//     retrying a failed write (a JetStream election); ends with Node.Close, after a bounded
+//     flush.
+//   - Node.heartbeatLoop (one per node, started right after the NATS connection, before the
+//     directory bucket is ready): publishes this node's heartbeat (name, node URL, boot id,
+//     session count) every TTL/5; ends with Node.Close.
+//   - Node.monitor (one per node, Node.Start): declares a peer lost after 3/4 of the TTL without
+//     a heartbeat and ends its relays; ends with Node.Close.
+//   - NATS client callbacks (nats.go's, one per subscription): onHeartbeat (peers) and the hello
+//     answer (one heartbeat now); they end when the connection closes.
+//   - A relay's client goroutines (client.Client's readLoop and ackLoop, per relayed channel,
+//     from Node.Attach and Node.Open): the socket to the owner, until the relay closes (detach,
+//     socket end, node lost).
+//   - The relay flusher (one per relayed channel, startRelay): the relay's upstream queue (the
+//     acks and input B's read loop queued, written to the owner's socket); resumes the relay when
+//     the owner closes it with 1012; ends when the relay closes (after writing what was queued),
+//     its socket ends otherwise, or a resume fails.
+//   - The relay teardown (one per relay, short, relay.Close): session.detach to the owner (on a
+//     detach), then closing the client; Node.Close waits for it.
+//   - Node.CloseWithin's wait (one per call): waits for the node's goroutines; it outlives a call
+//     whose context ended first.
+//   - The embedded NATS server's own goroutines (StartEmbedded): the client and route listeners,
+//     JetStream; until Embedded.Shutdown, after the node.
+//
+// # Locks
+//
+//   - Node.mu: entries (the directory as watched), peers (what each node's heartbeat said, when
+//     it was heard, alive), relays, closed (set first by Node.Close: a relay started after it is
+//     refused, so none is added while Close waits), waiting (set before Close waits on the node's
+//     goroutines: a relay closed after it runs its teardown outside that group); a leaf: no I/O
+//     under it, a lost node's relays are closed after it is released.
+//   - Node.pubMu: pubQ (this node's directory writes, in order), pubBusy, pubIdle; taken by
+//     Observe with session.Registry's mutex held (append and a non-blocking wake only), so
+//     nothing is taken under it.
+//   - relay.mu: cur and drains (the current binding and those that ended with a restart and still
+//     hold output, read first, oldest first, with each binding's read, acked, skip), lost,
+//     closing, errs (the owner's id-less errors not yet passed on), ackDebt, sizeBase,
+//     cancelResume, the upstream queue (ackDue, input, inputBytes); held across a read of a
+//     channel with data buffered (never blocks); taken before the Go client's Channel.mu and
+//     Client.mu, never under them (the client calls the relay's notify and error hooks with none
+//     held).
+package cluster
