@@ -43,6 +43,14 @@ type Header struct {
 	Command   string            `json:"command,omitempty"`
 	Title     string            `json:"title,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
+	// Muxterm names the recorded session and its owner (players ignore keys they do not know).
+	Muxterm *Origin `json:"muxterm,omitempty"`
+}
+
+// Origin is the session a recording is of.
+type Origin struct {
+	Session string `json:"session"`
+	Owner   string `json:"owner"`
 }
 
 // Options configure a Recorder. Every member is optional.
@@ -228,19 +236,23 @@ func (r *Recorder) pushLocked(e event) {
 
 // dropLocked counts n bytes dropped at this point of the recording: one marker for a run of
 // drops.
-func (r *Recorder) dropLocked(n int64) {
+func (r *Recorder) dropLocked(n int64) { r.markDropLocked(n, n) }
+
+// markDropLocked counts n bytes newly dropped and queues a marker for marked bytes: n, plus
+// those of earlier markers that a failed write lost with it.
+func (r *Recorder) markDropLocked(n, marked int64) {
 	r.dropped += n
-	if r.opts.OnDrop != nil {
+	if n > 0 && r.opts.OnDrop != nil {
 		r.opts.OnDrop(n)
 	}
 	if r.closed {
 		return // a write that failed after Close: counted, nothing more is written
 	}
 	if k := len(r.q); k > 0 && r.q[k-1].code == codeDrop {
-		r.q[k-1].n += n
+		r.q[k-1].n += marked
 		return
 	}
-	r.pushLocked(event{at: time.Since(r.start), code: codeDrop, n: n})
+	r.pushLocked(event{at: time.Since(r.start), code: codeDrop, n: marked})
 }
 
 // DropLabel is the marker's label for n bytes the recording lacks at its point.
@@ -264,14 +276,18 @@ func (r *Recorder) drain() {
 }
 
 // write encodes q and writes it in one write; a failed write is undone (the file truncated back
-// to its last complete line) and its output and input counted as dropped.
+// to its last complete line), its output and input are counted as dropped, and one marker
+// stands for them and for the markers it lost.
 func (r *Recorder) write(q []event) {
 	r.enc.Reset()
-	var data int64
+	var data, marked int64 // output and input bytes in q; bytes its drop markers stand for
 	for _, e := range q {
 		r.encode(e)
-		if e.code == codeOutput || e.code == codeInput {
+		switch e.code {
+		case codeOutput, codeInput:
 			data += int64(len(e.data))
+		case codeDrop:
+			marked += e.n
 		}
 	}
 	n, err := r.w.Write(r.enc.Bytes())
@@ -293,8 +309,8 @@ func (r *Recorder) write(q []event) {
 	}
 	r.carry = [2][]byte{}
 	r.mu.Lock()
-	if data > 0 {
-		r.dropLocked(data)
+	if data+marked > 0 {
+		r.markDropLocked(data, data+marked) // the markers lost with it are marked again
 	}
 	r.mu.Unlock()
 }

@@ -1,14 +1,11 @@
 package record
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -16,9 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
-
 	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{FDs: true}) }
@@ -26,21 +22,15 @@ func TestMain(m *testing.M) { leakcheck.Main(m, leakcheck.Options{FDs: true}) }
 // cast is a recording read back: its header and events.
 type cast struct {
 	header Header
-	events []castEvent
-}
-
-type castEvent struct {
-	at   float64
-	code string
-	data string
+	events []Event
 }
 
 // output is the recording's output, concatenated.
 func (c cast) output() string {
 	var b strings.Builder
 	for _, e := range c.events {
-		if e.code == "o" {
-			b.WriteString(e.data)
+		if e.Code == "o" {
+			b.WriteString(e.Data)
 		}
 	}
 	return b.String()
@@ -50,10 +40,10 @@ func (c cast) output() string {
 func (c cast) dropped(t *testing.T) int64 {
 	var n int64
 	for _, e := range c.events {
-		if e.code == "m" && strings.HasPrefix(e.data, "muxterm: ") {
+		if e.Code == "m" && strings.HasPrefix(e.Data, "muxterm: ") {
 			var k int64
-			if _, err := fmt.Sscanf(e.data, "muxterm: %d bytes not recorded", &k); err != nil {
-				t.Fatalf("marker %q: %v", e.data, err)
+			if _, err := fmt.Sscanf(e.Data, "muxterm: %d bytes not recorded", &k); err != nil {
+				t.Fatalf("marker %q: %v", e.Data, err)
 			}
 			n += k
 		}
@@ -61,43 +51,28 @@ func (c cast) dropped(t *testing.T) int64 {
 	return n
 }
 
-// parseCast reads an asciicast v2 stream strictly: every line must be JSON of the right shape,
-// times must not go back.
+// parseCast reads a recording with Parser (strictly); without a header (New's) it reads a
+// header it makes up first.
 func parseCast(t *testing.T, r io.Reader, header bool) cast {
 	t.Helper()
-	var c cast
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	line := 0
-	last := -1.0
-	for sc.Scan() {
-		line++
-		if header && line == 1 {
-			if err := json.Unmarshal(sc.Bytes(), &c.header); err != nil {
-				t.Fatalf("header %q: %v", sc.Text(), err)
-			}
-			continue
-		}
-		var raw []any
-		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil || len(raw) != 3 {
-			t.Fatalf("line %d %q: not an event (%v)", line, sc.Text(), err)
-		}
-		at, ok1 := raw[0].(float64)
-		code, ok2 := raw[1].(string)
-		data, ok3 := raw[2].(string)
-		if !ok1 || !ok2 || !ok3 {
-			t.Fatalf("line %d %q: wrong types", line, sc.Text())
-		}
-		if at < last {
-			t.Fatalf("line %d: time %f goes back from %f", line, at, last)
-		}
-		last = at
-		c.events = append(c.events, castEvent{at, code, data})
+	if !header {
+		r = io.MultiReader(strings.NewReader(`{"version":2,"width":80,"height":24}`+"\n"), r)
 	}
-	if err := sc.Err(); err != nil {
+	p, err := NewParser(r)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	c := cast{header: p.Header}
+	for {
+		e, err := p.Next()
+		if err == io.EOF {
+			return c
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.events = append(c.events, e)
+	}
 }
 
 // A recording holds the header, the output byte for byte (UTF-8 split across writes included),
@@ -144,8 +119,8 @@ func TestRecordingRoundTrip(t *testing.T) {
 	}
 	var order []string
 	for _, e := range c.events {
-		if e.code != "o" {
-			order = append(order, e.code+":"+e.data)
+		if e.Code != "o" {
+			order = append(order, e.Code+":"+e.Data)
 		}
 	}
 	if strings.Join(order, ",") != "r:100x30,m:attach" {
@@ -154,36 +129,8 @@ func TestRecordingRoundTrip(t *testing.T) {
 	if r.Dropped() != 0 {
 		t.Fatalf("dropped %d", r.Dropped())
 	}
-	asciinemaCat(t, path, want+"after\r\n")
-}
-
-// asciinemaCat checks that Debian's asciinema prints the recording's output exactly.
-func asciinemaCat(t *testing.T, path, want string) {
-	t.Helper()
-	bin, err := exec.LookPath("asciinema")
-	if err != nil {
-		t.Fatalf("asciinema not installed (make deps-browser installs it): %v", err)
-	}
-	// asciinema cat reads its controlling terminal (for a key that stops it): give it a PTY
-	// as one, and its stdout as a pipe.
-	ptmx, tty, err := pty.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptmx.Close()
-	cmd := exec.Command(bin, "cat", path)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, &stdout, &stderr
-	cmd.Env = append(os.Environ(), "LANG=C.UTF-8")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
-	err = cmd.Run()
-	tty.Close()
-	out := stdout.Bytes()
-	if err != nil {
-		t.Fatalf("asciinema cat: %v: %s", err, stderr.Bytes())
-	}
-	if string(out) != want {
-		t.Fatalf("asciinema cat: %q, want %q", out, want)
+	if got := testutil.AsciinemaCat(t, path); got != want+"after\r\n" {
+		t.Fatalf("asciinema cat: %q, want %q", got, want+"after\r\n")
 	}
 }
 
@@ -347,5 +294,33 @@ func TestFullDisk(t *testing.T) {
 	}
 	if got, dropped := int64(len(out)), c.dropped(t); got+dropped != chunks*int64(len(chunk))+7 || dropped != r.Dropped() {
 		t.Fatalf("recorded %d + dropped markers %d (Dropped %d), want %d in all", got, dropped, r.Dropped(), chunks*len(chunk)+7)
+	}
+}
+
+// Hostile or broken recordings get an error naming the line, never a hang or a panic.
+func TestParserRefusesBrokenRecordings(t *testing.T) {
+	hdr := `{"version":2,"width":80,"height":24}` + "\n"
+	for name, in := range map[string]string{
+		"empty":           "",
+		"not json":        "hello\n",
+		"version 1":       `{"version":1,"width":80,"height":24}` + "\n",
+		"no size":         `{"version":2}` + "\n",
+		"huge size":       `{"version":2,"width":99999999,"height":24}` + "\n",
+		"truncated event": hdr + `[0.5, "o", "abc`,
+		"time goes back":  hdr + `[1.0, "o", "a"]` + "\n" + `[0.5, "o", "b"]` + "\n",
+		"negative time":   hdr + `[-1, "o", "a"]` + "\n",
+		"two members":     hdr + `[1.0, "o"]` + "\n",
+		"data a number":   hdr + `[1.0, "o", 7]` + "\n",
+		"line too long":   hdr + `[1.0, "o", "` + strings.Repeat("x", MaxLine) + `"]` + "\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := NewParser(strings.NewReader(in))
+			for err == nil {
+				_, err = p.Next()
+			}
+			if err == io.EOF || !strings.HasPrefix(err.Error(), "record: ") {
+				t.Fatalf("got %v, want a record: error", err)
+			}
+		})
 	}
 }
