@@ -108,11 +108,16 @@ func TestRecordingPlaysBackExactly(t *testing.T) {
 	if _, err := ch.Write([]byte("two\n")); err != nil {
 		t.Fatal(err)
 	}
-	rest, err := io.ReadAll(ch)
-	if err != nil {
-		t.Fatal(err)
+	select { // the session's end: session.closed comes only at the reaper's sweep
+	case <-ch.Exited():
+	case <-ctx.Done():
+		t.Fatal("the program did not exit")
 	}
-	seen.Write(rest)
+	for n := ch.Buffered(); n > 0; n = ch.Buffered() {
+		buf := make([]byte, n)
+		k, _ := ch.Read(buf)
+		seen.Write(buf[:k])
+	}
 
 	list, err := c.Recordings(ctx, "")
 	if err != nil || len(list) != 1 || list[0].Recording != ch.Session() || list[0].Name != "rec" || list[0].Cols != 80 {
@@ -312,5 +317,75 @@ func TestRecordingFullDiskNeverSlowsTheSession(t *testing.T) {
 	out := castOutput(evs)
 	if want := int64(total + len("ENDAFTER")); dropped == 0 || int64(len(out))+dropped != want {
 		t.Fatalf("recorded %d bytes and %d marked dropped: want drops, and %d in all", len(out), dropped, want)
+	}
+}
+
+// The CLI lists a recording, exports it byte for byte as recording.read gives it, and plays it
+// under a real PTY with its output; a truncated or hostile file gets an error naming the line,
+// and a pause of a billion seconds is cut to --idle-limit: never a hang.
+func TestCLIRecordingsExportPlay(t *testing.T) {
+	g := startGateway(t, "--record", t.TempDir(), "--allow-cmd", "*")
+	defer g.Stop(10 * time.Second)
+	ctx := ctxT(t, 60*time.Second)
+	c := g.dial(t)
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Name: "played",
+		Cmd: []string{"/bin/sh", "-c", `printf 'PLAY-ME 1\n'; printf 'PLAY-ME 2\n'`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "PLAY-ME 2"); err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	testutil.WaitFor(t, 10*time.Second, "the recording's exit marker", func() bool {
+		var evs []record.Event
+		want, _, evs = exportCast(ctx, t, c, ch.Session())
+		return slices.Contains(castMarks(evs), "m:exit 0")
+	})
+	env := cliEnv(t, g)
+	out, errOut, code := runCLI(t, env, "recordings")
+	if code != 0 || !strings.Contains(out, ch.Session()) || !strings.Contains(out, "played") || !strings.Contains(out, "80x24") {
+		t.Fatalf("muxterm recordings: %d %q %q", code, out, errOut)
+	}
+	file := filepath.Join(t.TempDir(), "out.cast")
+	if _, errOut, code := runCLI(t, env, "recordings", "export", "played", file); code != 0 {
+		t.Fatalf("muxterm recordings export: %d %q", code, errOut)
+	}
+	got, err := os.ReadFile(file)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("exported %d bytes (%v), want the %d recording.read gives", len(got), err, len(want))
+	}
+	if st, _ := os.Stat(file); st.Mode().Perm() != 0o600 {
+		t.Fatalf("exported file mode %v, want 0600", st.Mode().Perm())
+	}
+	tm := startTerm(t, env, false, "play", "--speed", "100", ch.Session())
+	tm.expect("PLAY-ME 2")
+	if code := tm.wait(); code != 0 {
+		t.Fatalf("muxterm play: exit %d; output %q", code, tm.output())
+	}
+
+	dir := t.TempDir()
+	hdr := `{"version":2,"width":80,"height":24}` + "\n"
+	for name, body := range map[string]string{
+		"truncated.cast": hdr + `[0.1, "o", "abc`,
+		"hostile.cast":   hdr + `[0.1, "o", "a"]` + "\n" + `{"oops": true}` + "\n",
+		"backwards.cast": hdr + `[2, "o", "a"]` + "\n" + `[1, "o", "b"]` + "\n",
+		"noheader.cast":  `[0.1, "o", "a"]` + "\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, errOut, code := runCLI(t, env, "play", p)
+		if code != 1 || !strings.Contains(errOut, "muxterm: play: record:") {
+			t.Errorf("play %s: exit %d, stderr %q; want 1 and an error naming what is broken", name, code, errOut)
+		}
+	}
+	long := filepath.Join(dir, "long.cast")
+	if err := os.WriteFile(long, []byte(hdr+`[0.1, "o", "A"]`+"\n"+`[1000000000, "o", "B"]`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := runCLI(t, env, "play", "--idle-limit", "10ms", long); code != 0 || out != "AB" {
+		t.Fatalf("play with a billion-second pause: %d %q %q; want AB at once", code, out, errOut)
 	}
 }
