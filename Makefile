@@ -69,12 +69,12 @@ deps:
 	$(GO) mod download
 
 deps-browser:
-	@echo "==> chromium and tmux (Debian packages; tmux is the real terminal of the CLI's e2e tests)"
-	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux)
+	@echo "==> chromium, tmux and asciinema (Debian packages: tmux is the real terminal of the CLI's e2e tests, asciinema plays the recordings back)"
+	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1 && command -v asciinema >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux asciinema)
 
 test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode
 
-test-unit: frontend deps
+test-unit: frontend deps deps-browser
 	@echo "==> go test -race (unit and e2e packages)"
 	$(GO) test $(GOFLAGS_T) ./...
 	@echo "==> @muxterm/client unit tests (fake WebSocket)"

@@ -853,11 +853,14 @@ type OpenOptions struct {
 	Cols int
 	Rows int
 	Name string
+	// Record asks for a recording of the session (a gateway started with --record
+	// --record-on-request; with --record alone every session is recorded anyway).
+	Record bool
 }
 
 // params are session.open's params for o on channel.
 func (o OpenOptions) params(channel uint32) proto.OpenParams {
-	return proto.OpenParams{Channel: channel, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env, Cols: o.Cols, Rows: o.Rows, Name: o.Name}
+	return proto.OpenParams{Channel: channel, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env, Cols: o.Cols, Rows: o.Rows, Name: o.Name, Record: o.Record}
 }
 
 // Open starts a session and returns its channel. If ctx ends after the request went out, a

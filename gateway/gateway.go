@@ -461,6 +461,7 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	opts.Registry = g.opts.Registry
 	opts.Principal = p.Owner()
 	opts.ReadOnly = p.ReadOnly
+	opts.Admin = p.Admin
 	opts.AllowCmd = g.allowCmd
 	opts.Logger = g.log.With("principal", p.Name, "remote", r.RemoteAddr)
 	opts.Version = g.opts.Version

@@ -67,6 +67,8 @@ type ServerOptions struct {
 	// ReadOnly principals receive output; their input, resize, signal, open, kill and lease
 	// are refused (forbidden).
 	ReadOnly bool
+	// Admin principals may list and read every principal's recordings.
+	Admin bool
 	// AllowCmd decides whether session.open may run argv (non-empty). Nil: only the shell.
 	AllowCmd func(argv []string) bool
 	// Window is the per-channel credit in bytes. Default: 256 KiB.

@@ -73,7 +73,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 	}
 	slices.Sort(env)
 	spec := session.Spec{Argv: p.Cmd, Dir: p.Cwd, Env: env, Cols: p.Cols, Rows: p.Rows,
-		Name: p.Name, Owner: c.opts.Principal}
+		Name: p.Name, Owner: c.opts.Principal, Record: p.Record}
 	started := c.slow(req.ID, func() {
 		_, span := c.startSpan(otel.SpanSessionOpen, "session.open", p.Meta, ch.id)
 		defer span.End()
@@ -89,6 +89,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 			return
 		}
 		span.SetAttributes(attribute.String(otel.AttrSessionID, s.ID()), semconv.ProcessPID(s.Pid()))
+		span.SetAttributes(recordingAttrs(s)...)
 		ch.sess, ch.v = s, v
 		_, ch.sizeGen = s.Size() // the opener's own size, which it knows
 		ch.ready.Store(true)
@@ -172,6 +173,7 @@ func (c *conn) attachLocal(req *proto.Request, p *proto.AttachParams, ch *channe
 	}
 	ch.sess, ch.v = v.Session(), v
 	span.SetAttributes(attribute.Int(otel.AttrScreenBytes, info.Screen))
+	span.SetAttributes(recordingAttrs(ch.sess)...)
 	size, gen := ch.sess.Size()
 	ch.sizeGen = gen
 	ch.ready.Store(true)
@@ -393,8 +395,10 @@ func sessionError(err error, id string) *proto.Error {
 	switch {
 	case errors.As(err, &ce):
 		return proto.ErrSessionClosed(ce.ID, string(ce.Reason))
-	case errors.Is(err, session.ErrUnknownSession):
+	case errors.Is(err, session.ErrUnknownSession), errors.Is(err, session.ErrUnknownRecording):
 		return proto.ErrUnknownSession(id)
+	case errors.Is(err, session.ErrRecordingOff):
+		return proto.ErrInvalidParams("record", err.Error())
 	case errors.Is(err, session.ErrInputFull):
 		return proto.ErrLimitExceeded("inputQueue", "the program has not read its pending input; nothing was written")
 	case errors.Is(err, session.ErrTooMany):

@@ -173,6 +173,10 @@ func (c *conn) handleText(b []byte) {
 		c.handleLease(req)
 	case "session.capture":
 		c.handleCapture(req)
+	case proto.MethodRecordingList:
+		c.handleRecordingList(req)
+	case proto.MethodRecordingRead:
+		c.handleRecordingRead(req)
 	default:
 		c.replyErr(req.ID, proto.ErrMethodNotFound(req.Method))
 	}

@@ -73,6 +73,10 @@ const (
 	AttrBytes         = "muxterm.bytes"
 	// AttrScreenBytes: the length of the paint an attach starts with (0: a raw replay).
 	AttrScreenBytes = "muxterm.screen.bytes"
+	// AttrRecordingID and AttrRecordingOffset name a session's recording and the point in it,
+	// in seconds from its start, at which a span ended (recording.read plays it from there).
+	AttrRecordingID     = "muxterm.recording.id"
+	AttrRecordingOffset = "muxterm.recording.offset_s"
 )
 
 // Instrument names.
@@ -89,6 +93,7 @@ const (
 	MetricClaimsLost       = "muxterm.reaper.claims.lost"
 	MetricUpgradesRejected = "muxterm.upgrades.rejected"
 	MetricConnsEvicted     = "muxterm.conns.evicted"
+	MetricRecordDropped    = "muxterm.recording.dropped"
 )
 
 // Options configure Setup.
@@ -232,6 +237,7 @@ type Instruments struct {
 	ClaimsLost       otelmetric.Int64Counter       // reaper claims lost to a reattach
 	UpgradesRejected otelmetric.Int64Counter       // refused upgrades, by reason
 	ConnsEvicted     otelmetric.Int64Counter       // idle HTTP connections evicted, by reason
+	RecordDropped    otelmetric.Int64Counter       // bytes recordings dropped (a slow or full disk)
 }
 
 // NewInstruments creates the instruments on m.
@@ -275,6 +281,9 @@ func NewInstruments(m otelmetric.Meter) (*Instruments, error) {
 	add(err)
 	in.ConnsEvicted, err = m.Int64Counter(MetricConnsEvicted, otelmetric.WithUnit("{connection}"),
 		otelmetric.WithDescription("Idle HTTP connections (not WebSockets) the gateway closed to make room, by reason."))
+	add(err)
+	in.RecordDropped, err = m.Int64Counter(MetricRecordDropped, otelmetric.WithUnit("By"),
+		otelmetric.WithDescription("Output and input bytes left out of recordings because their disk was slow, stalled or full."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otel instruments: %w", err)

@@ -368,7 +368,9 @@ type OpenParams struct {
 	Cols    int               `json:"cols"`
 	Rows    int               `json:"rows"`
 	Name    string            `json:"name,omitempty"`
-	Meta    *Meta             `json:"_meta,omitempty"`
+	// Record asks for a recording of the session, where the gateway records on request.
+	Record bool  `json:"record,omitempty"`
+	Meta   *Meta `json:"_meta,omitempty"`
 }
 
 // AttachParams are the params of session.attach. From is nil when absent
@@ -535,6 +537,9 @@ func DecodeOpen(raw json.RawMessage, lim Limits) (OpenParams, *Error) {
 	}
 	if len(p.Name) > maxNameBytes {
 		return p, ErrInvalidParams("name", fmt.Sprintf("name must be at most %d bytes", maxNameBytes))
+	}
+	if p.Record, e = optionalBool(m, "record"); e != nil {
+		return p, e
 	}
 	return p, nil
 }

@@ -40,6 +40,10 @@
 //   - screen.go: the session's screen (below): screen, screenFeeder, keepForScreenLocked,
 //     noteSizeLocked, Capture, the paint of an attach (paintLocked), its hand-over (handScreen,
 //     adoptScreen).
+//   - record.go: the session's recording (internal/record): started before the reader
+//     (startRecording), fed by ingest, sizes, input and markers, ended once exit and output are
+//     both known or the teardown returns (endRecording), handed over and continued in the same
+//     file; Registry.Recordings, ReadRecording, PruneRecordings.
 //   - size.go: the window-size policy over the read-write viewers' sizes (WindowSize).
 //   - kill.go: teardown: the kill point, the escalation, the PTY's holders, the result
 //     (KillResult).
@@ -315,6 +319,9 @@
 //     screenFeeder.enqueue from ingest when a model lags 64 KiB; catches the queued models up
 //     from the ring and their backlogs, at most 1 MiB per session per turn (Session.feedScreen);
 //     ends when its queue is empty.
+//   - Recording end: one per recorded session, short: endRecording runs Recorder.Close (what is
+//     queued written within recordCloseWait, 5 s, then the file closed) on a goroutine of its own
+//     so a stalled disk delays no teardown. The recorder's writer is internal/record's.
 //   - waiter.loop: one per waiter while any of its children is unreaped (the process-wide
 //     children serve every registry). Started by waiter.add from spawn (and waitChild after a
 //     resumed or adopted handover) when none runs; owns the epoll instance that holds every

@@ -75,6 +75,10 @@ type HandedSession struct {
 	ScreenOffset           int64
 	ScreenCols, ScreenRows int
 	ScreenLost             int64
+	// Recording is the file of the session's recording, which the next image appends to, and
+	// RecordingStart the time its events count from; "" when it is not recorded.
+	Recording      string
+	RecordingStart time.Time
 }
 
 // HandedHold is one resume hold and the time it had left.
@@ -184,6 +188,7 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 		// 3. The snapshot, under the session's lock, and its screen.
 		h := s.handedLocked(pidfd, st.Taken)
 		s.handScreen(&h)
+		s.handRecording(ctx, &h)
 		st.Sessions = append(st.Sessions, h)
 	}
 	return st, nil
@@ -434,6 +439,7 @@ func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) 
 	s.ring.start, s.ring.end = h.RingStart, h.RingStart
 	s.ring.append(h.Ring)
 	s.adoptScreen(&h)
+	s.adoptRecording(&h)
 	_, s.readerSpan = opts.Tracer.Start(context.Background(), otel.SpanSessionReader,
 		trace.WithAttributes(attribute.String(otel.AttrSessionID, s.id), semconv.ProcessPID(s.pid),
 			attribute.Bool("muxterm.session.adopted", true)))

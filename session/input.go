@@ -34,12 +34,14 @@ func (s *Session) Write(p []byte) (int, error) {
 			return 0, fmt.Errorf("write %s: %w", s.id, ErrInputFull)
 		}
 		s.inQueue = append(s.inQueue, p...)
+		s.recordInput(p)
 		return len(p), nil
 	}
 	n, err := s.writeNow(p)
 	if err != nil {
 		return 0, fmt.Errorf("write %s: %w", s.id, s.closedErr(err))
 	}
+	s.recordInput(p)
 	if n < len(p) {
 		s.inQueue = append(s.inQueue[:0], p[n:]...)
 		s.inDraining = true

@@ -52,6 +52,9 @@ func (s *Session) beginCloseLocked(reason Reason) bool {
 	s.state = StateClosing
 	s.reason = reason
 	if reason != ReasonExited {
+		s.recordMarker("kill: " + string(reason))
+	}
+	if reason != ReasonExited {
 		// The kill point: nothing read from here on is kept, and the end is final. A session
 		// reaped because its process exited keeps what the reader still drains: the tail the
 		// program printed before it exited is output, not noise after a kill.
@@ -104,7 +107,9 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 			attribute.Int(otel.AttrEscapees, res.Escapees), attribute.Int(otel.AttrSurvivors, res.Survivors),
 			attribute.Int("muxterm.kill.groups", res.Groups), attribute.Int("muxterm.kill.unverified", res.Unverified),
 			attribute.Bool(otel.AttrReaderBlocked, res.ReaderBlocked))
+		s.recordingAttrs(span)
 		span.End()
+		s.endRecording()
 		s.opts.Instruments.KillDuration.Record(ctx, res.Duration.Seconds(),
 			otelmetric.WithAttributes(attribute.String(otel.AttrOutcome, outcome)))
 		s.opts.Instruments.Sessions.Add(ctx, -1)

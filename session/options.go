@@ -117,6 +117,8 @@ type Options struct {
 	// ScreenScrollback is how many lines a screen keeps above its rows, and paints above them
 	// on an attach. Default: none (0).
 	ScreenScrollback int
+	// Record says which sessions are recorded, and where (record.go). Default: none.
+	Record RecordOptions
 	// Logger receives diagnostics. Default: slog.Default().
 	Logger *slog.Logger
 	// Observer, if set, is told of every session the registry adds (Event.Opened) and removes
@@ -215,4 +217,6 @@ type Spec struct {
 	Owner string // the principal that owns the session
 	// Trace, when valid, is the parent of the session.reader span (the session.open span).
 	Trace trace.SpanContext
+	// Record asks for a recording of the session (Options.Record.Dir must be set).
+	Record bool
 }

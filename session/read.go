@@ -201,6 +201,7 @@ func (s *Session) endReading(err error) {
 	}
 	s.mu.Unlock()
 	close(s.readerDone)
+	s.endRecordingIfDone()
 }
 
 func (s *Session) closePTY() {
@@ -228,6 +229,9 @@ func (s *Session) ingest(p []byte) (watched bool) {
 	}
 	s.keepForScreenLocked(len(p))
 	s.ring.append(p)
+	if s.rec != nil {
+		s.rec.Output(p)
+	}
 	s.opts.Instruments.BytesOut.Add(context.Background(), int64(len(p)))
 	s.wakeViewersLocked()
 	s.queueScreenLocked()

@@ -260,7 +260,7 @@ func TestScreenResizeStormWhileStreaming(t *testing.T) {
 	r := NewRegistry(testOptions(), nil)
 	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c",
-		`i=0; while [ $i -lt 3000 ]; do printf '\033[%d;1H\033[1;31mline %d\033[m\n' $((i % 50)) $i; i=$((i+1)); done; printf 'STORM-END'; exec sleep 600`)
+		`i=0; while [ $i -lt 3000 ]; do printf '\033[%d;1H\033[1;31mline %d\033[m\n' $((i % 50)) $i; i=$((i+1)); done; stty -echo; printf 'STREAMED'; read x; printf 'STORM-END'; exec sleep 600`)
 	c := collect(t, v, wake, nil)
 	sizes := [][2]int{{1, 1}, {2, 1}, {1000, 1000}, {80, 24}, {3, 500}, {500, 3}, {132, 43}}
 	for i := range 600 {
@@ -270,6 +270,12 @@ func TestScreenResizeStormWhileStreaming(t *testing.T) {
 		}
 	}
 	if _, err := v.Resize(100, 30); err != nil {
+		t.Fatal(err)
+	}
+	// The last line comes after the last resize, at the size it applied: printed before it, at
+	// a taller size, it would have scrolled off with the shrink, depending on timing.
+	c.waitOutput(t, "STREAMED", 30*time.Second)
+	if _, err := s.Write([]byte("\n")); err != nil {
 		t.Fatal(err)
 	}
 	c.waitOutput(t, "STORM-END", 30*time.Second)

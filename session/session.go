@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/internal/cgroup"
+	"github.com/muxterm/muxterm/internal/record"
 )
 
 // State is a session's lifecycle state. It only moves forward: running, closing, closed.
@@ -82,6 +83,10 @@ type Session struct {
 	cgroup cgroup.Group
 	// scr is the session's screen (screen.go), nil when Options.NoScreen.
 	scr *screen
+	// rec is the session's recording (record.go), nil when it is not recorded; set before its
+	// reader starts, then never changed. recEnded: endRecording ran.
+	rec      *record.Recorder
+	recEnded atomic.Bool
 
 	// exited is closed by reaped once the child is reaped. exit is written before that;
 	// read exit only after <-exited.
@@ -273,6 +278,7 @@ func (s *Session) reaped(ws unix.WaitStatus, err error) {
 	default:
 		s.exit = ExitStatus{Code: ws.ExitStatus()}
 	}
+	s.recordMarker(exitLabel(s.exit))
 	s.mu.Lock()
 	close(s.exited)
 	s.wakeViewersLocked()
@@ -286,6 +292,7 @@ func (s *Session) reaped(ws unix.WaitStatus, err error) {
 	// flight at the exit has had exitSettle to arrive.
 	s.armSettleLocked()
 	s.mu.Unlock()
+	s.endRecordingIfDone()
 }
 
 func isClosed(ch <-chan struct{}) bool {

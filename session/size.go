@@ -163,6 +163,9 @@ func (s *Session) setSizeLocked(size Size) (Size, error) {
 	if size != (Size{s.cols, s.rows}) {
 		s.cols, s.rows = size.Cols, size.Rows
 		s.noteSizeLocked(size.Cols, size.Rows)
+		if s.rec != nil {
+			s.rec.Resize(size.Cols, size.Rows)
+		}
 		s.sizeGen.Add(1)
 		s.wakeViewersLocked()
 	}

@@ -56,6 +56,11 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 		tty.Close()
 		return nil, err
 	}
+	if s.rec, err = startRecording(id, spec, argv, opts, s.created); err != nil {
+		master.Close()
+		tty.Close()
+		return nil, err
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = spec.Dir
 	if cmd.Dir == "" {

@@ -185,6 +185,11 @@ func (s *Session) subscribeLocked(from int64, wake func(), passive bool) (*Viewe
 	}
 	v := &Viewer{s: s, wake: wake, next: info.Offset, start: info.Offset, passive: passive}
 	s.viewers[v] = struct{}{}
+	if passive {
+		s.recordMarker("attach read-only")
+	} else {
+		s.recordMarker("attach")
+	}
 	s.opts.Instruments.Viewers.Add(context.Background(), 1)
 	s.unwatchedSince = timeZero
 	if !passive {
@@ -204,6 +209,11 @@ func (s *Session) unsubscribeLocked(v *Viewer, hold bool, unconfirmed int64) (re
 	}
 	v.closed = true
 	delete(s.viewers, v)
+	if hold {
+		s.recordMarker("detach: connection lost")
+	} else {
+		s.recordMarker("detach")
+	}
 	if hold && !v.passive {
 		s.holdLocked(max(v.next-unconfirmed, v.start, 0), v.next)
 	}

@@ -43,6 +43,7 @@ type config struct {
 	cgroupRoot   string
 	sec          securityConfig // security.go
 	cl           clusterConfig  // cluster.go
+	rec          recordConfig   // record.go
 }
 
 // defaultText describes the defaults that are not a flag's zero-value text, for --help.
@@ -88,6 +89,7 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and commit, then exit")
 	c.sec.register(fs)
 	c.cl.register(fs)
+	c.rec.register(fs)
 	// Environment first, so flags given on the command line win.
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -158,6 +160,9 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 		return nil, err
 	}
 	if err := c.cl.check(); err != nil {
+		return nil, err
+	}
+	if err := c.rec.check(); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -103,6 +103,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer ho.tearDownUnlessAdopted(log, c.killGrace)
 	ho.mark("decode")
+	if err := c.rec.prepare(log); err != nil { // record.go
+		return err
+	}
 	generated := false
 	if c.token == "" && c.sec.tokensFile == "" && ho != nil && ho.Token != "" {
 		c.token, generated = ho.Token, true
@@ -176,7 +179,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		NoScreen: !c.screen, ScreenScrollback: c.screenLines,
 		KillGrace: c.killGrace, ResumeHold: c.resumeHold, EchoHold: echoHold(c.echoHold), WindowSize: c.windowSize.WindowSize,
 		EnvDeny: c.envDeny, Cgroups: cgroups, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments,
-		Observer: observer}, nil)
+		Observer: observer, Record: c.rec.options()}, nil)
 	var cl *joined
 	var remote mux.Remote
 	var clusterToken, nodeName string
@@ -295,6 +298,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ho.mark("adopt")
 		ho.logTimeline(log)
 		ho.releaseImage() // upgrade_adopt.go
+	}
+	if c.rec.dir != "" {
+		// After the adoption: a handed session's recording is active, never pruned.
+		defer keepPruned(ctx, reg, log)()
 	}
 
 	base := "http://" + addr

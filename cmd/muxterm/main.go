@@ -82,6 +82,10 @@ func (a *app) run(args []string) int {
 		err = a.cmdSend(rest)
 	case "exec":
 		return a.exit(a.cmdExec(rest))
+	case "recordings":
+		err = a.cmdRecordings(rest)
+	case "play":
+		err = a.cmdPlay(rest)
 	default:
 		return a.fail(usageError{fmt.Sprintf("unknown command %q (muxterm help lists them)", cmd)})
 	}
@@ -230,6 +234,13 @@ Commands:
                               otherwise); for small inputs: the gateway refuses input beyond its
                               limits (64 KiB the program has not read, --max-input-rate)
       --lf                    write LF where the terminal wrote CR LF
+  recordings [--json] [ID|NAME]
+                              list the recordings of your sessions (a gateway run with --record)
+  recordings export ID|NAME [FILE]
+                              write a recording's asciicast file to FILE (mode 0600) or stdout
+  play ID|NAME|FILE [flags]   play a recording, or a local .cast file, in this terminal
+      --speed X               play X times as fast (default 1)
+      --idle-limit D          shorten every pause to at most D (default 5s; 0: as recorded)
   version                     print the version and commit
   help                        print this
 

@@ -1,0 +1,298 @@
+package session
+
+import (
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"context"
+	"errors"
+	"fmt"
+	"github.com/muxterm/muxterm/otel"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/muxterm/muxterm/internal/record"
+)
+
+// This file holds a session's recording (internal/record): its output, sizes and markers
+// (attach, detach, kill, exit), and its input when RecordOptions.Input says so, in one asciicast
+// file per session, <RecordOptions.Dir>/<session id>.cast. The recording is started before the
+// reader (spawn), fed by the reader's ingest with a copy under Session.mu (never a write: the
+// recorder's own goroutine writes), ended once both the program's exit and the end of its output
+// are known, or when its teardown returns, and crosses an upgrade in place in the same file.
+
+// RecordOptions say which sessions a registry records, and where.
+type RecordOptions struct {
+	// Dir is the directory of the recordings; "" records nothing.
+	Dir string
+	// All records every session; otherwise only those whose Spec.Record asks.
+	All bool
+	// Input records the input written to sessions too (passwords typed included).
+	Input bool
+	// QueueBytes bounds a recording's queue (record.DefaultQueueBytes by default); beyond it
+	// output is dropped from the recording, never slowed.
+	QueueBytes int
+	// Retention bounds what Dir keeps (Registry.PruneRecordings).
+	Retention record.Retention
+}
+
+// ErrRecordingOff is an open that asks for a recording on a registry that records nothing.
+var ErrRecordingOff = errors.New("recording is off on this gateway (--record)")
+
+// recordCloseWait bounds how long the end of a recording waits for its disk.
+const recordCloseWait = 5 * time.Second
+
+// startRecording creates id's recording if spec asks for one or every session is recorded; a
+// nil recorder and nil error when none is wanted.
+func startRecording(id string, spec Spec, argv []string, opts *Options, now time.Time) (*record.Recorder, error) {
+	ro := opts.Record
+	if ro.Dir == "" {
+		if spec.Record {
+			return nil, ErrRecordingOff
+		}
+		return nil, nil
+	}
+	if !ro.All && !spec.Record {
+		return nil, nil
+	}
+	h := record.Header{Width: spec.Cols, Height: spec.Rows, Command: strings.Join(argv, " "),
+		Title: spec.Name, Env: map[string]string{"TERM": "xterm-256color", "SHELL": opts.Shell},
+		Muxterm: &record.Origin{Session: id, Owner: spec.Owner}}
+	rec, err := record.Create(RecordingPath(ro.Dir, id), h, now, opts.recordOptions())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+	}
+	return rec, nil
+}
+
+func (o *Options) recordOptions() record.Options {
+	in := o.Instruments
+	return record.Options{QueueBytes: o.Record.QueueBytes, Log: o.Logger,
+		OnDrop: func(n int64) { in.RecordDropped.Add(context.Background(), n) }}
+}
+
+// RecordingPath is the file of session id's recording in dir.
+func RecordingPath(dir, id string) string { return filepath.Join(dir, id+record.Ext) }
+
+// Recording reports whether the session is recorded and where in its recording it is now (the
+// recording's id is the session's).
+func (s *Session) Recording() (offset time.Duration, ok bool) {
+	if s.rec == nil {
+		return 0, false
+	}
+	return s.rec.Offset(), true
+}
+
+// recordMarker adds a marker to the recording, if any.
+func (s *Session) recordMarker(label string) {
+	if s.rec != nil {
+		s.rec.Marker(label)
+	}
+}
+
+// exitLabel is the exit's marker: "exit 3", "exit signal TERM".
+func exitLabel(e ExitStatus) string {
+	if e.Signal != 0 {
+		return "exit signal " + strings.TrimPrefix(unix.SignalName(e.Signal), "SIG")
+	}
+	return "exit " + strconv.Itoa(e.Code)
+}
+
+// endRecordingIfDone ends the recording once the program has exited and its output has ended.
+func (s *Session) endRecordingIfDone() {
+	if s.rec != nil && s.readEnded.Load() && isClosed(s.exited) {
+		s.endRecording()
+	}
+}
+
+// endRecording ends the recording (once): what is queued is written on a goroutine of its own,
+// for at most recordCloseWait, so a stalled disk delays no teardown.
+func (s *Session) endRecording() {
+	if s.rec == nil {
+		return
+	}
+	if !s.recEnded.CompareAndSwap(false, true) {
+		return
+	}
+	rec := s.rec
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), recordCloseWait)
+		defer cancel()
+		if err := rec.Close(ctx); err != nil {
+			s.opts.Logger.Warn("recording: end", "session", s.id, "err", err)
+		}
+	}()
+}
+
+// handRecording writes what the recording queued (the reader has stopped: nothing more comes)
+// for at most recordCloseWait and names it in h, for the next image to append to.
+func (s *Session) handRecording(ctx context.Context, h *HandedSession) {
+	if s.rec == nil || s.recEnded.Load() {
+		return // none, or it ended: the next image records nothing more
+	}
+	s.rec.Marker("upgrade in place")
+	ctx, cancel := context.WithTimeout(ctx, recordCloseWait)
+	defer cancel()
+	if err := s.rec.Flush(ctx); err != nil {
+		s.opts.Logger.Warn("recording: handover", "session", s.id, "err", err)
+	}
+	h.Recording, h.RecordingStart = s.rec.Path(), s.rec.Start()
+}
+
+// adoptRecording continues the handed recording in its file.
+func (s *Session) adoptRecording(h *HandedSession) {
+	if h.Recording == "" {
+		return
+	}
+	rec, err := record.Resume(h.Recording, h.RecordingStart, s.opts.recordOptions())
+	if err != nil {
+		s.opts.Logger.Warn("recording: not continued after the upgrade", "session", s.id, "err", err)
+		return
+	}
+	s.rec = rec
+}
+
+// PruneRecordings removes the recordings RecordOptions.Retention bounds out, never one being
+// written.
+func (r *Registry) PruneRecordings(now time.Time) (record.Pruned, error) {
+	ro := r.opts.Record
+	if ro.Dir == "" {
+		return record.Pruned{}, nil
+	}
+	return record.Prune(ro.Dir, ro.Retention, now, func(path string) bool {
+		id := strings.TrimSuffix(filepath.Base(path), record.Ext)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		_, ok := r.sessions[id]
+		return ok
+	})
+}
+
+// recordInput records input the session took, when RecordOptions.Input says so.
+func (s *Session) recordInput(p []byte) {
+	if s.rec != nil && s.opts.Record.Input {
+		s.rec.Input(p)
+	}
+}
+
+// recordingAttrs names on span the session's recording and the point in it now, so a trace
+// leads to that moment of the recording.
+func (s *Session) recordingAttrs(span trace.Span) {
+	if off, ok := s.Recording(); ok {
+		span.SetAttributes(attribute.String(otel.AttrRecordingID, s.id),
+			attribute.Float64(otel.AttrRecordingOffset, off.Seconds()))
+	}
+}
+
+// ErrUnknownRecording is a recording that does not exist or that the asker may not see.
+var ErrUnknownRecording = errors.New("unknown recording")
+
+// RecordingInfo describes one recording of Options.Record.Dir.
+type RecordingInfo struct {
+	ID, Owner, Name, Command string
+	Started                  time.Time
+	Cols, Rows               int
+	Bytes                    int64
+	Active                   bool
+}
+
+// Recordings lists the recordings owner may see (every one for an admin), oldest first; only
+// session id's when id is not "".
+func (r *Registry) Recordings(owner string, admin bool, id string) ([]RecordingInfo, error) {
+	dir := r.opts.Record.Dir
+	if dir == "" {
+		return nil, nil
+	}
+	var names []string
+	if id != "" {
+		names = []string{id + record.Ext}
+	} else {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("recordings: %w", err)
+		}
+		for _, e := range entries {
+			if e.Type().IsRegular() && strings.HasSuffix(e.Name(), record.Ext) {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	var out []RecordingInfo
+	for _, name := range names {
+		info, err := r.recordingInfo(filepath.Join(dir, name))
+		if err != nil || (!admin && info.Owner != owner) {
+			continue // gone meanwhile, not a recording of ours, or another principal's
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b RecordingInfo) int { return a.Started.Compare(b.Started) })
+	return out, nil
+}
+
+// recordingInfo reads a recording's header.
+func (r *Registry) recordingInfo(path string) (RecordingInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return RecordingInfo{}, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return RecordingInfo{}, err
+	}
+	p, err := record.NewParser(io.LimitReader(f, record.MaxLine))
+	if err != nil {
+		return RecordingInfo{}, err
+	}
+	h := p.Header
+	if h.Muxterm == nil || h.Muxterm.Session+record.Ext != filepath.Base(path) {
+		return RecordingInfo{}, fmt.Errorf("%s: not a muxterm recording", path)
+	}
+	id := h.Muxterm.Session
+	r.mu.Lock()
+	_, active := r.sessions[id]
+	r.mu.Unlock()
+	return RecordingInfo{ID: id, Owner: h.Muxterm.Owner, Name: h.Title, Command: h.Command,
+		Started: time.Unix(h.Timestamp, 0), Cols: h.Width, Rows: h.Height, Bytes: st.Size(),
+		Active: active}, nil
+}
+
+// ReadRecording reads up to n bytes of recording id's file from off, for owner (any recording
+// for an admin): the bytes, the file's size, and ErrUnknownRecording for a recording that does
+// not exist or is another principal's.
+func (r *Registry) ReadRecording(id, owner string, admin bool, off int64, n int) ([]byte, int64, error) {
+	dir := r.opts.Record.Dir
+	if dir == "" {
+		return nil, 0, fmt.Errorf("read recording %s: %w", id, ErrUnknownRecording)
+	}
+	path := RecordingPath(dir, id)
+	info, err := r.recordingInfo(path)
+	if err != nil || (!admin && info.Owner != owner) {
+		return nil, 0, fmt.Errorf("read recording %s: %w", id, ErrUnknownRecording)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read recording %s: %w", id, ErrUnknownRecording)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("read recording %s: %w", id, err)
+	}
+	if off >= st.Size() {
+		return nil, st.Size(), nil
+	}
+	buf := make([]byte, min(int64(n), st.Size()-off))
+	k, err := f.ReadAt(buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, 0, fmt.Errorf("read recording %s: %w", id, err)
+	}
+	return buf[:k], st.Size(), nil
+}

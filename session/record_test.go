@@ -1,0 +1,145 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxterm/muxterm/internal/record"
+	"github.com/muxterm/muxterm/internal/testutil"
+)
+
+// readRecording parses the session's recording once it has ended (its file closed).
+func readRecording(t *testing.T, s *Session) (record.Header, []record.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(s.rec.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := record.NewParser(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []record.Event
+	for {
+		e, err := p.Next()
+		if errors.Is(err, io.EOF) {
+			return p.Header, evs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, e)
+	}
+}
+
+// A recorded session's file holds exactly the output its viewer read, the input, its sizes and
+// the markers of its life (attach, detach, exit) in order, and its spans' point in it.
+func TestSessionRecording(t *testing.T) {
+	t.Parallel()
+	opts := testOptions()
+	opts.Record = RecordOptions{Dir: t.TempDir(), All: true, Input: true}
+	r := NewRegistry(opts, nil)
+	wake, wakeFn := testutil.WakeChan()
+	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", `stty -echo; read x; printf 'got:%s\n' "$x"; read y; exit 3`)
+	c := collect(t, v, wake, nil)
+	if _, ok := s.Recording(); !ok {
+		t.Fatal("Recording: not recorded")
+	}
+	if _, err := s.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitOutput(t, "got:hello", 10*time.Second)
+	if _, err := v.Resize(100, 30); err != nil {
+		t.Fatal(err)
+	}
+	v2, _, err := s.Subscribe(0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2.Close()
+	if _, err := s.Write([]byte("bye\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit")
+	}
+	<-s.readerDone
+	h, evs := readRecording(t, s)
+	if h.Width != 80 || h.Height != 24 || !strings.Contains(h.Command, "stty -echo") {
+		t.Fatalf("header %+v", h)
+	}
+	var out, in strings.Builder
+	var marks []string
+	for _, e := range evs {
+		switch e.Code {
+		case "o":
+			out.WriteString(e.Data)
+		case "i":
+			in.WriteString(e.Data)
+		default:
+			marks = append(marks, e.Code+":"+e.Data)
+		}
+	}
+	data, _, _ := c.result()
+	if out.String() != string(data) {
+		t.Fatalf("recorded output %q, the viewer read %q", out.String(), data)
+	}
+	if in.String() != "hello\nbye\n" {
+		t.Fatalf("recorded input %q", in.String())
+	}
+	want := []string{"m:attach", "r:100x30", "m:attach", "m:detach", "m:exit 3"}
+	if !slices.Equal(marks, want) {
+		t.Fatalf("markers %v, want %v", marks, want)
+	}
+}
+
+// Input is recorded only when asked; an open that asks for a recording where none is kept is
+// refused.
+func TestRecordingInputOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	opts := testOptions()
+	r := NewRegistry(opts, nil)
+	if _, _, err := r.Open(Spec{Argv: []string{"/bin/true"}, Cols: 80, Rows: 24, Owner: "a", Record: true}, 0, nil); !errors.Is(err, ErrRecordingOff) {
+		t.Fatalf("open with record on a registry without --record: %v, want ErrRecordingOff", err)
+	}
+	opts.Record = RecordOptions{Dir: t.TempDir()}
+	r = NewRegistry(opts, nil)
+	wake, wakeFn := testutil.WakeChan()
+	s, v, err := r.Open(Spec{Argv: []string{"/bin/sh", "-c", "stty -echo; echo ready; read x; echo done"}, Cols: 80, Rows: 24, Dir: os.TempDir(), Owner: "a", Record: true}, 0, wakeFn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanupSession(t, s)
+	c := collect(t, v, wake, nil)
+	c.waitOutput(t, "ready", 10*time.Second) // the terminal echoes no more: the secret is no output
+	if _, err := s.Write([]byte("secret\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitOutput(t, "done", 10*time.Second)
+	<-s.exited
+	<-s.readerDone
+	_, evs := readRecording(t, s)
+	for _, e := range evs {
+		if e.Code == "i" || strings.Contains(e.Data, "secret") {
+			t.Fatalf("input recorded without RecordOptions.Input: %+v", e)
+		}
+	}
+	other, _ := openT(t, r, "a", nil, "/bin/true")
+	if _, ok := other.Recording(); ok {
+		t.Fatal("a session that did not ask is recorded without RecordOptions.All")
+	}
+}
