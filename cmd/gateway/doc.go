@@ -58,6 +58,8 @@
 //   - The metrics server (with --metrics-listen, from run) and the pprof server (with
 //     --pprof-listen, loopback only, from servePprof): /metrics and /debug/pprof/ on their own
 //     addresses, until run returns (Close).
+//   - Retention of recordings (one, with --record, from run after the adoption: keepPruned):
+//     Registry.PruneRecordings every hour, until run returns.
 //   - The embedded NATS server's shutdown (one, when the cluster closes): the wait for it is
 //     bounded (embeddedShutdownWait); a server that takes longer is left to the exit.
 package main
