@@ -200,7 +200,7 @@ type RecordingInfo struct {
 	Started                  time.Time
 	Cols, Rows               int
 	Bytes                    int64
-	Active                   bool
+	Active                   bool // its session runs here and it is still being written
 }
 
 // Recordings lists the recordings owner may see (every one for an admin), oldest first; only
@@ -257,8 +257,9 @@ func (r *Registry) recordingInfo(path string) (RecordingInfo, error) {
 	}
 	id := h.Muxterm.Session
 	r.mu.Lock()
-	_, active := r.sessions[id]
+	s, ok := r.sessions[id]
 	r.mu.Unlock()
+	active := ok && s.rec != nil && !s.recEnded.Load()
 	return RecordingInfo{ID: id, Owner: h.Muxterm.Owner, Name: h.Title, Command: h.Command,
 		Started: time.Unix(h.Timestamp, 0), Cols: h.Width, Rows: h.Height, Bytes: st.Size(),
 		Active: active}, nil

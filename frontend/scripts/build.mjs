@@ -1,5 +1,5 @@
 // Builds the UI into dist/: app.js (+ map) bundled from src/main.ts, app.css, xterm.css and
-// index.html. dist/.gitkeep stays (frontend/embed.go embeds dist/ and needs it to exist).
+// index.html; the recordings page's recordings.js (+ map), recordings.css and recordings.html. dist/.gitkeep stays (frontend/embed.go embeds dist/ and needs it to exist).
 import { build } from 'esbuild';
 import { copyFileSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -38,6 +38,17 @@ await build({
   entryPoints: [join(root, 'src/style.css')],
   outfile: join(dist, 'app.css'),
 });
+
+// The recordings page: a list and a player (src/recordings.ts).
+await build({
+  ...common,
+  entryPoints: [join(root, 'src/recordings.ts')],
+  outfile: join(dist, 'recordings.js'),
+  format: 'iife',
+  platform: 'browser',
+});
+copyFileSync(join(root, 'src/recordings.css'), join(dist, 'recordings.css'));
+copyFileSync(join(root, 'src/recordings.html'), join(dist, 'recordings.html'));
 
 copyFileSync(require.resolve('@xterm/xterm/css/xterm.css'), join(dist, 'xterm.css'));
 copyFileSync(join(root, 'src/index.html'), join(dist, 'index.html'));

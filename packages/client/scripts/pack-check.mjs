@@ -17,9 +17,9 @@ const pkg = (await import(join(root, 'package.json'), { with: { type: 'json' } }
 // Everything src/index.ts exports: a name added or removed is a change to the package's API, made
 // here on purpose (and in README.md), not by accident.
 const VALUES = [
-  'Channel', 'DEFAULT_BACKOFF', 'ErrorCode', 'FrameType', 'HEADER_BYTES', 'MAX_CHANNEL', 'MuxClient', 'MuxError',
-  'ReplayGuard', 'SUBPROTOCOL', 'backoffDelay', 'decodeFrame', 'encodeAck', 'encodeFrame', 'inputChunkBytes',
-  'isMuxError', 'isTerminalReply', 'reconnectDelay',
+  'CastError', 'Channel', 'DEFAULT_BACKOFF', 'ErrorCode', 'FrameType', 'HEADER_BYTES', 'MAX_CAST_LINE', 'MAX_CHANNEL',
+  'MAX_RECORDING_READ', 'MuxClient', 'MuxError', 'ReplayGuard', 'SUBPROTOCOL', 'backoffDelay', 'decodeFrame',
+  'encodeAck', 'encodeFrame', 'inputChunkBytes', 'isMuxError', 'isTerminalReply', 'parseCast', 'reconnectDelay',
 ];
 const TYPES = [
   'BackoffOptions', 'ChannelListener', 'ChannelState', 'ClientErrorKind', 'ClientInfo', 'ClosedParams', 'ClosedReason',
@@ -30,6 +30,8 @@ const TYPES = [
   'SessionAttachResult', 'SessionDetachParams', 'SessionDetachResult', 'SessionInfo', 'SessionKillParams',
   'SessionKillResult', 'SessionLeaseParams', 'SessionLeaseResult', 'SessionListParams', 'SessionListResult',
   'ScreenMode', 'ScreenModes', 'SessionCaptureParams', 'SessionCaptureResult',
+  'Cast', 'CastEvent', 'CastHeader', 'RecordingInfo', 'RecordingListParams', 'RecordingListResult',
+  'RecordingReadParams', 'RecordingReadResult',
   'SessionOpenParams', 'SessionOpenResult', 'SessionResizeParams', 'SessionResizeResult', 'SessionSignalParams',
   'SignalName', 'SizeParams', 'TerminalWrite', 'WebSocketFactory', 'WebSocketLike',
 ];

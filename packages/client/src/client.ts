@@ -4,6 +4,7 @@
 
 import { DEFAULT_BACKOFF, reconnectDelay, type BackoffOptions } from './backoff.js';
 import { Channel } from './channel.js';
+import { MAX_RECORDING_READ } from './cast.js';
 import { ErrorCode, MuxError, clientClosed, disconnected, reportListenerError, type JsonRpcErrorObject } from './errors.js';
 import { FrameType, HEADER_BYTES, MAX_CHANNEL, SUBPROTOCOL, decodeFrame } from './frame.js';
 import type {
@@ -22,6 +23,7 @@ import type {
   SessionKillResult,
   SessionLeaseResult,
   SessionOpenParams,
+  RecordingInfo,
 } from './messages.js';
 import { WS_OPEN, defaultWebSocketFactory, type WebSocketFactory, type WebSocketLike } from './socket.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, MAX_OFFSET, checkNotification, checkResult } from './validate.js';
@@ -284,6 +286,53 @@ export class MuxClient {
       format: opts?.ansi ? 'ansi' : 'text',
       ...(opts?.scrollback ? { scrollback: opts.scrollback } : {}),
     });
+  }
+
+  /** recording.list (protocol 1.4): the recordings the caller may see, oldest first. */
+  recordings(session?: string): Promise<RecordingInfo[]> {
+    return this.request('recording.list', session ? { session } : {}).then((r) => r.recordings ?? []);
+  }
+
+  /**
+   * recording.read (protocol 1.4): up to `length` bytes (at most MAX_RECORDING_READ) of a
+   * recording's file from `offset`, decoded.
+   */
+  async readRecording(
+    recording: string,
+    offset: number,
+    length: number = MAX_RECORDING_READ,
+  ): Promise<{ data: Uint8Array; size: number; eof: boolean }> {
+    const r = await this.request('recording.read', { recording, offset, length });
+    let data: Uint8Array;
+    try {
+      data = Uint8Array.from(atob(r.data), (c: string) => c.charCodeAt(0));
+    } catch {
+      throw new MuxError(ErrorCode.Internal, 'recording.read: data is not base64', { kind: 'protocol' }, 'recording.read');
+    }
+    if (r.offset !== offset || data.length > length) {
+      throw new MuxError(ErrorCode.Internal, `recording.read at ${offset} for ${length} bytes: ${data.length} bytes at ${r.offset}`,
+        { kind: 'protocol' }, 'recording.read');
+    }
+    return { data, size: r.size, eof: r.eof };
+  }
+
+  /** A recording's whole file as it is now (recording.read until its end). */
+  async exportRecording(recording: string): Promise<Uint8Array> {
+    const parts: Uint8Array[] = [];
+    let offset = 0;
+    for (;;) {
+      const { data, eof } = await this.readRecording(recording, offset);
+      parts.push(data);
+      offset += data.length;
+      if (eof || data.length === 0) break;
+    }
+    const out = new Uint8Array(offset);
+    let at = 0;
+    for (const p of parts) {
+      out.set(p, at);
+      at += p.length;
+    }
+    return out;
   }
 
   lease(session: string, ttlMs: number): Promise<SessionLeaseResult> {

@@ -2,7 +2,7 @@
 //
 // It knows nothing of the DOM or of xterm.js: it needs a WebSocket implementation (the
 // browser's, or any object shaped like WebSocketLike, passed as `webSocketFactory`), timers,
-// queueMicrotask and TextEncoder. An IDE plugin can use it as is.
+// queueMicrotask, TextEncoder, TextDecoder and atob (recordings). An IDE plugin can use it as is.
 //
 // This file is the package's public surface and nothing else: every name the package exports is
 // listed here, from the module that defines it. Names the modules export to each other only
@@ -16,6 +16,7 @@
 //   client.ts    MuxClient: socket lifecycle, requests, reconnect and re-attach, acks
 //   channel.ts   Channel: one bound session, resume offset, credit, input, events
 //   replay.ts    terminal replies and ReplayGuard (§3)
+//   cast.ts      recordings: the asciicast v2 parser (§4 recording.read)
 
 export { SUBPROTOCOL, FrameType, HEADER_BYTES, MAX_CHANNEL, encodeFrame, encodeAck, decodeFrame, inputChunkBytes } from './frame.js';
 export type { Frame } from './frame.js';
@@ -55,6 +56,11 @@ export type {
   ScreenModes,
   SessionCaptureParams,
   SessionCaptureResult,
+  RecordingListParams,
+  RecordingInfo,
+  RecordingListResult,
+  RecordingReadParams,
+  RecordingReadResult,
   RequestMap,
   Method,
   GapParams,
@@ -81,3 +87,6 @@ export type { ChannelState, ChannelListener } from './channel.js';
 
 export { isTerminalReply, ReplayGuard } from './replay.js';
 export type { TerminalWrite } from './replay.js';
+
+export { CastError, MAX_CAST_LINE, MAX_RECORDING_READ, parseCast } from './cast.js';
+export type { Cast, CastEvent, CastHeader } from './cast.js';

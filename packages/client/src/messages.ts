@@ -98,6 +98,8 @@ export interface SessionOpenParams {
   cols: number;
   rows: number;
   name?: string;
+  /** Ask for a recording (protocol 1.4: a gateway run with --record --record-on-request). */
+  record?: boolean;
   _meta?: RequestMeta;
 }
 
@@ -280,6 +282,45 @@ export interface SessionLeaseResult {
   until: string;
 }
 
+export interface RecordingListParams {
+  /** Only this session's recording. */
+  session?: string;
+  _meta?: RequestMeta;
+}
+/** One recording (protocol 1.4, recording.list). Its id is its session's. */
+export interface RecordingInfo {
+  recording: string;
+  session: string;
+  name?: string;
+  command?: string;
+  /** Unix milliseconds. */
+  started: number;
+  cols: number;
+  rows: number;
+  /** The file's size now. */
+  bytes: number;
+  /** Still being written: its session runs. */
+  active: boolean;
+}
+export interface RecordingListResult {
+  recordings: RecordingInfo[];
+}
+export interface RecordingReadParams {
+  recording: string;
+  offset: number;
+  /** 1 … 1048576 bytes. */
+  length: number;
+  _meta?: RequestMeta;
+}
+export interface RecordingReadResult {
+  recording: string;
+  offset: number;
+  /** The file's bytes from `offset`, base64 (MuxClient.readRecording decodes them). */
+  data: string;
+  size: number;
+  eof: boolean;
+}
+
 /** method → [params, result] */
 export interface RequestMap {
   initialize: [InitializeParams, InitializeResult];
@@ -292,6 +333,8 @@ export interface RequestMap {
   'session.list': [SessionListParams, SessionListResult];
   'session.lease': [SessionLeaseParams, SessionLeaseResult];
   'session.capture': [SessionCaptureParams, SessionCaptureResult];
+  'recording.list': [RecordingListParams, RecordingListResult];
+  'recording.read': [RecordingReadParams, RecordingReadResult];
 }
 export type Method = keyof RequestMap;
 

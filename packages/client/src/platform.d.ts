@@ -6,3 +6,8 @@ declare function queueMicrotask(callback: () => void): void;
 declare class TextEncoder {
   encode(input?: string): Uint8Array<ArrayBuffer>;
 }
+declare class TextDecoder {
+  constructor(label?: string, options?: { fatal?: boolean });
+  decode(input?: Uint8Array): string;
+}
+declare function atob(data: string): string;

@@ -65,7 +65,7 @@ class Check {
 /** Checks a result of `method`; methods this client does not know are not checked. */
 export function checkResult(method: string, r: unknown): string | null {
   const known = ['initialize', 'session.open', 'session.attach', 'session.detach', 'session.resize', 'session.signal',
-    'session.kill', 'session.list', 'session.lease'];
+    'session.kill', 'session.list', 'session.lease', 'recording.read'];
   if (!known.includes(method)) return null;
   const c = new Check(`${method} result`);
   if (!isObj(r)) return `${method} result ${JSON.stringify(r)?.slice(0, 40)} is not an object`;
@@ -113,6 +113,12 @@ export function checkResult(method: string, r: unknown): string | null {
         c.that((r['offset'] as number) <= end && ((r['live'] as number | undefined) ?? 0) <= end,
           `offset ${r['offset']} and live ${r['live']} must not pass end ${end}`);
       }
+      break;
+    case 'recording.read':
+      c.str(r, 'data');
+      c.offset(r, 'offset');
+      c.offset(r, 'size');
+      c.that(typeof r['eof'] === 'boolean', 'eof is not a boolean');
       break;
     case 'session.resize':
       c.int(r, 'cols', 1, MAX_TERM);

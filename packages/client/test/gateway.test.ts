@@ -2,7 +2,7 @@
 // the `ws` package as the WebSocket: what a plugin or a script sees.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { MuxClient, ReplayGuard, isMuxError, isTerminalReply } from '../src/index';
+import { MuxClient, ReplayGuard, isMuxError, isTerminalReply, parseCast } from '../src/index';
 import { Gateway, Output, expectedSeq } from './harness';
 
 const bin = process.env['MUXTERM_BIN'];
@@ -270,5 +270,46 @@ describe('@muxterm/client: session.size under --window-size smallest', { skip: b
     chA.write('stty size\r');
     await outA.until('stty size 45 130', () => /\b45 130\r?\n/.test(outA.text()));
     await chA.kill();
+  });
+});
+
+describe('@muxterm/client: recordings (a gateway run with --record)', { skip: bin ? false : 'MUXTERM_BIN is unset' }, () => {
+  let g: Gateway;
+  let dir: string;
+  before(async () => {
+    const { mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    dir = mkdtempSync(join(tmpdir(), 'muxterm-rec-'));
+    g = await Gateway.start(bin!, '--allow-cmd', 'sh', '--record', dir, '--record-on-request');
+  });
+  after(async () => {
+    if (g) await g.stop();
+    const { rmSync } = await import('node:fs');
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('records a session that asks; the recording reads back whole, and parses to its output', async () => {
+    const { client } = g.client();
+    await client.connect();
+    const ch = await client.open({ cols: 80, rows: 24, cmd: ['sh', '-c', "printf 'rec-one\\n'; printf 'rec-two\\n'"], record: true, name: 'rec' });
+    const out = new Output(ch);
+    await out.until('the program to print rec-two', () => out.text().includes('rec-two'));
+    const list = await client.recordings();
+    assert.equal(list.length, 1);
+    assert.equal(list[0]!.recording, ch.session);
+    assert.equal(list[0]!.name, 'rec');
+    let cast = parseCast(await client.exportRecording(ch.session));
+    for (let i = 0; i < 200 && !cast.events.some((e) => e.code === 'o' && e.data.includes('rec-two')); i++) {
+      await new Promise((r) => setTimeout(r, 10)); // the gateway's recorder writes on its own goroutine
+      cast = parseCast(await client.exportRecording(ch.session));
+    }
+    const text = cast.events.filter((e) => e.code === 'o').map((e) => e.data).join('');
+    assert.equal(text, out.text(), 'the recording holds the output as the channel got it');
+    const piece = await client.readRecording(ch.session, 2, 5);
+    const whole = await client.exportRecording(ch.session);
+    assert.deepEqual(piece.data, whole.slice(2, 7));
+    await assert.rejects(client.readRecording('f'.repeat(32), 0, 10), (e: unknown) => isMuxError(e, 'unknown_session'));
+    client.close();
   });
 });
