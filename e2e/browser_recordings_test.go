@@ -102,3 +102,48 @@ func TestBrowserRecordingPlayerSeeksToMarkers(t *testing.T) {
 		t.Fatalf("error %q, want one naming line 3", msg)
 	}
 }
+
+// recordings.html?recording=ID&t=SECONDS (a span's muxterm.recording.offset_s) opens at that
+// moment: the kill span's offset shows the screen as it was when the kill ended.
+func TestBrowserRecordingOpensAtASpansOffset(t *testing.T) {
+	dir := t.TempDir()
+	g := startGateway(t, "--record", dir, "--allow-cmd", "*")
+	defer g.Stop(10 * time.Second)
+	ctx := ctxT(t, 60*time.Second)
+	c := g.dial(t)
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
+		Cmd: []string{"/bin/sh", "-c", `stty -echo; printf 'FIRST\n'; read x; printf 'SECOND\n'; read y`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "FIRST"); err != nil {
+		t.Fatal(err)
+	}
+	// The moment between the lines, on the recording's clock: the second viewer's attach marker.
+	v, _, err := g.dial(t).Attach(ctx, ch.Session(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Detach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	typeUntil(ctx, t, ch, "\n", "SECOND")
+	var at float64
+	testutil.WaitFor(t, 10*time.Second, "the detach marker in the recording", func() bool {
+		_, _, evs := exportCast(ctx, t, c, ch.Session())
+		for _, e := range evs {
+			if e.Code == "m" && e.Data == "detach" {
+				at = e.At
+				return true
+			}
+		}
+		return false
+	})
+	b := startBrowser(t, browserOpts{})
+	b.open(g.Base + "/auth?token=" + g.Token)
+	b.open(fmt.Sprintf("%s/recordings.html?recording=%s&t=%f", g.Base, ch.Session(), at))
+	b.waitJS("window.muxtermPlayer !== undefined && window.muxtermPlayer.duration > 0 && document.querySelector('#pterm .xterm-rows').innerText.includes('FIRST')", 20*time.Second)
+	if got := playerText(b); strings.Contains(got, "SECOND") {
+		t.Fatalf("at t=%f the screen shows the later line:\n%s", at, got)
+	}
+}

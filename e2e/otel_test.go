@@ -238,3 +238,59 @@ func TestOTelKillTraceAndMetrics(t *testing.T) {
 		t.Errorf("kill histogram count: got %v, want 2", count)
 	}
 }
+
+// The spans of a recorded session point at the moment in its recording: session.open and
+// session.kill carry muxterm.recording.id (the session's id) and muxterm.recording.offset_s,
+// the kill's after the open's and no later than the recording's own clock at the kill.
+func TestOTelSpansPointAtTheRecording(t *testing.T) {
+	rcv := newOTLPReceiver(t)
+	g := startGatewayEnv(t, []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.srv.URL,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_TRACES_EXPORTER=otlp",
+		"OTEL_METRICS_EXPORTER=none",
+		"OTEL_BSP_SCHEDULE_DELAY=50",
+	}, "--record", t.TempDir())
+	defer g.Stop(10 * time.Second)
+	c := g.dial(t)
+	ctx := ctxT(t, 30*time.Second)
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	typeUntil(ctx, t, ch, "echo rec''orded\n", "recorded")
+	if _, err := c.Kill(ctx, ch.Session()); err != nil {
+		t.Fatal(err)
+	}
+	offset := func(name string) float64 {
+		var s *tracepb.Span
+		testutil.WaitFor(t, 10*time.Second, "the "+name+" span", func() bool {
+			s = rcv.findBySession(name, ch.Session())
+			return s != nil
+		})
+		if id, _ := attr(s, "muxterm.recording.id"); id != ch.Session() {
+			t.Fatalf("%s: muxterm.recording.id %q, want the session's id %s", name, id, ch.Session())
+		}
+		for _, a := range s.Attributes {
+			if a.Key == "muxterm.recording.offset_s" {
+				return a.Value.GetDoubleValue()
+			}
+		}
+		t.Fatalf("%s: no muxterm.recording.offset_s", name)
+		return 0
+	}
+	open, kill := offset("session.open"), offset("session.kill")
+	if !(open >= 0 && kill > open) {
+		t.Fatalf("offsets: open %f, kill %f; want 0 ≤ open < kill", open, kill)
+	}
+	_, _, evs := exportCast(ctx, t, c, ch.Session())
+	var killAt float64 = -1
+	for _, e := range evs {
+		if e.Code == "m" && strings.HasPrefix(e.Data, "kill: ") {
+			killAt = e.At
+		}
+	}
+	if killAt < 0 || kill < killAt {
+		t.Fatalf("kill span's offset %f, the recording's kill marker at %f: want the span to end at or after it", kill, killAt)
+	}
+}

@@ -193,6 +193,7 @@ func (s *Session) endReading(err error) {
 	s.finishOutput()
 	s.closePTY()
 	s.readerSpan.AddEvent(otel.EventReaderEnded)
+	s.recordingAttrs(s.readerSpan)
 	s.readerSpan.End()
 	s.mu.Lock()
 	s.readState = readDone

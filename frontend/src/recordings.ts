@@ -52,17 +52,22 @@ export class Player {
     this.term.open(host);
   }
 
+  /** Recording seconds (a span's muxterm.recording.offset_s) → play time, pauses cut. */
+  private atToT: { at: number; t: number }[] = [];
+
   load(cast: Cast): void {
     this.pause();
     this.cols = cast.header.width;
     this.rows = cast.header.height;
     this.steps = [];
     this.markers = [];
+    this.atToT = [];
     let t = 0;
     let at = 0;
     for (const e of cast.events) {
       t += Math.min((e.at - at) * 1000, IDLE_LIMIT_MS);
       at = e.at;
+      this.atToT.push({ at, t });
       if (e.code === 'o' || e.code === 'r') this.steps.push({ t, code: e.code, data: e.data });
       if (e.code === 'm') this.markers.push({ t, label: e.data });
     }
@@ -136,6 +141,16 @@ export class Player {
     // At most a frame apart while playing, so the timeline moves; no faster than a frame.
     this.timer = setTimeout(this.tick, Math.max(16, Math.min(250, (due - this.clock) / this.speed)));
   };
+
+  /** The play time of the moment `seconds` into the recording (its own clock). */
+  playTime(seconds: number): number {
+    let prev = { at: 0, t: 0 };
+    for (const p of this.atToT) {
+      if (p.at > seconds) return Math.min(p.t, prev.t + Math.min((seconds - prev.at) * 1000, IDLE_LIMIT_MS));
+      prev = p;
+    }
+    return this.duration;
+  }
 
   /** The marker after (dir 1) or before (dir -1) the clock. */
   jump(dir: 1 | -1): void {
@@ -261,8 +276,12 @@ async function start(): Promise<void> {
   }
   const want = query.get('recording');
   const r = list.find((x) => x.recording === want);
-  if (r) await open(client, player, r);
-  else if (want) showError(`No recording ${want} of yours here.`);
+  if (r) {
+    await open(client, player, r);
+    // ?t=SECONDS (a span's muxterm.recording.offset_s): the screen at that moment.
+    const at = Number(query.get('t'));
+    if (query.has('t') && Number.isFinite(at) && at >= 0) player.seek(player.playTime(at));
+  } else if (want) showError(`No recording ${want} of yours here.`);
 }
 
 void start().catch((e: unknown) => showError(String(e)));
