@@ -60,9 +60,14 @@ build: frontend
 	@echo "==> build $(CLI)"
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(CLI) ./cmd/muxterm
 
+# A developer's gateway on loopback: any command may be opened (--allow-cmd '*'), since a
+# read-write token can run anything from the shell anyway (docs/security.md); ARGS adds flags.
+RUN_FLAGS ?= --listen 127.0.0.1:$(PORT) --allow-cmd '*'
+ARGS      ?=
+
 run: build
 	@echo "==> run on 127.0.0.1:$(PORT) (Ctrl-C stops it)"
-	./$(BIN) --listen 127.0.0.1:$(PORT)
+	./$(BIN) $(RUN_FLAGS) $(ARGS)
 
 deps:
 	@echo "==> go mod download"

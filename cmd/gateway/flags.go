@@ -17,6 +17,7 @@ import (
 type config struct {
 	listen       string
 	token        string
+	renewToken   bool
 	shell        string
 	scrollback   byteSize
 	screen       bool
@@ -47,7 +48,7 @@ type config struct {
 
 // defaultText describes the defaults that are not a flag's zero-value text, for --help.
 var defaultText = map[string]string{
-	"token":           "generated and printed",
+	"token":           "generated, kept in $XDG_STATE_HOME/muxterm/token, printed",
 	"shell":           "$SHELL, else /bin/sh",
 	"max-input-burst": "one second of --max-input-rate, at least 64KiB",
 	"cgroup-root":     "muxterm-sessions under the gateway's own cgroup when writable, else off",
@@ -62,6 +63,7 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	fs.Usage = func() {}
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8222", "address to listen on (`host:port`)")
 	fs.StringVar(&c.token, "token", "", "access `token` of principal default, read-write (MUXTERM_TOKEN keeps it out of ps)")
+	fs.BoolVar(&c.renewToken, "new-token", false, "replace the generated token kept in $XDG_STATE_HOME/muxterm/token (else ~/.local/state/muxterm/token) with a new one")
 	fs.StringVar(&c.shell, "shell", "", "`shell` for new sessions")
 	fs.Var(&c.scrollback, "scrollback", "scrollback ring per session, `bytes` (suffixes KiB, MiB)")
 	fs.BoolVar(&c.screen, "screen", true, "keep a terminal model of each session's screen, to paint an attach the scrollback ring cannot replay and to answer session.capture")
@@ -130,6 +132,9 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 	}
 	if fs.NArg() > 0 {
 		return nil, &usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
+	}
+	if c.renewToken && (c.token != "" || c.sec.tokensFile != "") {
+		return nil, errors.New("--new-token replaces the generated token; with --token or --tokens there is none: drop one of them")
 	}
 	if c.idleGrace <= 0 || c.reapInterval <= 0 || c.killGrace <= 0 {
 		return nil, errors.New("--idle-grace, --reap-interval and --kill-grace must be positive")

@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -105,13 +103,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer ho.tearDownUnlessAdopted(log, c.killGrace)
 	ho.mark("decode")
-	generated := false
+	generated, keptAt := false, ""
 	if c.token == "" && c.sec.tokensFile == "" && ho != nil && ho.Token != "" {
 		c.token, generated = ho.Token, true
 	} else if c.token == "" && c.sec.tokensFile == "" {
-		var b [24]byte
-		_, _ = rand.Read(b[:])
-		c.token = hex.EncodeToString(b[:])
+		// The generated token survives restarts: kept in the user's state directory.
+		path, err := tokenStatePath(getenv)
+		keptErr := err
+		if err == nil {
+			if c.token, keptErr, err = keptToken(path, c.renewToken); err != nil {
+				return err
+			}
+		}
+		if c.token == "" {
+			c.token = newToken()
+		}
+		if keptErr != nil {
+			log.Warn("the generated token is not kept: a restart makes a new one", "err", keptErr)
+		} else {
+			keptAt = path
+		}
 		generated = true
 	}
 	tokens, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, log)
@@ -306,6 +317,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "muxterm: listening on %s\n", base)
 	if generated {
 		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=%s\n", base, c.token)
+		if keptAt != "" {
+			fmt.Fprintf(stdout, "muxterm: token kept in %s for the next start (--new-token replaces it)\n", keptAt)
+		}
 	} else {
 		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=<your token>\n", base)
 	}
