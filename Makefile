@@ -133,6 +133,8 @@ $(VSCODE)/node_modules/.package-lock.json: $(VSCODE)/package.json $(VSCODE)/pack
 test-vscode: build $(VSCODE)/node_modules/.package-lock.json
 	@echo "==> examples/vscode: typecheck against @types/vscode, adapter tests, the built extension against the binary"
 	cd $(VSCODE) && npm run --silent typecheck && MUXTERM_BIN=$(CURDIR)/$(BIN) npm test --silent
+	@echo "==> examples/vscode: vsce package (the pinned devDependency), the .vsix holds only package.json, README and dist/extension.js"
+	cd $(VSCODE) && npm run --silent test:package
 
 bench: build
 	@echo "==> session benchmarks and muxbench -short (about 3 minutes)"
