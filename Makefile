@@ -62,7 +62,8 @@ build: frontend
 
 # A developer's gateway on loopback: any command may be opened (--allow-cmd '*'), since a
 # read-write token can run anything from the shell anyway (docs/security.md); ARGS adds flags.
-RUN_FLAGS ?= --listen 127.0.0.1:$(PORT) --allow-cmd '*'
+# Its pid is in bin/gateway-$(PORT).pid: kill -USR2 "$$(cat bin/gateway-8222.pid)" upgrades it.
+RUN_FLAGS ?= --listen 127.0.0.1:$(PORT) --allow-cmd '*' --pid-file bin/gateway-$(PORT).pid
 ARGS      ?=
 
 run: build

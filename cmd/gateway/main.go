@@ -216,7 +216,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		remote = node
 	}
 	if kept := reg.Options().KeptBehind(); c.resumeHold > 0 && int(c.window) > kept {
-		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold",
+		var fixes []string
+		if sb := scrollbackFor(reg.Options(), int(c.window)); sb > 0 {
+			fixes = append(fixes, fmt.Sprintf("--scrollback to at least %s", byteSize(sb)))
+		}
+		if kept >= 1024 { // --window's least
+			fixes = append(fixes, fmt.Sprintf("--window to at most %s", byteSize(kept)))
+		}
+		fix := "set " + strings.Join(fixes, ", or ")
+		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold; "+fix,
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
 	}
 	var metricsOnMain http.Handler
@@ -322,6 +330,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	} else {
 		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=<your token>\n", base)
+	}
+	if c.pidFile != "" {
+		// Once serving, so that the file names a gateway that answers; a failure stops nothing
+		// (an upgraded image holds sessions by now), it is said.
+		if err := writePidFile(c.pidFile); err != nil {
+			log.Error("pid file not written", "err", err)
+		} else {
+			defer func() {
+				if err := removePidFile(c.pidFile); err != nil {
+					log.Warn("pid file not removed", "err", err)
+				}
+			}()
+		}
 	}
 	log.Info("muxterm started", "listen", addr, "version", version, "pid", os.Getpid())
 	if ho != nil {
@@ -468,6 +489,28 @@ const (
 func newServer(h http.Handler, idle time.Duration) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
 		IdleTimeout: idle}
+}
+
+// scrollbackFor is the smallest scrollback, a whole number of KiB up to 1GiB, whose ring keeps
+// window bytes behind a paused reader with o's other settings; 0 if none does.
+func scrollbackFor(o session.Options, window int) int {
+	keeps := func(kib int) bool {
+		// The watermarks follow the scrollback unless set (the gateway sets none).
+		o.ScrollbackBytes, o.HighWaterBytes, o.LowWaterBytes = kib<<10, 0, 0
+		return o.KeptBehind() >= window
+	}
+	lo, hi := 4, 1<<20 // KiB
+	if !keeps(hi) {
+		return 0
+	}
+	for lo < hi {
+		if mid := (lo + hi) / 2; keeps(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return hi << 10
 }
 
 // echoHold maps --echo-hold to session.Options.EchoHold, where 0 is the default and a negative

@@ -90,23 +90,27 @@ func readKeptToken(path string) (string, error) {
 // writeKeptToken writes tok to path atomically: a temporary file of mode 0600 beside it,
 // synced, then renamed over it.
 func writeKeptToken(path, tok string) error {
-	if err := writeFileAtomic(path, tok+"\n"); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("keep the token in %s: %w", path, err)
+	}
+	if err := writeFileAtomic(path, tok+"\n", 0o600); err != nil {
 		return fmt.Errorf("keep the token in %s: %w", path, err)
 	}
 	return nil
 }
 
-func writeFileAtomic(path, content string) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".token-*") // mode 0600
+// writeFileAtomic writes content to path with mode perm through a temporary file beside it,
+// synced, then renamed over it: a reader sees the old content or the new, whole.
+func writeFileAtomic(path, content string, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*") // mode 0600
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name()) // a no-op after the rename
-	_, err = f.WriteString(content)
+	err = f.Chmod(perm)
+	if err == nil {
+		_, err = f.WriteString(content)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
