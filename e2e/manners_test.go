@@ -4,9 +4,11 @@ package e2e
 
 import (
 	"net"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // A port in use stops the start with an error naming --listen and make run's PORT.
@@ -50,5 +52,62 @@ func TestGatewayWindowWarningNamesTheFix(t *testing.T) {
 	g2.Stop(10 * time.Second)
 	if strings.Contains(g2.Logs(), "--window is larger") {
 		t.Errorf("--scrollback %s, as the warning said: still warned:\n%s", sb, g2.Logs())
+	}
+}
+
+// The CLI: --version and -V, the --help hint after every usage error, arguments checked before
+// credentials, and ls with relative times that fits a narrow terminal.
+func TestCLIManners(t *testing.T) {
+	for _, arg := range []string{"--version", "-V"} {
+		out, errOut, code := runCLI(t, cliEnv(t, nil), arg)
+		if code != 0 || !regexp.MustCompile(`^muxterm \S+ \(commit \S+, go\S+, \S+/\S+\)\n$`).MatchString(out) {
+			t.Errorf("muxterm %s: exit %d, stdout %q, stderr %q; want 0 and the version", arg, code, out, errOut)
+		}
+	}
+	const hint = "\nRun 'muxterm --help' for usage.\n"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "muxterm: flag provided but not defined: -bogus"},
+		{[]string{"ls", "--bogus"}, "muxterm: flag provided but not defined: -bogus"},
+		{[]string{"frobnicate"}, `muxterm: unknown command "frobnicate"`},
+		{[]string{"kill"}, "muxterm: kill needs a session id or name"},
+		// Without a token: the command line is refused first.
+		{[]string{"new", "--cols", "0"}, "muxterm: --cols 0: must be between 1 and 65535"},
+		{[]string{"new", "--rows", "70000", "--", "true"}, "muxterm: --rows 70000: must be between 1 and 65535"},
+		{[]string{"attach", "a", "b"}, "muxterm: attach needs one session id or name"},
+	} {
+		_, errOut, code := runCLI(t, cliEnv(t, nil), tc.args...)
+		if code != 2 || !strings.HasPrefix(errOut, tc.want) || !strings.HasSuffix(errOut, hint) {
+			t.Errorf("muxterm %q: exit %d, stderr %q; want 2, %q … and the hint", tc.args, code, errOut, tc.want)
+		}
+	}
+
+	g := startGateway(t, "--allow-cmd", "*")
+	env := cliEnv(t, g)
+	id := newSession(t, env, "--name", "long", "--", "sh", "-c", "sleep 600; echo "+strings.Repeat("and a long tail ", 8))
+	t.Cleanup(func() { runCLI(t, env, "kill", id) })
+	// Not a terminal: every column, whole; CREATED to the second.
+	out, errOut, code := runCLI(t, env, "ls")
+	if code != 0 {
+		t.Fatalf("ls: exit %d, %q", code, errOut)
+	}
+	if !regexp.MustCompile(`(?m)^` + id + `\s+long\s+\d+\s+\d+x\d+\s+0\s+running\s+\d+s ago\s+sh -c sleep 600; echo (and a long tail ){8}$`).MatchString(out) {
+		t.Errorf("ls into a pipe: got\n%s\nwant the whole row, created \"Ns ago\"", out)
+	}
+	// A terminal of 60 columns: no line wraps, the id stays whole.
+	tm := startTermSized(t, env, false, false, 60, "ls")
+	if code := tm.wait(); code != 0 {
+		t.Fatalf("ls on a terminal: exit %d, %q", code, tm.output())
+	}
+	lines := strings.Split(strings.TrimRight(strings.ReplaceAll(tm.output(), "\r\n", "\n"), "\n"), "\n")
+	for _, l := range lines {
+		if n := utf8.RuneCountInString(l); n > 60 {
+			t.Errorf("ls on a terminal of 60 columns: a line of %d: %q", n, l)
+		}
+	}
+	if len(lines) != 2 || !strings.HasPrefix(lines[1], id+"  long") || !strings.HasPrefix(lines[0], "ID") {
+		t.Errorf("ls on a terminal of 60 columns: got %q, want the header and the session's row", lines)
 	}
 }

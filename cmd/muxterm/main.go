@@ -10,7 +10,7 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"strings"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/term"
@@ -20,9 +20,12 @@ import (
 
 // version and commit are set with -ldflags "-X main.version=... -X main.commit=...".
 var (
-	version = "0.1.0-dev"
+	version = defaultVersion
 	commit  = "unknown"
 )
+
+// defaultVersion is version when no -ldflags set it.
+const defaultVersion = "0.1.0-dev"
 
 // callTimeout bounds each dial and call.
 const callTimeout = 10 * time.Second
@@ -49,11 +52,18 @@ func (e usageError) Error() string { return e.msg }
 
 func (a *app) run(args []string) int {
 	fs := a.flagSet("muxterm")
+	var showVersion bool
+	fs.BoolVar(&showVersion, "version", false, "")
+	fs.BoolVar(&showVersion, "V", false, "")
 	if err := fs.Parse(args); err != nil {
-		return a.fail(err)
+		return a.fail(flagError(err))
 	}
 	if fs.Lookup("help").Value.String() == "true" {
 		a.usage(a.stdout)
+		return 0
+	}
+	if showVersion {
+		a.printVersion()
 		return 0
 	}
 	args = fs.Args()
@@ -68,7 +78,7 @@ func (a *app) run(args []string) int {
 		a.usage(a.stdout)
 		return 0
 	case "version":
-		fmt.Fprintf(a.stdout, "muxterm %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		a.printVersion()
 		return 0
 	case "ls", "list":
 		err = a.cmdLs(rest)
@@ -104,16 +114,43 @@ func (a *app) exit(o outcome, err error) int {
 	return o.code
 }
 
+// fail prints err; a usage error ends with the hint to run --help and exits 2.
 func (a *app) fail(err error) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	fmt.Fprintln(a.stderr, "muxterm:", visibleLines(err.Error())) // it may quote the gateway
 	var ue usageError
-	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "flag provided but not defined") {
+	if errors.As(err, &ue) {
+		fmt.Fprintln(a.stderr, "Run 'muxterm --help' for usage.")
 		return 2
 	}
 	return 1
+}
+
+// flagError is what a flag set's Parse refused: a usage error (flag.ErrHelp passes as is).
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err.Error()}
+}
+
+// printVersion prints the version and commit: those -ldflags stamped (make build, make
+// install), else those the Go toolchain recorded (go install from a clone), else the defaults.
+func (a *app) printVersion() {
+	v, c := version, commit
+	if bi, ok := debug.ReadBuildInfo(); ok && v == defaultVersion {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && c == "unknown" && len(s.Value) >= 12 {
+				c = s.Value[:12]
+			}
+		}
+	}
+	fmt.Fprintf(a.stdout, "muxterm %s (commit %s, %s, %s/%s)\n", v, c, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // flagSet has the flags every command takes.
@@ -138,7 +175,7 @@ func (a *app) parse(fs *flag.FlagSet, args []string, interleave bool) ([]string,
 			if errors.Is(err, flag.ErrHelp) {
 				a.usage(a.stdout)
 			}
-			return nil, err
+			return nil, flagError(err)
 		}
 		if h := fs.Lookup("help"); h != nil && h.Value.String() == "true" {
 			a.usage(a.stdout)
@@ -232,7 +269,7 @@ Commands:
                               otherwise); for small inputs: the gateway refuses input beyond its
                               limits (64 KiB the program has not read, --max-input-rate)
       --lf                    write LF where the terminal wrote CR LF
-  version                     print the version and commit
+  version, --version, -V      print the version and commit
   help                        print this
 
 Flags of every command, with their environment twins (a flag wins over its variable):
