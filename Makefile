@@ -27,7 +27,7 @@ FRONTEND_SRC    := $(shell find frontend/src frontend/scripts -type f 2>/dev/nul
 CLIENT_STAMP    := $(CLIENT)/dist/index.js
 FRONTEND_STAMP  := frontend/dist/app.js
 
-.PHONY: all run build install client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode test-install bench bench-full bench-cluster lint deps deps-browser clean
+.PHONY: all run build install client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode test-install test-readme bench bench-full bench-cluster lint deps deps-browser clean
 
 all: build
 
@@ -87,7 +87,7 @@ deps-browser:
 	@echo "==> chromium and tmux (Debian packages; tmux is the real terminal of the CLI's e2e tests)"
 	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux)
 
-test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode test-install
+test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode test-install test-readme
 
 test-unit: frontend deps
 	@echo "==> go test -race (unit and e2e packages)"
@@ -110,12 +110,18 @@ test-fuzz: frontend
 
 test-e2e: build deps-browser
 	@echo "==> e2e against the built binary"
-	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser|^TestInstall$$' ./e2e/
+	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser|^TestInstall$$|^TestReadmeCommands$$' ./e2e/
 
 # The install routes README.md gives, each into a scratch directory outside the repository.
 test-install: build
 	@echo "==> install routes: make install (PREFIX, GOBIN), go install ./cmd/muxterm and ./cmd/... into scratch directories"
 	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test -count=1 -tags e2e -run '^TestInstall$$' ./e2e/
+
+# Every sh block of README.md but those e2e/readme_test.go's readmeNotRun names (with why), in
+# order, against a real make run, with HOME a scratch directory.
+test-readme: build
+	@echo "==> README.md's shell blocks against make run"
+	$(GO) test -count=1 -tags e2e -run '^TestReadmeCommands$$' ./e2e/
 
 test-browser: build deps-browser
 	@echo "==> browser tests in headless Chromium"

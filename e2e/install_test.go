@@ -50,12 +50,12 @@ func runIn(t *testing.T, d time.Duration, dir string, env []string, name string,
 	return string(out)
 }
 
-// checkVersions runs gateway --version and muxterm version from dir and checks what they say.
+// checkVersions runs gateway --version and muxterm --version from dir and checks what they say.
 func checkVersions(t *testing.T, dir string) {
 	t.Helper()
 	for _, c := range []struct{ bin, arg, want string }{
 		{"gateway", "--version", "muxterm gateway "},
-		{"muxterm", "version", "muxterm "},
+		{"muxterm", "--version", "muxterm "},
 	} {
 		out, stderr, code := runCmd(t, 20*time.Second, nil, filepath.Join(dir, c.bin), c.arg)
 		if code != 0 || !strings.HasPrefix(out, c.want) {
