@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -82,6 +84,19 @@ func TestCLIManners(t *testing.T) {
 		if code != 2 || !strings.HasPrefix(errOut, tc.want) || !strings.HasSuffix(errOut, hint) {
 			t.Errorf("muxterm %q: exit %d, stderr %q; want 2, %q … and the hint", tc.args, code, errOut, tc.want)
 		}
+	}
+
+	// No token anywhere, but a gateway's kept one: the error says where it is.
+	state := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(state, "muxterm"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "muxterm", "token"), []byte(randomToken()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := runCLI(t, cliEnv(t, nil, "XDG_STATE_HOME="+state), "ls")
+	if kept := filepath.Join(state, "muxterm", "token"); code != 1 || !strings.Contains(errOut, "export MUXTERM_TOKEN=$(cat "+kept+")") {
+		t.Errorf("ls without a token: exit %d, stderr %q; want 1, naming the kept token %s", code, errOut, kept)
 	}
 
 	g := startGateway(t, "--allow-cmd", "*")

@@ -200,7 +200,13 @@ func (a *app) setup() error {
 		return err
 	}
 	if cfg.token == "" {
-		return fmt.Errorf("no token: set MUXTERM_TOKEN, pass --token, or put `token = ...` in %s (mode 600)", cfg.file)
+		hint := ""
+		if kept := keptTokenPath(a.getenv); kept != "" {
+			if _, err := os.Stat(kept); err == nil {
+				hint = fmt.Sprintf(" (a gateway of yours started without --token keeps its token in %s: export MUXTERM_TOKEN=$(cat %s))", kept, kept)
+			}
+		}
+		return fmt.Errorf("no token: set MUXTERM_TOKEN, pass --token, or put `token = ...` in %s (mode 600)%s", cfg.file, hint)
 	}
 	a.cfg = cfg
 	return nil
