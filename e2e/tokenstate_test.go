@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,6 +106,17 @@ func TestGeneratedTokenKept(t *testing.T) {
 	_, stderr, code := runCmd(t, 20*time.Second, append(os.Environ(), env...), binary(t), "--listen", "127.0.0.1:0")
 	if code != 1 || !strings.Contains(stderr, "chmod 600") || !strings.Contains(stderr, "--new-token") {
 		t.Errorf("a token file of mode 0644: exit %d, stderr %q; want 1, naming chmod 600 and --new-token", code, stderr)
+	}
+	// A FIFO in its place is refused, not waited on.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = runCmd(t, 20*time.Second, append(os.Environ(), env...), binary(t), "--listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "is not a regular file") {
+		t.Errorf("a FIFO as the token file: exit %d, stderr %q; want 1, saying it is not a regular file", code, stderr)
 	}
 	// --new-token with a token of one's own is a contradiction.
 	_, stderr, code = runCmd(t, 20*time.Second, append(os.Environ(), env...), binary(t), "--listen", "127.0.0.1:0", "--token", randomToken(), "--new-token")

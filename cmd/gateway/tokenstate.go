@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/muxterm/muxterm/gateway"
 )
 
@@ -60,7 +62,8 @@ func keptToken(path string, renew bool) (tok string, keptErr, err error) {
 
 // readKeptToken reads the token kept at path.
 func readKeptToken(path string) (string, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO put there is refused below, not waited on.
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return "", err
 	}
