@@ -141,18 +141,22 @@ func notRun(b fencedBlock) string {
 }
 
 // readmeEnv is the environment of README's commands: HOME is home (with ~/.local/bin first on
-// PATH, where make install puts the binaries), Go's and npm's caches stay where they are, and no
-// MUXTERM_*, XDG_* or install setting of the caller's leaks in.
+// PATH, where make install puts the binaries), Go's and npm's caches and settings stay where
+// they are, and no MUXTERM_*, XDG_* or install setting of the caller's leaks in.
 func readmeEnv(t *testing.T, home string) []string {
 	t.Helper()
-	out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH", "GOENV").Output()
 	if err != nil {
 		t.Fatalf("go env: %v", err)
 	}
 	goenv := strings.Split(strings.TrimSpace(string(out)), "\n")
-	npmCache, err := exec.Command("npm", "config", "get", "cache").Output()
+	npm, err := exec.Command("npm", "config", "get", "cache", "userconfig").Output()
 	if err != nil {
-		t.Fatalf("npm config get cache: %v", err)
+		t.Fatalf("npm config get: %v", err)
+	}
+	npmConf := strings.Split(strings.TrimSpace(string(npm)), "\n")
+	if len(goenv) != 4 || len(npmConf) != 2 {
+		t.Fatalf("go env: %q, npm config get: %q", goenv, npmConf)
 	}
 	var drop []string
 	for _, kv := range os.Environ() {
@@ -162,10 +166,10 @@ func readmeEnv(t *testing.T, home string) []string {
 		}
 	}
 	drop = append(drop, "HOME", "PATH", "GOBIN", "PREFIX", "BINDIR", "PORT", "ARGS", "MAKEFLAGS", "MAKELEVEL", "MFLAGS",
-		"GOCACHE", "GOMODCACHE", "GOPATH", "npm_config_cache")
+		"GOCACHE", "GOMODCACHE", "GOPATH", "GOENV", "npm_config_cache", "npm_config_userconfig")
 	return envWithout(drop, "HOME="+home, "PATH="+filepath.Join(home, ".local", "bin")+":"+os.Getenv("PATH"),
-		"GOCACHE="+goenv[0], "GOMODCACHE="+goenv[1], "GOPATH="+goenv[2],
-		"npm_config_cache="+strings.TrimSpace(string(npmCache)), "SHELL=/bin/sh", "TERM=xterm-256color")
+		"GOCACHE="+goenv[0], "GOMODCACHE="+goenv[1], "GOPATH="+goenv[2], "GOENV="+goenv[3],
+		"npm_config_cache="+npmConf[0], "npm_config_userconfig="+npmConf[1], "SHELL=/bin/sh", "TERM=xterm-256color")
 }
 
 // makeRun is `make run` running in its own process group.
