@@ -114,7 +114,7 @@ test-e2e: build deps-browser
 
 # The install routes README.md gives, each into a scratch directory outside the repository.
 test-install: build
-	@echo "==> install routes: make install (PREFIX, GOBIN), go install ./cmd/muxterm and ./cmd/... into scratch directories"
+	@echo "==> install routes: make install (PREFIX, GOBIN), go install ./cmd/muxterm and ./cmd/... into scratch directories, also from a fresh clone"
 	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test -count=1 -tags e2e -run '^TestInstall$$' ./e2e/
 
 # Every sh block of README.md but those e2e/readme_test.go's readmeNotRun names (with why), in

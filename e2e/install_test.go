@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,20 +55,28 @@ func runIn(t *testing.T, d time.Duration, dir string, env []string, name string,
 // checkVersions runs gateway --version and muxterm --version from dir and checks what they say.
 func checkVersions(t *testing.T, dir string) {
 	t.Helper()
-	for _, c := range []struct{ bin, arg, want string }{
-		{"gateway", "--version", "muxterm gateway "},
-		{"muxterm", "--version", "muxterm "},
-	} {
-		out, stderr, code := runCmd(t, 20*time.Second, nil, filepath.Join(dir, c.bin), c.arg)
-		if code != 0 || !strings.HasPrefix(out, c.want) {
-			t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want 0 and %q…", c.bin, c.arg, code, out, stderr, c.want)
-		}
+	checkVersion(t, filepath.Join(dir, "gateway"), "muxterm gateway ")
+	checkCLIVersion(t, dir)
+}
+
+// checkCLIVersion runs muxterm --version from dir.
+func checkCLIVersion(t *testing.T, dir string) {
+	t.Helper()
+	checkVersion(t, filepath.Join(dir, "muxterm"), "muxterm ")
+}
+
+// checkVersion runs bin --version and checks that it exits 0 printing want first.
+func checkVersion(t *testing.T, bin, want string) {
+	t.Helper()
+	out, stderr, code := runCmd(t, 20*time.Second, nil, bin, "--version")
+	if code != 0 || !strings.HasPrefix(out, want) {
+		t.Errorf("%s --version: exit %d, stdout %q, stderr %q; want 0 and %q…", bin, code, out, stderr, want)
 	}
 }
 
 // The install routes README.md gives from a clone, each into a scratch directory outside the
 // repository: make install (PREFIX, and GOBIN), go install ./cmd/muxterm and go install
-// ./cmd/... (GOBIN). The npm route (npm pack, the tarball installed into a project outside the
+// ./cmd/... (GOBIN), from this working tree and from a fresh clone of its HEAD. The npm route (npm pack, the tarball installed into a project outside the
 // repository) is packages/client's `npm run test:pack`.
 func TestInstall(t *testing.T) {
 	root := repoRoot(t)
@@ -91,13 +101,35 @@ func TestInstall(t *testing.T) {
 		runIn(t, 5*time.Minute, root, envWithout(noGo, "GOBIN="+gobin), "make", "--no-print-directory", "install")
 		checkVersions(t, gobin)
 	})
+	t.Run("fresh clone", func(t *testing.T) {
+		// A clone of HEAD (what is committed): nothing built, no node_modules. make install
+		// runs npm ci and the builds itself.
+		scratch := scratchDir(t)
+		clone := filepath.Join(scratch, "muxterm")
+		runIn(t, 5*time.Minute, scratch, envWithout(noGo), "git", "clone", "-q", "--no-hardlinks", root, clone)
+		prefix := filepath.Join(scratch, "prefix")
+		runIn(t, 10*time.Minute, clone, envWithout(noGo), "make", "--no-print-directory", "install", "PREFIX="+prefix)
+		checkVersions(t, filepath.Join(prefix, "bin"))
+		// The installed gateway embeds the UI the clone's make built.
+		tok := newToken()
+		g := launchGatewayBin(t, filepath.Join(prefix, "bin", "gateway"), tok, nil, "--token", tok)
+		resp, err := http.Get(g.Base + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "Sign in to muxterm") {
+			t.Errorf("GET / of the gateway make install built from a fresh clone: %d, %d bytes; want 200 and the UI", resp.StatusCode, len(page))
+		}
+		gobin := filepath.Join(scratch, "gobin")
+		runIn(t, 5*time.Minute, clone, envWithout(noGo, "GOBIN="+gobin), "go", "install", "./cmd/muxterm")
+		checkCLIVersion(t, gobin)
+	})
 	t.Run("go install ./cmd/muxterm", func(t *testing.T) {
 		gobin := scratchDir(t)
 		runIn(t, 5*time.Minute, root, envWithout(noGo, "GOBIN="+gobin), "go", "install", "./cmd/muxterm")
-		out, stderr, code := runCmd(t, 20*time.Second, nil, filepath.Join(gobin, "muxterm"), "version")
-		if code != 0 || !strings.HasPrefix(out, "muxterm ") {
-			t.Errorf("muxterm version: exit %d, %q %q", code, out, stderr)
-		}
+		checkCLIVersion(t, gobin)
 		if _, err := os.Stat(filepath.Join(gobin, "gateway")); err == nil {
 			t.Errorf("go install ./cmd/muxterm installed the gateway too")
 		}
