@@ -121,7 +121,7 @@ test-install: build
 # order, against a real make run, with HOME a scratch directory.
 test-readme: build
 	@echo "==> README.md's shell blocks against make run"
-	$(GO) test -count=1 -tags e2e -run '^TestReadmeCommands$$' ./e2e/
+	$(GO) test -count=1 -tags e2e -run '^(TestReadmeCommands|TestMakeRunPassesArgs)$$' ./e2e/
 
 test-browser: build deps-browser
 	@echo "==> browser tests in headless Chromium"

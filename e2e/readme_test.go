@@ -248,3 +248,15 @@ func startMakeRun(t *testing.T, root string, env []string) (*makeRun, string) {
 	}
 	return m, "ws://127.0.0.1:" + strconv.Itoa(port) + "/ws"
 }
+
+// TestMakeRunPassesArgs: make run starts the gateway with --allow-cmd '*' and its pid file, then
+// ARGS as given, and PORT picks the port (make -n: the commands, none run).
+func TestMakeRunPassesArgs(t *testing.T) {
+	env := envWithout([]string{"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS", "PORT", "RUN_FLAGS"})
+	out := runIn(t, time.Minute, repoRoot(t), env, "make", "-n", "--no-print-directory", "run", "PORT=8300",
+		`ARGS=--allow-cmd "*" --window-size smallest --new-token`)
+	want := `./bin/gateway --listen 127.0.0.1:8300 --allow-cmd '*' --pid-file bin/gateway-8300.pid --allow-cmd "*" --window-size smallest --new-token`
+	if !strings.Contains(out, "\n"+want+"\n") {
+		t.Errorf("make -n run: got\n%s\nwant the line %q", out, want)
+	}
+}
