@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/buildinfo"
 	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/session"
 )
@@ -97,7 +98,8 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (*config
 		return nil, &usageError{err}
 	}
 	if c.showVersion {
-		fmt.Fprintf(stdout, "muxterm gateway %s (commit %s)\n", version, commit)
+		v, cm := buildinfo.Describe(version, defaultVersion, commit)
+		fmt.Fprintf(stdout, "muxterm gateway %s (commit %s)\n", v, cm)
 		return nil, errVersion
 	}
 	if fs.NArg() > 0 {

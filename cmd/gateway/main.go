@@ -32,9 +32,12 @@ import (
 // version and commit are set by the Makefile with
 // -ldflags "-X main.version=$(git describe --always --dirty) -X main.commit=$(git rev-parse --short HEAD)".
 var (
-	version = "0.1.0-dev"
+	version = defaultVersion
 	commit  = "unknown"
 )
+
+// defaultVersion is version when no -ldflags set it.
+const defaultVersion = "0.1.0-dev"
 
 // errVersion says --version was given and answered.
 var errVersion = errors.New("version printed")

@@ -10,12 +10,12 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"time"
 
 	"golang.org/x/term"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/buildinfo"
 )
 
 // version and commit are set with -ldflags "-X main.version=... -X main.commit=...".
@@ -136,20 +136,9 @@ func flagError(err error) error {
 	return usageError{err.Error()}
 }
 
-// printVersion prints the version and commit: those -ldflags stamped (make build, make
-// install), else those the Go toolchain recorded (go install from a clone), else the defaults.
+// printVersion prints the version and commit (internal/buildinfo: stamped, else recorded).
 func (a *app) printVersion() {
-	v, c := version, commit
-	if bi, ok := debug.ReadBuildInfo(); ok && v == defaultVersion {
-		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && c == "unknown" && len(s.Value) >= 12 {
-				c = s.Value[:12]
-			}
-		}
-	}
+	v, c := buildinfo.Describe(version, defaultVersion, commit)
 	fmt.Fprintf(a.stdout, "muxterm %s (commit %s, %s, %s/%s)\n", v, c, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
