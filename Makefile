@@ -27,7 +27,7 @@ FRONTEND_SRC    := $(shell find frontend/src frontend/scripts -type f 2>/dev/nul
 CLIENT_STAMP    := $(CLIENT)/dist/index.js
 FRONTEND_STAMP  := frontend/dist/app.js
 
-.PHONY: all run build client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode bench bench-full bench-cluster lint deps deps-browser clean
+.PHONY: all run build install client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode test-install test-readme bench bench-full bench-cluster lint deps deps-browser clean
 
 all: build
 
@@ -60,9 +60,24 @@ build: frontend
 	@echo "==> build $(CLI)"
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(CLI) ./cmd/muxterm
 
+# A developer's gateway on loopback: any command may be opened (--allow-cmd '*'), since a
+# read-write token can run anything from the shell anyway (docs/security.md); ARGS adds flags.
+# Its pid is in bin/gateway-$(PORT).pid: kill -USR2 "$$(cat bin/gateway-8222.pid)" upgrades it.
+RUN_FLAGS ?= --listen 127.0.0.1:$(PORT) --allow-cmd '*' --pid-file bin/gateway-$(PORT).pid
+ARGS      ?=
+
 run: build
 	@echo "==> run on 127.0.0.1:$(PORT) (Ctrl-C stops it)"
-	./$(BIN) --listen 127.0.0.1:$(PORT)
+	./$(BIN) $(RUN_FLAGS) $(ARGS)
+
+# make install: bin/gateway and bin/muxterm into $(BINDIR): $(GOBIN) when set, else $(PREFIX)/bin.
+PREFIX    ?= $(HOME)/.local
+BINDIR    ?= $(if $(GOBIN),$(GOBIN),$(PREFIX)/bin)
+
+install: build
+	@echo "==> install gateway and muxterm into $(BINDIR)"
+	install -d $(BINDIR)
+	install -m 755 $(BIN) $(CLI) $(BINDIR)/
 
 deps:
 	@echo "==> go mod download"
@@ -72,7 +87,7 @@ deps-browser:
 	@echo "==> chromium, tmux and asciinema (Debian packages: tmux is the real terminal of the CLI's e2e tests, asciinema plays the recordings back)"
 	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1 && command -v asciinema >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux asciinema)
 
-test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode
+test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode test-install test-readme
 
 test-unit: frontend deps deps-browser
 	@echo "==> go test -race (unit and e2e packages)"
@@ -95,7 +110,18 @@ test-fuzz: frontend
 
 test-e2e: build deps-browser
 	@echo "==> e2e against the built binary"
-	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser' ./e2e/
+	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser|^TestInstall$$|^TestReadmeCommands$$' ./e2e/
+
+# The install routes README.md gives, each into a scratch directory outside the repository.
+test-install: build
+	@echo "==> install routes: make install (PREFIX, GOBIN), go install ./cmd/muxterm and ./cmd/... into scratch directories, also from a fresh clone"
+	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test -count=1 -tags e2e -run '^TestInstall$$' ./e2e/
+
+# Every sh block of README.md but those e2e/readme_test.go's readmeNotRun names (with why), in
+# order, against a real make run, with HOME a scratch directory.
+test-readme: build
+	@echo "==> README.md's shell blocks against make run"
+	$(GO) test -count=1 -tags e2e -run '^(TestReadmeCommands|TestMakeRunPassesArgs)$$' ./e2e/
 
 test-browser: build deps-browser
 	@echo "==> browser tests in headless Chromium"
@@ -114,6 +140,8 @@ $(VSCODE)/node_modules/.package-lock.json: $(VSCODE)/package.json $(VSCODE)/pack
 test-vscode: build $(VSCODE)/node_modules/.package-lock.json
 	@echo "==> examples/vscode: typecheck against @types/vscode, adapter tests, the built extension against the binary"
 	cd $(VSCODE) && npm run --silent typecheck && MUXTERM_BIN=$(CURDIR)/$(BIN) npm test --silent
+	@echo "==> examples/vscode: vsce package (the pinned devDependency), the .vsix holds only package.json, README and dist/extension.js"
+	cd $(VSCODE) && npm run --silent test:package
 
 bench: build
 	@echo "==> session benchmarks and muxbench -short (about 3 minutes)"

@@ -100,6 +100,12 @@ type slowAnswer struct {
 // after the command exits, to read what is left in its input queue.
 func startTermTTY(t *testing.T, env []string, answer, keepTTY bool, args ...string) *term {
 	t.Helper()
+	return startTermSized(t, env, answer, keepTTY, 80, args...)
+}
+
+// startTermSized is startTermTTY on a terminal cols wide (24 rows).
+func startTermSized(t *testing.T, env []string, answer, keepTTY bool, cols uint16, args ...string) *term {
+	t.Helper()
 	tm := &term{t: t, answer: answer, changed: make(chan struct{}, 1), exited: make(chan struct{})}
 	tm.cmd = exec.Command(cliBinary(t), args...)
 	tm.cmd.Env = env
@@ -107,7 +113,7 @@ func startTermTTY(t *testing.T, env []string, answer, keepTTY bool, args ...stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 24, Cols: 80}); err != nil {
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 24, Cols: cols}); err != nil {
 		t.Fatal(err)
 	}
 	tm.cmd.Stdin, tm.cmd.Stdout, tm.cmd.Stderr = tty, tty, tty

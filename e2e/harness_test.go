@@ -164,7 +164,9 @@ func spawnGatewayBin(t *testing.T, bin, tok string, env []string, hook func(*exe
 	g := &gateway{t: t, Token: tok, exited: make(chan struct{})}
 	all := append([]string{"--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
 	g.cmd = exec.Command(bin, all...)
-	g.cmd.Env = append(append(os.Environ(), "SHELL=/bin/sh"), env...)
+	// A token the gateway generates is kept under XDG_STATE_HOME: each gateway gets a state
+	// directory of its own (env may name another), so that no test reads or writes the user's.
+	g.cmd.Env = append(append(os.Environ(), "SHELL=/bin/sh", "XDG_STATE_HOME="+t.TempDir()), env...)
 	if hook != nil {
 		hook(g.cmd)
 	}

@@ -107,9 +107,13 @@ func runRefused(t *testing.T, env []string, args ...string) string {
 	cmd := exec.CommandContext(ctx, binary(t), args...)
 	cmd.Env = append(append(os.Environ(), "SHELL=/bin/sh"), env...)
 	out, err := cmd.CombinedOutput()
+	// 2: a command line that makes no sense (with the --help hint); 1: a start that failed.
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("got %v, want exit status 1 (output: %s)", err, out)
+	if !errors.As(err, &ee) || (ee.ExitCode() != 1 && ee.ExitCode() != 2) {
+		t.Fatalf("got %v, want exit status 1 or 2 (output: %s)", err, out)
+	}
+	if ee.ExitCode() == 2 && !strings.HasSuffix(string(out), "Run 'gateway --help' for usage.\n") {
+		t.Errorf("exit status 2 without the --help hint at the end: %s", out)
 	}
 	checkNoToken(t, "the refusal", string(out))
 	return string(out)

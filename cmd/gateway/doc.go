@@ -1,6 +1,8 @@
 // Command gateway runs muxterm: a WebSocket gateway that multiplexes PTY sessions over one
 // socket. It parses flags and MUXTERM_* environment (flags.go: config, parse, usage, the flag
-// types), wires the packages (main.go), marks inherited descriptors close-on-exec at start
+// types, --help by groups), wires the packages (main.go), keeps a generated token between starts
+// in the user's state directory (tokenstate.go), writes --pid-file (pidfile.go), records sessions
+// (record.go: --record and retention), marks inherited descriptors close-on-exec at start
 // (cloexec.go), handles signals, runs the shutdown in order, joins a cluster (cluster.go) and
 // runs the upgrade in place (upgrade.go: SIGUSR2, the --handover-check dry run, the exec, serving
 // again when it cannot exec; upgrade_image.go: the sealed copy of the binary; upgrade_adopt.go:

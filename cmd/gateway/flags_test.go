@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -66,5 +67,53 @@ func TestSwitchesFromEnvironment(t *testing.T) {
 	env := map[string]string{"MUXTERM_METRICS": "maybe"}
 	if _, err := parse(nil, func(k string) string { return env[k] }, io.Discard); err == nil || !strings.HasPrefix(err.Error(), "MUXTERM_METRICS:") {
 		t.Fatalf("MUXTERM_METRICS=maybe: got %v, want an error naming the variable", err)
+	}
+}
+
+// TestHelpGroupsEveryFlag: --help lists every flag exactly once, in a group, the groups in the
+// order common (listen, token, shell, TLS first), sessions, limits, operations, cluster.
+func TestHelpGroupsEveryFlag(t *testing.T) {
+	var help strings.Builder
+	if _, err := parse([]string{"--help"}, func(string) string { return "" }, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: got %v, want flag.ErrHelp", err)
+	}
+	listed := map[string]int{}
+	var titles []string
+	flagLine := regexp.MustCompile(`^  --([a-z-]+)\b`)
+	for line := range strings.SplitSeq(help.String(), "\n") {
+		if m := flagLine.FindStringSubmatch(line); m != nil {
+			listed[m[1]]++
+		} else if strings.HasSuffix(line, ":") && !strings.HasPrefix(line, " ") {
+			titles = append(titles, line)
+		}
+	}
+	grouped := map[string]bool{}
+	for _, g := range flagGroups {
+		for _, n := range g.names {
+			if grouped[n] {
+				t.Errorf("--%s is in two groups", n)
+			}
+			grouped[n] = true
+		}
+	}
+	registered := 0
+	(&config{}).flagSet().VisitAll(func(f *flag.Flag) {
+		registered++
+		if !grouped[f.Name] {
+			t.Errorf("--%s is in no group of --help", f.Name)
+		}
+		if listed[f.Name] != 1 {
+			t.Errorf("--%s listed %d times in --help, want once", f.Name, listed[f.Name])
+		}
+	})
+	if registered != len(grouped) {
+		t.Errorf("%d flags registered, %d grouped: a group names a flag that does not exist", registered, len(grouped))
+	}
+	want := []string{"Common:", "Sessions:", "Limits:", "Operations:", "Recordings:", "Cluster (several gateways serving one set of sessions):", "Examples:"}
+	if !slices.Equal(titles, want) {
+		t.Errorf("--help's sections: got %q, want %q", titles, want)
+	}
+	if got := flagGroups[0].names[:7]; !slices.Equal(got, []string{"listen", "token", "new-token", "tokens", "shell", "tls-cert", "tls-key"}) {
+		t.Errorf("the common group starts %q, want listen, token, shell and TLS first", got)
 	}
 }

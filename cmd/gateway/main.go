@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,9 +30,12 @@ import (
 // version and commit are set by the Makefile with
 // -ldflags "-X main.version=$(git describe --always --dirty) -X main.commit=$(git rev-parse --short HEAD)".
 var (
-	version = "0.1.0-dev"
+	version = defaultVersion
 	commit  = "unknown"
 )
+
+// defaultVersion is version when no -ldflags set it.
+const defaultVersion = "0.1.0-dev"
 
 // errVersion says --version was given and answered.
 var errVersion = errors.New("version printed")
@@ -106,13 +107,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := c.rec.prepare(log); err != nil { // record.go
 		return err
 	}
-	generated := false
+	generated, keptAt := false, ""
 	if c.token == "" && c.sec.tokensFile == "" && ho != nil && ho.Token != "" {
 		c.token, generated = ho.Token, true
 	} else if c.token == "" && c.sec.tokensFile == "" {
-		var b [24]byte
-		_, _ = rand.Read(b[:])
-		c.token = hex.EncodeToString(b[:])
+		// The generated token survives restarts: kept in the user's state directory.
+		path, err := tokenStatePath(getenv)
+		keptErr := err
+		if err == nil {
+			if c.token, keptErr, err = keptToken(path, c.renewToken); err != nil {
+				return err
+			}
+		}
+		if c.token == "" {
+			c.token = newToken()
+		}
+		if keptErr != nil {
+			log.Warn("the generated token is not kept: a restart makes a new one", "err", keptErr)
+		} else {
+			keptAt = path
+		}
 		generated = true
 	}
 	tokens, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, log)
@@ -206,7 +220,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		remote = node
 	}
 	if kept := reg.Options().KeptBehind(); c.resumeHold > 0 && int(c.window) > kept {
-		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold",
+		var fixes []string
+		if sb := scrollbackFor(reg.Options(), int(c.window)); sb > 0 {
+			fixes = append(fixes, fmt.Sprintf("--scrollback to at least %s", byteSize(sb)))
+		}
+		if kept >= 1024 { // --window's least
+			fixes = append(fixes, fmt.Sprintf("--window to at most %s", byteSize(kept)))
+		}
+		fix := "set " + strings.Join(fixes, ", or ")
+		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold; "+fix,
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
 	}
 	var metricsOnMain http.Handler
@@ -311,8 +333,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "muxterm: listening on %s\n", base)
 	if generated {
 		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=%s\n", base, c.token)
+		if keptAt != "" {
+			fmt.Fprintf(stdout, "muxterm: token kept in %s for the next start (--new-token replaces it)\n", keptAt)
+		}
 	} else {
 		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=<your token>\n", base)
+	}
+	if c.pidFile != "" {
+		// Once serving, so that the file names a gateway that answers; a failure stops nothing
+		// (an upgraded image holds sessions by now), it is said.
+		if err := writePidFile(c.pidFile); err != nil {
+			log.Error("pid file not written", "err", err)
+		} else {
+			defer func() {
+				if err := removePidFile(c.pidFile); err != nil {
+					log.Warn("pid file not removed", "err", err)
+				}
+			}()
+		}
 	}
 	log.Info("muxterm started", "listen", addr, "version", version, "pid", os.Getpid())
 	if ho != nil {
@@ -459,6 +497,28 @@ const (
 func newServer(h http.Handler, idle time.Duration) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
 		IdleTimeout: idle}
+}
+
+// scrollbackFor is the smallest scrollback, a whole number of KiB up to 1GiB, whose ring keeps
+// window bytes behind a paused reader with o's other settings; 0 if none does.
+func scrollbackFor(o session.Options, window int) int {
+	keeps := func(kib int) bool {
+		// The watermarks follow the scrollback unless set (the gateway sets none).
+		o.ScrollbackBytes, o.HighWaterBytes, o.LowWaterBytes = kib<<10, 0, 0
+		return o.KeptBehind() >= window
+	}
+	lo, hi := 4, 1<<20 // KiB
+	if !keeps(hi) {
+		return 0
+	}
+	for lo < hi {
+		if mid := (lo + hi) / 2; keeps(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return hi << 10
 }
 
 // echoHold maps --echo-hold to session.Options.EchoHold, where 0 is the default and a negative

@@ -158,6 +158,11 @@ func listenOrInherit(st *upgradeState, name, addr string) (*gateway.HandoverList
 		ln, err = gateway.InheritListener(fd)
 	} else if ln, err = net.Listen("tcp", addr); err != nil {
 		err = fmt.Errorf("listen %s: %w", addr, err)
+		if errors.Is(err, unix.EADDRINUSE) && name == "main" {
+			err = fmt.Errorf("%w: another process listens there (another gateway?); choose another address with --listen (MUXTERM_LISTEN; make run: PORT=8300)", err)
+		} else if errors.Is(err, unix.EADDRINUSE) {
+			err = fmt.Errorf("%w: another process listens there; choose another address for --%s-listen", err, name)
+		}
 	}
 	if err != nil {
 		return nil, err

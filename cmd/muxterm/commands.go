@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/term"
@@ -68,8 +69,8 @@ func (a *app) cmdLs(args []string) error {
 		}
 		return nil
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPID\tSIZE\tVIEWERS\tSTATUS\tCREATED\tCMD")
+	rows := [][]string{{"ID", "NAME", "PID", "SIZE", "VIEWERS", "STATUS", "CREATED", "CMD"}}
+	now := time.Now()
 	for _, s := range list {
 		status := "running"
 		if s.Exit != nil {
@@ -87,9 +88,13 @@ func (a *app) cmdLs(args []string) error {
 		if cmd == "" {
 			cmd = "(shell)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%dx%d\t%d\t%s\t%s\t%s\n", visible(s.Session), name, s.Pid, s.Cols, s.Rows, s.Viewers, status, visible(s.Created), cmd)
+		rows = append(rows, []string{visible(s.Session), name, strconv.Itoa(s.Pid), fmt.Sprintf("%dx%d", s.Cols, s.Rows),
+			strconv.Itoa(s.Viewers), status, visible(createdText(s.Created, now)), cmd})
 	}
-	return tw.Flush()
+	// On a terminal narrower than the table: VIEWERS, SIZE, PID and CREATED go first, then
+	// the lines are cut (CMD, the last column, first).
+	_, err = io.WriteString(a.stdout, fitTable(rows, a.stdoutWidth(), []int{4, 3, 2, 6}))
+	return err
 }
 
 func (a *app) cmdKill(args []string) error {
@@ -143,6 +148,24 @@ type openFlags struct {
 	cols, rows int
 }
 
+// check refuses a size given out of range, before any credential or connection is looked at.
+func (o *openFlags) check(fs *flag.FlagSet) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, d := range []struct {
+		name string
+		n    int
+	}{{"cols", o.cols}, {"rows", o.rows}} {
+		if set[d.name] && (d.n < 1 || d.n > maxWinsizeDim) {
+			return usageError{fmt.Sprintf("--%s %d: must be between 1 and %d (leave it out for this terminal's size)", d.name, d.n, maxWinsizeDim)}
+		}
+	}
+	return nil
+}
+
+// maxWinsizeDim is the largest size a PTY takes (a uint16).
+const maxWinsizeDim = 65535
+
 // options are session.open's options for cmd, sized like the terminal on stdout or stdin.
 func (a *app) openOptions(o *openFlags, cmd []string) client.OpenOptions {
 	cols, rows := o.cols, o.rows
@@ -182,6 +205,9 @@ func (a *app) cmdNew(args []string) (outcome, error) {
 	keysFlag := fs.String("detach-keys", "", "")
 	cmd, err := a.parse(fs, args, false)
 	if err != nil {
+		return outcome{}, err
+	}
+	if err := o.check(fs); err != nil {
 		return outcome{}, err
 	}
 	keys, err := a.detachKeys(*keysFlag)

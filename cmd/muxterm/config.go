@@ -36,6 +36,23 @@ func configPath(getenv func(string) string) string {
 	return filepath.Join(home, ".config", "muxterm", "config")
 }
 
+// keptTokenPath is where a gateway started without --token keeps the token it generated:
+// $XDG_STATE_HOME/muxterm/token, else ~/.local/state/muxterm/token ("" without a home).
+func keptTokenPath(getenv func(string) string) string {
+	if d := getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "muxterm", "token")
+	}
+	home := getenv("HOME")
+	if home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		home = h
+	}
+	return filepath.Join(home, ".local", "state", "muxterm", "token")
+}
+
 // resolveConfig fills url and token from, in order of precedence, the flags (flagURL and
 // flagToken, "" when not given), MUXTERM_URL and MUXTERM_TOKEN, and the config file. The file
 // is read only when a flag or variable leaves something unset; it is refused if other users can

@@ -9,7 +9,9 @@
 // that end it within a second whether or not the gateway answers (stopWait). screen.go is
 // attach's model of what the terminal shows (a detach undoes the session's modes; a size another
 // viewer imposes is drawn again with a status line); screencmds.go is capture and send (key
-// names, arrows by the program's mode); visible.go escapes the control characters of every string
+// names, arrows by the program's mode); lstable.go is ls's table (relative times, fitted to the
+// terminal's width); recordings.go is recordings, recordings export and play (a recording's
+// timing, --speed, --idle-limit); visible.go escapes the control characters of every string
 // from the gateway it prints (names, commands, ids, error messages). SIGWINCH and raw-mode
 // specifics are behind build tags (term_unix.go; term_windows.go polls the console size).
 //

@@ -8,19 +8,22 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"strings"
 	"time"
 
 	"golang.org/x/term"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/buildinfo"
 )
 
 // version and commit are set with -ldflags "-X main.version=... -X main.commit=...".
 var (
-	version = "0.1.0-dev"
+	version = defaultVersion
 	commit  = "unknown"
 )
+
+// defaultVersion is version when no -ldflags set it.
+const defaultVersion = "0.1.0-dev"
 
 // callTimeout bounds each dial and call.
 const callTimeout = 10 * time.Second
@@ -47,11 +50,18 @@ func (e usageError) Error() string { return e.msg }
 
 func (a *app) run(args []string) int {
 	fs := a.flagSet("muxterm")
+	var showVersion bool
+	fs.BoolVar(&showVersion, "version", false, "")
+	fs.BoolVar(&showVersion, "V", false, "")
 	if err := fs.Parse(args); err != nil {
-		return a.fail(err)
+		return a.fail(flagError(err))
 	}
 	if fs.Lookup("help").Value.String() == "true" {
 		a.usage(a.stdout)
+		return 0
+	}
+	if showVersion {
+		a.printVersion()
 		return 0
 	}
 	args = fs.Args()
@@ -66,7 +76,7 @@ func (a *app) run(args []string) int {
 		a.usage(a.stdout)
 		return 0
 	case "version":
-		fmt.Fprintf(a.stdout, "muxterm %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		a.printVersion()
 		return 0
 	case "ls", "list":
 		err = a.cmdLs(rest)
@@ -106,16 +116,32 @@ func (a *app) exit(o outcome, err error) int {
 	return o.code
 }
 
+// fail prints err; a usage error ends with the hint to run --help and exits 2.
 func (a *app) fail(err error) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	fmt.Fprintln(a.stderr, "muxterm:", visibleLines(err.Error())) // it may quote the gateway
 	var ue usageError
-	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "flag provided but not defined") {
+	if errors.As(err, &ue) {
+		fmt.Fprintln(a.stderr, "Run 'muxterm --help' for usage.")
 		return 2
 	}
 	return 1
+}
+
+// flagError is what a flag set's Parse refused: a usage error (flag.ErrHelp passes as is).
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err.Error()}
+}
+
+// printVersion prints the version and commit (internal/buildinfo: stamped, else recorded).
+func (a *app) printVersion() {
+	v, c := buildinfo.Describe(version, defaultVersion, commit)
+	fmt.Fprintf(a.stdout, "muxterm %s (commit %s, %s, %s/%s)\n", v, c, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // flagSet has the flags every command takes.
@@ -140,7 +166,7 @@ func (a *app) parse(fs *flag.FlagSet, args []string, interleave bool) ([]string,
 			if errors.Is(err, flag.ErrHelp) {
 				a.usage(a.stdout)
 			}
-			return nil, err
+			return nil, flagError(err)
 		}
 		if h := fs.Lookup("help"); h != nil && h.Value.String() == "true" {
 			a.usage(a.stdout)
@@ -165,7 +191,13 @@ func (a *app) setup() error {
 		return err
 	}
 	if cfg.token == "" {
-		return fmt.Errorf("no token: set MUXTERM_TOKEN, pass --token, or put `token = ...` in %s (mode 600)", cfg.file)
+		hint := ""
+		if kept := keptTokenPath(a.getenv); kept != "" {
+			if _, err := os.Stat(kept); err == nil {
+				hint = fmt.Sprintf(" (a gateway of yours started without --token keeps its token in %s: export MUXTERM_TOKEN=$(cat %s))", kept, kept)
+			}
+		}
+		return fmt.Errorf("no token: set MUXTERM_TOKEN, pass --token, or put `token = ...` in %s (mode 600)%s", cfg.file, hint)
 	}
 	a.cfg = cfg
 	return nil
@@ -241,7 +273,7 @@ Commands:
   play ID|NAME|FILE [flags]   play a recording, or a local .cast file, in this terminal
       --speed X               play X times as fast (default 1)
       --idle-limit D          shorten every pause to at most D (default 5s; 0: as recorded)
-  version                     print the version and commit
+  version, --version, -V      print the version and commit
   help                        print this
 
 Flags of every command, with their environment twins (a flag wins over its variable):

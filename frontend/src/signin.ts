@@ -54,7 +54,7 @@ export function signOut(app: App, why: 'none' | 'rejected' | 'wrong'): void {
   app.dom.connText.textContent = 'signed out';
   app.dom.signinWhy.textContent =
     why === 'rejected'
-      ? 'The gateway no longer accepts this page’s token: it was probably restarted with a new one (without --token it makes a new token at each start). Your sessions ended with it.'
+      ? 'The gateway no longer accepts this page’s token: it was probably restarted with a new one (--token changed, or --new-token replaced the generated one). Your sessions ended with it.'
       : why === 'wrong'
         ? 'The gateway does not accept the token in the address.'
         : 'This page has no valid token: it was opened without one, or with a token this gateway does not accept.';
