@@ -213,13 +213,14 @@ func startMakeRun(t *testing.T, root string, env []string) (*makeRun, string) {
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(r)
+		signalled := false // ready is this goroutine's to close, once
 		for sc.Scan() {
 			m.mu.Lock()
 			m.out.WriteString(sc.Text() + "\n")
 			m.mu.Unlock()
-			if strings.HasPrefix(sc.Text(), "muxterm: token kept in ") && ready != nil {
+			if strings.HasPrefix(sc.Text(), "muxterm: token kept in ") && !signalled {
 				close(ready)
-				ready = nil
+				signalled = true
 			}
 		}
 		r.Close()

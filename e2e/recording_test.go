@@ -272,8 +272,11 @@ func TestRecordingFullDiskNeverSlowsTheSession(t *testing.T) {
 	c := g.dial(t)
 	const total = 4 << 20
 	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24,
-		Cmd: []string{"/bin/sh", "-c", "stty -echo -onlcr; read x; head -c 4194304 /dev/zero | tr '\\0' 'x'; printf END; read x; printf AFTER; read x"}})
+		Cmd: []string{"/bin/sh", "-c", "stty -echo -onlcr; printf READY; read x; head -c 4194304 /dev/zero | tr '\\0' 'x'; printf END; read x; printf AFTER; read x"}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "READY"); err != nil { // the terminal echoes nothing from here
 		t.Fatal(err)
 	}
 	filler := filepath.Join(dir, "filler")
@@ -315,7 +318,7 @@ func TestRecordingFullDiskNeverSlowsTheSession(t *testing.T) {
 		}
 	}
 	out := castOutput(evs)
-	if want := int64(total + len("ENDAFTER")); dropped == 0 || int64(len(out))+dropped != want {
+	if want := int64(total + len("READYENDAFTER")); dropped == 0 || int64(len(out))+dropped != want {
 		t.Fatalf("recorded %d bytes and %d marked dropped: want drops, and %d in all", len(out), dropped, want)
 	}
 }
