@@ -78,7 +78,8 @@ type Config struct {
 	// Name is this node's name (unique in the cluster); URL is where other nodes reach its
 	// /ws (ws://host:port/ws).
 	Name, URL string
-	// Token is the node-to-node credential a relay presents to the owner.
+	// Token is the node-to-node credential a relay presents to the owner. The key that signs
+	// and checks directory entries and heartbeats derives from it (signer).
 	Token string
 	// RelayTLS, if set, is the TLS configuration a relay dials a wss:// node URL with (a
 	// private CA: --cluster-ca); nil uses the system roots.
@@ -91,6 +92,9 @@ type Config struct {
 	// Sessions counts this node's sessions (for least-sessions placement).
 	Sessions func() int
 	Logger   *slog.Logger
+	// OnUnverified, if set, counts a directory entry or heartbeat ignored because its
+	// signature does not verify (kind "entry" or "heartbeat").
+	OnUnverified func(kind string)
 }
 
 // Entry is one session in the directory.
@@ -104,6 +108,8 @@ type Entry struct {
 	// Boot is the owner's boot id when it wrote the entry: an entry of an earlier boot is a
 	// session that died with that run, whatever the sweep has not deleted yet.
 	Boot string `json:"boot,omitempty"`
+	// Sig signs the entry and its key with the cluster's signing key (signer).
+	Sig string `json:"sig,omitempty"`
 }
 
 // peer is what this node knows of another node.
@@ -120,6 +126,7 @@ type Node struct {
 	// immutable after Start:
 	cfg       Config
 	log       *slog.Logger
+	sign      signer
 	boot      string
 	nc        *nats.Conn
 	js        jetstream.JetStream
@@ -132,7 +139,7 @@ type Node struct {
 	// publishing is set once Start has started the publisher (Close flushes only then).
 	publishing atomic.Bool
 
-	// mu guards entries, peers, relays and closed. It is a leaf: nothing is taken under it and no I/O
+	// mu guards entries, peers, relays, closed and warned. It is a leaf: nothing is taken under it and no I/O
 	// is done with it held (a relay is told it lost its node after mu is released).
 	mu      sync.Mutex
 	entries map[string]Entry // session id → entry, every node's, from the watcher
@@ -141,6 +148,7 @@ type Node struct {
 	closed  bool // close has begun: startRelay refuses new relays
 	waiting bool // close waits on wg: relay.Close runs its teardown outside wg
 	started time.Time
+	warned  map[string]bool // kind and source of the unverified messages logged (unverified)
 
 	// natsUser and natsPassword are set by SetNATSAuth before Start, and read by it.
 	natsUser, natsPassword string
@@ -178,8 +186,8 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), boot: bootID(),
-		entries: make(map[string]Entry), peers: make(map[string]*peer), relays: make(map[*relay]struct{}),
+	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), sign: newSigner(cfg.Token), boot: bootID(),
+		entries: make(map[string]Entry), warned: make(map[string]bool), peers: make(map[string]*peer), relays: make(map[*relay]struct{}),
 		pubWake: make(chan struct{}, 1), pubIdle: make(chan struct{})}, nil
 }
 
@@ -384,6 +392,10 @@ func (n *Node) watch(w jetstream.KeyWatcher, loaded chan struct{}) {
 				n.log.Warn("cluster: bad directory entry", "key", e.Key(), "err", err)
 				continue
 			}
+			if !n.sign.entryOK(e.Key(), ent) {
+				n.unverified("entry", node)
+				continue
+			}
 			ent.ID, ent.Node = id, node
 			n.mu.Lock()
 			n.entries[id] = ent
@@ -442,7 +454,7 @@ func (n *Node) publish(e session.Event) error {
 		}
 		return nil
 	}
-	b, _ := json.Marshal(Entry{Node: n.cfg.Name, Principal: e.Owner, Name: e.Name, Created: e.Created.UTC(), State: "running", Boot: n.boot})
+	b, _ := json.Marshal(n.sign.signEntry(key, Entry{Node: n.cfg.Name, Principal: e.Owner, Name: e.Name, Created: e.Created.UTC(), State: "running", Boot: n.boot}))
 	if _, err := n.dir.Put(ctx, key, b); err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
@@ -572,6 +584,10 @@ func (n *Node) lookup(ctx context.Context, id string) (Entry, bool) {
 		return Entry{}, false
 	}
 	if json.Unmarshal(kve.Value(), &e) != nil {
+		return Entry{}, false
+	}
+	if !n.sign.entryOK(key, e) {
+		n.unverified("entry", strings.Split(key, ".")[1])
 		return Entry{}, false
 	}
 	e.ID, e.Node = id, strings.Split(key, ".")[1]

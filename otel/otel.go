@@ -73,22 +73,25 @@ const (
 	AttrBytes         = "muxterm.bytes"
 	// AttrScreenBytes: the length of the paint an attach starts with (0: a raw replay).
 	AttrScreenBytes = "muxterm.screen.bytes"
+	// AttrClusterKind: what a cluster message was (entry, heartbeat).
+	AttrClusterKind = "muxterm.cluster.kind"
 )
 
 // Instrument names.
 const (
-	MetricKillDuration     = "muxterm.session.kill.duration"
-	MetricSessions         = "muxterm.sessions"
-	MetricViewers          = "muxterm.viewers"
-	MetricSockets          = "muxterm.sockets"
-	MetricBytesOut         = "muxterm.output.bytes"
-	MetricBytesIn          = "muxterm.input.bytes"
-	MetricGapBytes         = "muxterm.gap.bytes"
-	MetricPauseDuration    = "muxterm.backpressure.pause.duration"
-	MetricReaps            = "muxterm.reaps"
-	MetricClaimsLost       = "muxterm.reaper.claims.lost"
-	MetricUpgradesRejected = "muxterm.upgrades.rejected"
-	MetricConnsEvicted     = "muxterm.conns.evicted"
+	MetricKillDuration      = "muxterm.session.kill.duration"
+	MetricSessions          = "muxterm.sessions"
+	MetricViewers           = "muxterm.viewers"
+	MetricSockets           = "muxterm.sockets"
+	MetricBytesOut          = "muxterm.output.bytes"
+	MetricBytesIn           = "muxterm.input.bytes"
+	MetricGapBytes          = "muxterm.gap.bytes"
+	MetricPauseDuration     = "muxterm.backpressure.pause.duration"
+	MetricReaps             = "muxterm.reaps"
+	MetricClaimsLost        = "muxterm.reaper.claims.lost"
+	MetricUpgradesRejected  = "muxterm.upgrades.rejected"
+	MetricConnsEvicted      = "muxterm.conns.evicted"
+	MetricClusterUnverified = "muxterm.cluster.unverified"
 )
 
 // Options configure Setup.
@@ -220,18 +223,19 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 
 // Instruments are muxterm's metrics. Every field is set; Noop().Instruments records nothing.
 type Instruments struct {
-	KillDuration     otelmetric.Float64Histogram   // seconds, by outcome
-	Sessions         otelmetric.Int64UpDownCounter // sessions registered
-	Viewers          otelmetric.Int64UpDownCounter // viewers attached
-	Sockets          otelmetric.Int64UpDownCounter // sockets open
-	BytesOut         otelmetric.Int64Counter       // PTY output bytes read
-	BytesIn          otelmetric.Int64Counter       // input bytes written to PTYs
-	GapBytes         otelmetric.Int64Counter       // bytes viewers lost to gaps
-	PauseDuration    otelmetric.Float64Counter     // seconds readers were paused by backpressure
-	Reaps            otelmetric.Int64Counter       // sessions reaped, by reason
-	ClaimsLost       otelmetric.Int64Counter       // reaper claims lost to a reattach
-	UpgradesRejected otelmetric.Int64Counter       // refused upgrades, by reason
-	ConnsEvicted     otelmetric.Int64Counter       // idle HTTP connections evicted, by reason
+	KillDuration      otelmetric.Float64Histogram   // seconds, by outcome
+	Sessions          otelmetric.Int64UpDownCounter // sessions registered
+	Viewers           otelmetric.Int64UpDownCounter // viewers attached
+	Sockets           otelmetric.Int64UpDownCounter // sockets open
+	BytesOut          otelmetric.Int64Counter       // PTY output bytes read
+	BytesIn           otelmetric.Int64Counter       // input bytes written to PTYs
+	GapBytes          otelmetric.Int64Counter       // bytes viewers lost to gaps
+	PauseDuration     otelmetric.Float64Counter     // seconds readers were paused by backpressure
+	Reaps             otelmetric.Int64Counter       // sessions reaped, by reason
+	ClaimsLost        otelmetric.Int64Counter       // reaper claims lost to a reattach
+	UpgradesRejected  otelmetric.Int64Counter       // refused upgrades, by reason
+	ConnsEvicted      otelmetric.Int64Counter       // idle HTTP connections evicted, by reason
+	ClusterUnverified otelmetric.Int64Counter       // directory entries and heartbeats ignored, by kind
 }
 
 // NewInstruments creates the instruments on m.
@@ -275,6 +279,9 @@ func NewInstruments(m otelmetric.Meter) (*Instruments, error) {
 	add(err)
 	in.ConnsEvicted, err = m.Int64Counter(MetricConnsEvicted, otelmetric.WithUnit("{connection}"),
 		otelmetric.WithDescription("Idle HTTP connections (not WebSockets) the gateway closed to make room, by reason."))
+	add(err)
+	in.ClusterUnverified, err = m.Int64Counter(MetricClusterUnverified, otelmetric.WithUnit("{message}"),
+		otelmetric.WithDescription("Cluster directory entries and heartbeats ignored because their signature does not verify, by kind."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otel instruments: %w", err)

@@ -14,8 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/muxterm/muxterm/cluster"
 	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/otel"
 )
 
 // clusterConfig holds the flags of several gateway nodes (docs/scaling.md). Without --cluster
@@ -142,7 +146,7 @@ func (j *joined) close(ctx context.Context) {
 }
 
 // newNode makes the node (not started) so the registry can be built with its Observer.
-func (c *clusterConfig) newNode(addr string, tls bool, sessions func() int, log *slog.Logger) (*cluster.Node, error) {
+func (c *clusterConfig) newNode(addr string, tls bool, sessions func() int, in *otel.Instruments, log *slog.Logger) (*cluster.Node, error) {
 	url := c.nodeURL
 	if url == "" {
 		scheme := "ws"
@@ -160,7 +164,10 @@ func (c *clusterConfig) newNode(addr string, tls bool, sessions func() int, log 
 		return nil, err
 	}
 	return cluster.New(cluster.Config{Name: c.node, URL: url, Token: c.token, RelayTLS: relayTLS, TTL: c.ttl,
-		Replicas: replicas, Placement: cluster.Placement(c.placement), Sessions: sessions, Logger: log})
+		Replicas: replicas, Placement: cluster.Placement(c.placement), Sessions: sessions, Logger: log,
+		OnUnverified: func(kind string) {
+			in.ClusterUnverified.Add(context.Background(), 1, metric.WithAttributes(attribute.String(otel.AttrClusterKind, kind)))
+		}})
 }
 
 // start runs the embedded server if asked, then starts node. ho, an upgrade in place's
