@@ -76,6 +76,7 @@ func (n *Node) monitor() {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	last := time.Now()
+	lastExpiry := last
 	for {
 		select {
 		case <-t.C:
@@ -93,6 +94,10 @@ func (n *Node) monitor() {
 			}
 		}
 		last = now
+		if now.Sub(lastExpiry) > time.Second {
+			n.expireTombsLocked(now)
+			lastExpiry = now
+		}
 		for name, p := range n.peers {
 			if p.alive && now.Sub(p.seen) > n.silence() {
 				p.alive = false
