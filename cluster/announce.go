@@ -227,7 +227,7 @@ func (n *Node) onAsk(m *nats.Msg) {
 
 // ask asks every node for session id and returns its owner's signed entry. It returns false
 // once every node heard alive has said it does not own id (milliseconds), or a node that
-// stays silent was declared lost (within the TTL), or at the latest after the TTL, or when ctx
+// stays silent was declared lost (within 0.8 TTL), or at the latest after the TTL, or when ctx
 // ends.
 func (n *Node) ask(ctx context.Context, id string) (Entry, bool) {
 	replies := make(chan *nats.Msg, 64)

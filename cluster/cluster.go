@@ -1,7 +1,7 @@
 // Package cluster lets several gateway nodes serve one set of sessions (docs/scaling.md). The
 // session directory is a NATS JetStream key-value bucket (session id → owner node, principal,
 // name, created, state) that every node watches; node liveness is a heartbeat each node
-// publishes on core NATS every TTL/5 and that the others time out within the TTL (silence). A session
+// publishes on core NATS every TTL/5, lost when not heard from for 3/4 of the TTL. A session
 // another node owns is relayed to it over muxterm.v1 with the Go client and the cluster token
 // (Node implements mux.Remote).
 package cluster
@@ -35,7 +35,7 @@ const (
 	heartbeatSubj   = "muxterm.heartbeat."
 	helloSubj       = "muxterm.hello" // a node that starts asks every node for a heartbeat now
 	// ReasonNodeLost is session.closed's and session_closed's reason for a session whose
-	// owner node stopped answering (its heartbeats stopped for the TTL, or its socket to the
+	// owner node stopped answering (its heartbeats stopped for 3/4 of the TTL, or its socket to the
 	// relay broke).
 	ReasonNodeLost = "node_lost"
 )
@@ -84,7 +84,8 @@ type Config struct {
 	// RelayTLS, if set, is the TLS configuration a relay dials a wss:// node URL with (a
 	// private CA: --cluster-ca); nil uses the system roots.
 	RelayTLS *tls.Config
-	// TTL: a node whose heartbeat was not heard for this long is lost. Default DefaultTTL.
+	// TTL: a node whose heartbeat was not heard for 3/4 of it is lost, noticed within 0.8 of
+	// it (silence). Default DefaultTTL.
 	TTL time.Duration
 	// Replicas of the directory bucket (1 to 5; at most the JetStream servers). Default 3.
 	Replicas  int

@@ -136,8 +136,9 @@ func (n *Node) currentLocked(e Entry) bool {
 	return p == nil || p.boot == "" || e.Boot == "" || e.Boot == p.boot
 }
 
-// aliveLocked reports whether node is alive: heard within the TTL, or, never heard, named by
-// the directory less than a TTL after this node started (its heartbeat may not have come yet).
+// aliveLocked reports whether node is alive: not declared lost (heard within 3/4 of the TTL),
+// or, never heard, named by the directory less than 3/4 of the TTL after this node started
+// (its heartbeat may not have come yet).
 func (n *Node) aliveLocked(node string) (url string, ok bool) {
 	p := n.peers[node]
 	if p == nil {

@@ -50,7 +50,7 @@ func (c *clusterConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.nodeURL, "node-url", "", "`url` at which other nodes reach this node's /ws")
 	fs.StringVar(&c.token, "cluster-token", "", "node-to-node `token` relays present to the owner of a session (the same on every node; MUXTERM_CLUSTER_TOKEN keeps it out of ps)")
 	fs.StringVar(&c.ca, "cluster-ca", "", "PEM `file` of the CA certificates a relay trusts when it dials another node's wss:// node URL (a private CA; default: the system roots)")
-	fs.DurationVar(&c.ttl, "cluster-ttl", cluster.DefaultTTL, "a node not heard from for this long is lost: its relayed channels close with node_lost")
+	fs.DurationVar(&c.ttl, "cluster-ttl", cluster.DefaultTTL, "a node not heard from for 3/4 of this is lost (noticed within 0.8 of it): its relayed channels close with node_lost")
 	fs.IntVar(&c.replicas, "cluster-replicas", cluster.DefaultReplicas, "replicas of the session directory (at most the JetStream servers; 1 for an embedded node without routes)")
 	fs.StringVar(&c.placement, "placement", string(cluster.PlaceLocal), "where session.open runs: `local` (this node) or least-sessions (the live node with the fewest)")
 }
