@@ -29,7 +29,7 @@ const (
 	heartbeatSubj   = "muxterm.heartbeat."
 	helloSubj       = "muxterm.hello" // a node that starts asks every node for a heartbeat now
 	// ReasonNodeLost is session.closed's and session_closed's reason for a session whose
-	// owner node stopped answering (its heartbeats stopped for the TTL, or its socket to the
+	// owner node stopped answering (its heartbeats stopped for 3/4 of the TTL, or its socket to the
 	// relay broke).
 	ReasonNodeLost = "node_lost"
 )
@@ -72,12 +72,14 @@ type Config struct {
 	// Name is this node's name (unique in the cluster); URL is where other nodes reach its
 	// /ws (ws://host:port/ws).
 	Name, URL string
-	// Token is the node-to-node credential a relay presents to the owner.
+	// Token is the node-to-node credential a relay presents to the owner. The key that signs
+	// and checks directory entries and heartbeats derives from it (signer).
 	Token string
 	// RelayTLS, if set, is the TLS configuration a relay dials a wss:// node URL with (a
 	// private CA: --cluster-ca); nil uses the system roots.
 	RelayTLS *tls.Config
-	// TTL: a node whose heartbeat was not heard for this long is lost. Default DefaultTTL.
+	// TTL: a node whose heartbeat was not heard for 3/4 of it is lost, noticed within 0.8 of
+	// it (silence). Default DefaultTTL.
 	TTL time.Duration
 	// Replicas of the directory bucket (1 to 5; at most the JetStream servers). Default 3.
 	Replicas  int
@@ -85,6 +87,9 @@ type Config struct {
 	// Sessions counts this node's sessions (for least-sessions placement).
 	Sessions func() int
 	Logger   *slog.Logger
+	// OnUnverified, if set, counts a directory entry or heartbeat ignored because its
+	// signature does not verify (kind "entry" or "heartbeat").
+	OnUnverified func(kind string)
 }
 
 // Entry is one session in the directory.
@@ -98,6 +103,8 @@ type Entry struct {
 	// Boot is the owner's boot id when it wrote the entry: an entry of an earlier boot is a
 	// session that died with that run, whatever the sweep has not deleted yet.
 	Boot string `json:"boot,omitempty"`
+	// Sig signs the entry and its key with the cluster's signing key (signer).
+	Sig string `json:"sig,omitempty"`
 }
 
 // peer is what this node knows of another node.
@@ -114,6 +121,7 @@ type Node struct {
 	// immutable after Start:
 	cfg       Config
 	log       *slog.Logger
+	sign      signer
 	boot      string
 	nc        *nats.Conn
 	js        jetstream.JetStream
@@ -126,26 +134,30 @@ type Node struct {
 	// publishing is set once Start has started the publisher (Close flushes only then).
 	publishing atomic.Bool
 
-	// mu guards entries, peers, relays and closed. It is a leaf: nothing is taken under it and no I/O
-	// is done with it held (a relay is told it lost its node after mu is released).
+	// mu guards entries, tombs, peers, relays, closed and warned. It is a leaf: nothing is taken
+	// under it and no I/O is done with it held (a relay is told it lost its node after mu is
+	// released).
 	mu      sync.Mutex
-	entries map[string]Entry // session id → entry, every node's, from the watcher
-	peers   map[string]*peer // node name → what its heartbeats said
+	entries map[string]Entry     // session id → entry, every node's, from the watcher and the announcements
+	tombs   map[string]time.Time // session id → when its removal was announced (tombTTL)
+	peers   map[string]*peer     // node name → what its heartbeats said
 	relays  map[*relay]struct{}
 	closed  bool // close has begun: startRelay refuses new relays
 	waiting bool // close waits on wg: relay.Close runs its teardown outside wg
 	started time.Time
+	warned  map[string]bool // kind and source of the unverified messages logged (unverified)
 
 	// natsUser and natsPassword are set by SetNATSAuth before Start, and read by it.
 	natsUser, natsPassword string
 
-	// pubMu guards pubQ: directory writes of this node's sessions, in order. It is taken from
-	// the registry's Observer with Registry.mu held, so nothing else is taken under it.
-	pubMu   sync.Mutex
-	pubQ    []session.Event
-	pubBusy bool          // the publisher is writing a batch it took from pubQ
-	pubWake chan struct{} // capacity 1
-	pubIdle chan struct{} // closed and renewed by the publisher after each batch
+	// kvQ: the bucket's writes of this node's sessions (publisher); annQ: their announcements
+	// (announcer). Both in the order the registry added and removed them.
+	kvQ, annQ *eventQueue
+	// localMu guards local: this node's sessions, as the registry's Observer told them (ask's
+	// answers, reannounce). Taken from the Observer with Registry.mu held; only an eventQueue's
+	// mu is taken under it.
+	localMu sync.Mutex
+	local   map[string]session.Event
 }
 
 // New returns a Node that is not started; Observe may be used at once (the registry's
@@ -172,9 +184,10 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), boot: bootID(),
-		entries: make(map[string]Entry), peers: make(map[string]*peer), relays: make(map[*relay]struct{}),
-		pubWake: make(chan struct{}, 1), pubIdle: make(chan struct{})}, nil
+	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), sign: newSigner(cfg.Token), boot: bootID(),
+		entries: make(map[string]Entry), tombs: make(map[string]time.Time), warned: make(map[string]bool),
+		peers: make(map[string]*peer), relays: make(map[*relay]struct{}),
+		kvQ: newEventQueue(), annQ: newEventQueue(), local: make(map[string]session.Event)}, nil
 }
 
 // bootID names this process for the other nodes: a node whose boot changes restarted, and the
@@ -210,16 +223,18 @@ func (n *Node) SetNATSAuth(user, password string) { n.natsUser, n.natsPassword =
 // Name is this node's name.
 func (n *Node) Name() string { return n.cfg.Name }
 
-// Observe is the registry's Observer: it queues the directory write of a session added or
-// removed here. It never blocks.
+// Observe is the registry's Observer: it queues the announcement and the directory write of a
+// session added or removed here. It never blocks.
 func (n *Node) Observe(e session.Event) {
-	n.pubMu.Lock()
-	n.pubQ = append(n.pubQ, e)
-	n.pubMu.Unlock()
-	select {
-	case n.pubWake <- struct{}{}:
-	default:
+	n.localMu.Lock()
+	if e.Opened {
+		n.local[e.ID] = e
+	} else {
+		delete(n.local, e.ID)
 	}
+	n.annQ.push(e) // under localMu: in the same order as reannounce sees local
+	n.localMu.Unlock()
+	n.kvQ.push(e)
 }
 
 // Start connects to NATS, creates the directory bucket if needed (waiting for the JetStream
@@ -278,13 +293,27 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return fmt.Errorf("cluster: subscribe heartbeats: %w", err)
 	}
-	hello, err := nc.Subscribe(helloSubj, func(*nats.Msg) { n.beat() })
-	if err != nil {
+	// The other subscriptions end with the connection.
+	if _, err := nc.Subscribe(helloSubj, func(*nats.Msg) {
+		n.beat()
+		n.reannounce()
+	}); err != nil {
 		_ = sub.Unsubscribe()
 		n.Close()
 		return fmt.Errorf("cluster: subscribe hello: %w", err)
 	}
-	_ = hello // ends with the connection
+	// Announcements before the bucket's load: nothing falls between the two.
+	if _, err := nc.Subscribe(announceSubj+"*", n.onAnnounce); err != nil {
+		_ = sub.Unsubscribe()
+		n.Close()
+		return fmt.Errorf("cluster: subscribe announcements: %w", err)
+	}
+	if _, err := nc.Subscribe(askSubj, n.onAsk); err != nil {
+		_ = sub.Unsubscribe()
+		n.Close()
+		return fmt.Errorf("cluster: subscribe asks: %w", err)
+	}
+	n.wg.Go(n.announcer)
 	if err := nc.Publish(helloSubj, nil); err != nil {
 		n.log.Warn("cluster: hello", "err", err)
 	}
@@ -370,6 +399,7 @@ func (n *Node) watch(w jetstream.KeyWatcher, loaded chan struct{}) {
 				if cur, ok := n.entries[id]; ok && cur.Node == node {
 					delete(n.entries, id)
 				}
+				delete(n.tombs, id)
 				n.mu.Unlock()
 				continue
 			}
@@ -378,9 +408,15 @@ func (n *Node) watch(w jetstream.KeyWatcher, loaded chan struct{}) {
 				n.log.Warn("cluster: bad directory entry", "key", e.Key(), "err", err)
 				continue
 			}
+			if !n.sign.entryOK(e.Key(), ent) {
+				n.unverified("entry", node)
+				continue
+			}
 			ent.ID, ent.Node = id, node
 			n.mu.Lock()
-			n.entries[id] = ent
+			if _, removed := n.tombs[id]; !removed { // else a write that an election held back
+				n.entries[id] = ent
+			}
 			n.mu.Unlock()
 		}
 	}
@@ -390,26 +426,8 @@ func (n *Node) watch(w jetstream.KeyWatcher, loaded chan struct{}) {
 // retrying a write that fails (JetStream electing a leader) until it succeeds or the node
 // closes.
 func (n *Node) publisher() {
-	for {
-		n.pubMu.Lock()
-		q := n.pubQ
-		n.pubQ = nil
-		if n.pubBusy {
-			n.pubBusy = false
-			close(n.pubIdle)
-			n.pubIdle = make(chan struct{})
-		}
-		n.pubBusy = len(q) > 0
-		n.pubMu.Unlock()
-		if len(q) == 0 {
-			select {
-			case <-n.pubWake:
-				continue
-			case <-n.ctx.Done():
-				return
-			}
-		}
-		for _, e := range q {
+	n.drain(n.kvQ, func(b []session.Event) bool {
+		for _, e := range b {
 			for attempt := 0; ; attempt++ {
 				err := n.publish(e)
 				if err == nil {
@@ -418,12 +436,13 @@ func (n *Node) publisher() {
 				n.log.Warn("cluster: directory write failed; retrying", "session", e.ID, "opened", e.Opened, "err", err, "attempt", attempt)
 				select {
 				case <-n.ctx.Done():
-					return
+					return false
 				case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
 				}
 			}
 		}
-	}
+		return true
+	})
 }
 
 func (n *Node) publish(e session.Event) error {
@@ -436,7 +455,7 @@ func (n *Node) publish(e session.Event) error {
 		}
 		return nil
 	}
-	b, _ := json.Marshal(Entry{Node: n.cfg.Name, Principal: e.Owner, Name: e.Name, Created: e.Created.UTC(), State: "running", Boot: n.boot})
+	b, _ := json.Marshal(n.sign.signEntry(key, n.entryOf(e)))
 	if _, err := n.dir.Put(ctx, key, b); err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
@@ -506,25 +525,16 @@ func (n *Node) close(ctx context.Context) {
 	n.nc.Close()
 }
 
-// Published implements mux.Remote: it returns once the directory writes queued so far are
-// written.
-func (n *Node) Published(ctx context.Context) error { return n.flush(ctx) }
+// Published implements mux.Remote: it returns once the announcements queued so far reached
+// the NATS server (milliseconds, election or not); a node that misses one asks the owner.
+func (n *Node) Published(ctx context.Context) error { return n.annQ.flush(ctx) }
 
-// flush waits for the publisher to drain the queue.
+// flush waits for the announcer and the publisher to drain their queues.
 func (n *Node) flush(ctx context.Context) error {
-	for {
-		n.pubMu.Lock()
-		idle, done := n.pubIdle, len(n.pubQ) == 0 && !n.pubBusy
-		n.pubMu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-idle:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := n.annQ.flush(ctx); err != nil {
+		return err
 	}
+	return n.kvQ.flush(ctx)
 }
 
 // Entries returns the directory as this node sees it, oldest first (tests, figures).
@@ -539,8 +549,8 @@ func (n *Node) Entries() []Entry {
 	return out
 }
 
-// lookup finds id's entry: in the watched view, else (written a moment ago, not yet watched
-// here) in the bucket itself.
+// lookup finds id's entry: in the view, else (not announced here yet, or the announcement
+// lost) from its owner, whom ask finds.
 func (n *Node) lookup(ctx context.Context, id string) (Entry, bool) {
 	n.mu.Lock()
 	e, ok := n.entries[id]
@@ -548,28 +558,7 @@ func (n *Node) lookup(ctx context.Context, id string) (Entry, bool) {
 	if ok || !validID(id) {
 		return e, ok
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	kl, err := n.dir.ListKeysFiltered(ctx, "s.*."+id)
-	if err != nil {
-		return Entry{}, false
-	}
-	var key string
-	for k := range kl.Keys() {
-		key = k
-	}
-	if key == "" {
-		return Entry{}, false
-	}
-	kve, err := n.dir.Get(ctx, key)
-	if err != nil {
-		return Entry{}, false
-	}
-	if json.Unmarshal(kve.Value(), &e) != nil {
-		return Entry{}, false
-	}
-	e.ID, e.Node = id, strings.Split(key, ".")[1]
-	return e, true
+	return n.ask(ctx, id)
 }
 
 // validID: session ids are 32 lowercase hex characters; anything else is no key.

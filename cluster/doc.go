@@ -1,8 +1,12 @@
 // Package cluster lets several gateway nodes serve one set of sessions (docs/scaling.md). The
 // session directory is a NATS JetStream key-value bucket (s.<node>.<session> → owner node,
-// principal, name, created, state, the owner's boot id) that every node watches; node liveness is
-// a heartbeat each node publishes on core NATS every TTL/5 and that the others time out within
-// the TTL (liveness.go). A session another node owns is relayed to it over muxterm.v1 with the Go
+// principal, name, created, state, the owner's boot id) that every node watches, the durable
+// copy; each node also announces its sessions on core NATS and asks the others on a miss
+// (announce.go), so no read waits for a JetStream leader election. Entries, announcements and
+// heartbeats are signed with a key derived from the cluster token (sign.go); what does not verify
+// is never listed nor dialled. Node liveness is a heartbeat each node publishes on core NATS every
+// TTL/5: a node not heard from for 3/4 of the TTL is lost, noticed within 0.8 of it
+// (liveness.go). A session another node owns is relayed to it over muxterm.v1 with the Go
 // client and the cluster token (Node implements mux.Remote; a relay implements mux.Relay). The
 // package also sweeps a node's stale entries at start, answers session.capture through the owner,
 // places new sessions, runs the embedded NATS server (embedded.go: its clients and routes
@@ -15,8 +19,10 @@
 //
 // # Data flow
 //
-//	Registry.Open / removeLocked ──Observer (under Registry.mu: append only)──▶ Node.pubQ ──publisher──▶ KV put/purge
-//	KV bucket ──watcher──▶ Node.entries (id → entry) ◀── List / lookup (an id not yet watched: one KV query)
+//	Registry.Open / removeLocked ──Observer (under Registry.mu: append only)──▶ Node.local, Node.annQ, Node.kvQ
+//	Node.annQ ──announcer──▶ core NATS muxterm.dir.<node> ──▶ every node's onAnnounce ──▶ Node.entries, Node.tombs
+//	Node.kvQ ──publisher (retries through elections)──▶ KV put/purge ──watcher──▶ Node.entries (unless tombs has the id)
+//	List / lookup ◀── Node.entries; a miss: ask ──core NATS muxterm.ask──▶ every node's onAsk (from Node.local)
 //	heartbeatLoop ──core NATS muxterm.heartbeat.<node> every TTL/5──▶ every node's onHeartbeat ──▶ Node.peers
 //	monitor (every TTL/20): a peer silent > 3/4 TTL ──▶ lost ──▶ its relays: client closed ──▶ session.closed node_lost
 //
@@ -85,9 +91,12 @@
 //
 //   - Node.watch (one per node, started by Node.Start): the directory watcher; applies puts and
 //     deletes to Node.entries; ends with Node.Close.
-//   - Node.publisher (one per node, Node.Start): writes this node's entries from pubQ, in order,
+//   - Node.publisher (one per node, Node.Start): writes this node's entries from kvQ, in order,
 //     retrying a failed write (a JetStream election); ends with Node.Close, after a bounded
 //     flush.
+//   - Node.announcer (one per node, Node.Start, before the bucket's load): publishes this node's
+//     entries' additions and removals from annQ on core NATS, in order, then flushes the
+//     connection; ends with Node.Close, after a bounded flush.
 //   - Node.heartbeatLoop (one per node, started right after the NATS connection, before the
 //     directory bucket is ready): publishes this node's heartbeat (name, node URL, boot id,
 //     session count) every TTL/5; ends with Node.Close.
@@ -111,14 +120,18 @@
 //
 // # Locks
 //
-//   - Node.mu: entries (the directory as watched), peers (what each node's heartbeat said, when
-//     it was heard, alive), relays, closed (set first by Node.Close: a relay started after it is
+//   - Node.mu: entries (the directory as watched and announced, verified entries only), tombs
+//     (removals announced, kept from the bucket's late writes for a minute), peers (what each
+//     node's verified heartbeat said, when it was heard, alive), warned (the sources of unverified
+//     messages logged), relays, closed (set first by Node.Close: a relay started after it is
 //     refused, so none is added while Close waits), waiting (set before Close waits on the node's
 //     goroutines: a relay closed after it runs its teardown outside that group); a leaf: no I/O
 //     under it, a lost node's relays are closed after it is released.
-//   - Node.pubMu: pubQ (this node's directory writes, in order), pubBusy, pubIdle; taken by
-//     Observe with session.Registry's mutex held (append and a non-blocking wake only), so
-//     nothing is taken under it.
+//   - Node.localMu: local (this node's sessions, from the Observer: onAsk's answers,
+//     reannounce); taken by Observe with session.Registry's mutex held; only an eventQueue.mu is
+//     taken under it.
+//   - eventQueue.mu: q, busy, idle (one per queue: annQ, kvQ); taken with session.Registry's
+//     mutex held (append and a non-blocking wake only); a leaf.
 //   - relay.mu: cur and drains (the current binding and those that ended with a restart and still
 //     hold output, read first, oldest first, with each binding's read, acked, skip), lost,
 //     closing, errs (the owner's id-less errors not yet passed on), ackDebt, sizeBase,

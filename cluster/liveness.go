@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +15,7 @@ type heartbeat struct {
 	URL      string `json:"url"`
 	Boot     string `json:"boot"` // bootID: a restart is a new boot, an upgrade in place is not
 	Sessions int    `json:"sessions"`
+	Sig      string `json:"sig"` // signer.signHeartbeat
 }
 
 // heartbeatLoop publishes this node's heartbeat every TTL/5.
@@ -32,7 +34,7 @@ func (n *Node) heartbeatLoop() {
 
 // beat publishes one heartbeat.
 func (n *Node) beat() {
-	b, _ := json.Marshal(heartbeat{Node: n.cfg.Name, URL: n.cfg.URL, Boot: n.boot, Sessions: n.cfg.Sessions()})
+	b, _ := json.Marshal(n.sign.signHeartbeat(heartbeat{Node: n.cfg.Name, URL: n.cfg.URL, Boot: n.boot, Sessions: n.cfg.Sessions()}))
 	if err := n.nc.Publish(heartbeatSubj+n.cfg.Name, b); err != nil {
 		n.log.Warn("cluster: heartbeat", "err", err)
 	}
@@ -41,6 +43,12 @@ func (n *Node) beat() {
 func (n *Node) onHeartbeat(m *nats.Msg) {
 	var hb heartbeat
 	if json.Unmarshal(m.Data, &hb) != nil || hb.Node == "" || hb.Node == n.cfg.Name {
+		return
+	}
+	// Only a signed heartbeat names a node's URL: a relay dials no other, and sends the
+	// cluster token to no other.
+	if !n.sign.heartbeatOK(hb) || m.Subject != heartbeatSubj+hb.Node {
+		n.unverified("heartbeat", strings.TrimPrefix(m.Subject, heartbeatSubj))
 		return
 	}
 	n.mu.Lock()
@@ -68,6 +76,7 @@ func (n *Node) monitor() {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	last := time.Now()
+	lastExpiry := last
 	for {
 		select {
 		case <-t.C:
@@ -85,6 +94,10 @@ func (n *Node) monitor() {
 			}
 		}
 		last = now
+		if now.Sub(lastExpiry) > time.Second {
+			n.expireTombsLocked(now)
+			lastExpiry = now
+		}
 		for name, p := range n.peers {
 			if p.alive && now.Sub(p.seen) > n.silence() {
 				p.alive = false
@@ -123,8 +136,9 @@ func (n *Node) currentLocked(e Entry) bool {
 	return p == nil || p.boot == "" || e.Boot == "" || e.Boot == p.boot
 }
 
-// aliveLocked reports whether node is alive: heard within the TTL, or, never heard, named by
-// the directory less than a TTL after this node started (its heartbeat may not have come yet).
+// aliveLocked reports whether node is alive: not declared lost (heard within 3/4 of the TTL),
+// or, never heard, named by the directory less than 3/4 of the TTL after this node started
+// (its heartbeat may not have come yet).
 func (n *Node) aliveLocked(node string) (url string, ok bool) {
 	p := n.peers[node]
 	if p == nil {

@@ -95,8 +95,8 @@ func (c *conn) handleOpen(req *proto.Request) {
 		ch.ready.Store(true)
 		if c.opts.Remote != nil {
 			// Read your writes: an id this result hands out is attachable through any node, so
-			// the result waits for the directory to hold its entry (a bounded wait: a directory
-			// electing a leader delays the result, then it goes anyway; docs/scaling.md).
+			// the result waits until the other nodes can learn of it (a bounded wait;
+			// docs/scaling.md).
 			pctx, cancel := context.WithTimeout(c.ctx, publishWait)
 			if err := c.opts.Remote.Published(pctx); err != nil {
 				c.log.Warn("session.open: answered before the directory held the session", "session", s.ID(), "err", err)

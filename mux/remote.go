@@ -29,9 +29,9 @@ type Remote interface {
 	// Kill, Lease and Capture act on the owner, on behalf of principal.
 	Kill(ctx context.Context, principal, id string) (proto.KillResult, error)
 	Lease(ctx context.Context, principal, id string, ttlMs int64) (proto.LeaseResult, error)
-	// Published returns once the directory writes of this node's sessions queued so far are
-	// written (the queue drained: later ones may be in it too), or when ctx ends, with its
-	// error; an open's result waits for it.
+	// Published returns once the other nodes can learn of this node's sessions queued so far
+	// (the cluster: their announcements reached NATS; later ones may be out too), or when ctx
+	// ends, with its error; an open's result waits for it.
 	Published(ctx context.Context) error
 	// Capture reads the screen there, for a read-only principal as one.
 	Capture(ctx context.Context, principal string, readOnly bool, p proto.CaptureParams) (proto.CaptureResult, error)
@@ -70,7 +70,7 @@ type Relay interface {
 	Close(detach bool)
 }
 
-// publishWait bounds how long session.open's result waits for the directory (Remote.Published).
+// publishWait bounds how long session.open's result waits for Remote.Published.
 const publishWait = 2 * time.Second
 
 // remoteError maps a Remote's error to the reply.

@@ -77,23 +77,25 @@ const (
 	// in seconds from its start, at which a span ended (recording.read plays it from there).
 	AttrRecordingID     = "muxterm.recording.id"
 	AttrRecordingOffset = "muxterm.recording.offset_s"
+	AttrClusterKind     = "muxterm.cluster.kind"
 )
 
 // Instrument names.
 const (
-	MetricKillDuration     = "muxterm.session.kill.duration"
-	MetricSessions         = "muxterm.sessions"
-	MetricViewers          = "muxterm.viewers"
-	MetricSockets          = "muxterm.sockets"
-	MetricBytesOut         = "muxterm.output.bytes"
-	MetricBytesIn          = "muxterm.input.bytes"
-	MetricGapBytes         = "muxterm.gap.bytes"
-	MetricPauseDuration    = "muxterm.backpressure.pause.duration"
-	MetricReaps            = "muxterm.reaps"
-	MetricClaimsLost       = "muxterm.reaper.claims.lost"
-	MetricUpgradesRejected = "muxterm.upgrades.rejected"
-	MetricConnsEvicted     = "muxterm.conns.evicted"
-	MetricRecordDropped    = "muxterm.recording.dropped"
+	MetricKillDuration      = "muxterm.session.kill.duration"
+	MetricSessions          = "muxterm.sessions"
+	MetricViewers           = "muxterm.viewers"
+	MetricSockets           = "muxterm.sockets"
+	MetricBytesOut          = "muxterm.output.bytes"
+	MetricBytesIn           = "muxterm.input.bytes"
+	MetricGapBytes          = "muxterm.gap.bytes"
+	MetricPauseDuration     = "muxterm.backpressure.pause.duration"
+	MetricReaps             = "muxterm.reaps"
+	MetricClaimsLost        = "muxterm.reaper.claims.lost"
+	MetricUpgradesRejected  = "muxterm.upgrades.rejected"
+	MetricConnsEvicted      = "muxterm.conns.evicted"
+	MetricRecordDropped     = "muxterm.recording.dropped"
+	MetricClusterUnverified = "muxterm.cluster.unverified"
 )
 
 // Options configure Setup.
@@ -225,19 +227,20 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 
 // Instruments are muxterm's metrics. Every field is set; Noop().Instruments records nothing.
 type Instruments struct {
-	KillDuration     otelmetric.Float64Histogram   // seconds, by outcome
-	Sessions         otelmetric.Int64UpDownCounter // sessions registered
-	Viewers          otelmetric.Int64UpDownCounter // viewers attached
-	Sockets          otelmetric.Int64UpDownCounter // sockets open
-	BytesOut         otelmetric.Int64Counter       // PTY output bytes read
-	BytesIn          otelmetric.Int64Counter       // input bytes written to PTYs
-	GapBytes         otelmetric.Int64Counter       // bytes viewers lost to gaps
-	PauseDuration    otelmetric.Float64Counter     // seconds readers were paused by backpressure
-	Reaps            otelmetric.Int64Counter       // sessions reaped, by reason
-	ClaimsLost       otelmetric.Int64Counter       // reaper claims lost to a reattach
-	UpgradesRejected otelmetric.Int64Counter       // refused upgrades, by reason
-	ConnsEvicted     otelmetric.Int64Counter       // idle HTTP connections evicted, by reason
-	RecordDropped    otelmetric.Int64Counter       // bytes recordings dropped (a slow or full disk)
+	KillDuration      otelmetric.Float64Histogram   // seconds, by outcome
+	Sessions          otelmetric.Int64UpDownCounter // sessions registered
+	Viewers           otelmetric.Int64UpDownCounter // viewers attached
+	Sockets           otelmetric.Int64UpDownCounter // sockets open
+	BytesOut          otelmetric.Int64Counter       // PTY output bytes read
+	BytesIn           otelmetric.Int64Counter       // input bytes written to PTYs
+	GapBytes          otelmetric.Int64Counter       // bytes viewers lost to gaps
+	PauseDuration     otelmetric.Float64Counter     // seconds readers were paused by backpressure
+	Reaps             otelmetric.Int64Counter       // sessions reaped, by reason
+	ClaimsLost        otelmetric.Int64Counter       // reaper claims lost to a reattach
+	UpgradesRejected  otelmetric.Int64Counter       // refused upgrades, by reason
+	ConnsEvicted      otelmetric.Int64Counter       // idle HTTP connections evicted, by reason
+	RecordDropped     otelmetric.Int64Counter       // bytes recordings dropped (a slow or full disk)
+	ClusterUnverified otelmetric.Int64Counter       // directory entries and heartbeats ignored, by kind
 }
 
 // NewInstruments creates the instruments on m.
@@ -284,6 +287,8 @@ func NewInstruments(m otelmetric.Meter) (*Instruments, error) {
 	add(err)
 	in.RecordDropped, err = m.Int64Counter(MetricRecordDropped, otelmetric.WithUnit("By"),
 		otelmetric.WithDescription("Output and input bytes left out of recordings because their disk was slow, stalled or full."))
+	in.ClusterUnverified, err = m.Int64Counter(MetricClusterUnverified, otelmetric.WithUnit("{message}"),
+		otelmetric.WithDescription("Cluster directory entries and heartbeats ignored because their signature does not verify, by kind."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otel instruments: %w", err)

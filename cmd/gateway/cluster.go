@@ -14,8 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/muxterm/muxterm/cluster"
 	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/otel"
 )
 
 // clusterConfig holds the flags of several gateway nodes (docs/scaling.md). Without --cluster
@@ -46,7 +50,7 @@ func (c *clusterConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.nodeURL, "node-url", "", "`url` at which other nodes reach this node's /ws")
 	fs.StringVar(&c.token, "cluster-token", "", "node-to-node `token` relays present to the owner of a session (the same on every node; MUXTERM_CLUSTER_TOKEN keeps it out of ps)")
 	fs.StringVar(&c.ca, "cluster-ca", "", "PEM `file` of the CA certificates a relay trusts when it dials another node's wss:// node URL (a private CA; default: the system roots)")
-	fs.DurationVar(&c.ttl, "cluster-ttl", cluster.DefaultTTL, "a node not heard from for this long is lost: its relayed channels close with node_lost")
+	fs.DurationVar(&c.ttl, "cluster-ttl", cluster.DefaultTTL, "a node not heard from for 3/4 of this is lost (noticed within 0.8 of it): its relayed channels close with node_lost")
 	fs.IntVar(&c.replicas, "cluster-replicas", cluster.DefaultReplicas, "replicas of the session directory (at most the JetStream servers; 1 for an embedded node without routes)")
 	fs.StringVar(&c.placement, "placement", string(cluster.PlaceLocal), "where session.open runs: `local` (this node) or least-sessions (the live node with the fewest)")
 }
@@ -142,7 +146,7 @@ func (j *joined) close(ctx context.Context) {
 }
 
 // newNode makes the node (not started) so the registry can be built with its Observer.
-func (c *clusterConfig) newNode(addr string, tls bool, sessions func() int, log *slog.Logger) (*cluster.Node, error) {
+func (c *clusterConfig) newNode(addr string, tls bool, sessions func() int, in *otel.Instruments, log *slog.Logger) (*cluster.Node, error) {
 	url := c.nodeURL
 	if url == "" {
 		scheme := "ws"
@@ -160,7 +164,10 @@ func (c *clusterConfig) newNode(addr string, tls bool, sessions func() int, log 
 		return nil, err
 	}
 	return cluster.New(cluster.Config{Name: c.node, URL: url, Token: c.token, RelayTLS: relayTLS, TTL: c.ttl,
-		Replicas: replicas, Placement: cluster.Placement(c.placement), Sessions: sessions, Logger: log})
+		Replicas: replicas, Placement: cluster.Placement(c.placement), Sessions: sessions, Logger: log,
+		OnUnverified: func(kind string) {
+			in.ClusterUnverified.Add(context.Background(), 1, metric.WithAttributes(attribute.String(otel.AttrClusterKind, kind)))
+		}})
 }
 
 // start runs the embedded server if asked, then starts node. ho, an upgrade in place's

@@ -180,7 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var node *cluster.Node
 	var observer func(session.Event)
 	if c.cl.on() {
-		if node, err = c.cl.newNode(addr, useTLS, func() int { return reg.Len() }, log); err != nil {
+		if node, err = c.cl.newNode(addr, useTLS, func() int { return reg.Len() }, tel.Instruments, log); err != nil {
 			ln.Close()
 			if ho == nil { // an upgrade's directory holds the sessions it hands over
 				closeCgroupsEarly(cgroups, log)

@@ -41,6 +41,8 @@ type benchCluster struct {
 	args  map[string][]string
 	nodes map[string]*gatewayProc
 	store string
+	token string         // the cluster token
+	nats  map[string]int // node → its embedded NATS server's client port
 }
 
 // startCluster starts nodes a, b and c at once (each waits for the others' JetStream).
@@ -53,11 +55,15 @@ func (b *bench) startCluster(ctx context.Context) (*benchCluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster store: %w", err)
 	}
-	bc := &benchCluster{b: b, args: map[string][]string{}, nodes: map[string]*gatewayProc{}, store: store}
+	bc := &benchCluster{b: b, args: map[string][]string{}, nodes: map[string]*gatewayProc{}, store: store,
+		token: hex.EncodeToString(tok[:]), nats: map[string]int{}}
 	names := []string{"a", "b", "c"}
 	routes := map[string]int{}
 	for _, n := range names {
 		if routes[n], err = freePort(); err != nil {
+			return nil, err
+		}
+		if bc.nats[n], err = freePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -68,8 +74,8 @@ func (b *bench) startCluster(ctx context.Context) (*benchCluster, error) {
 				others = append(others, fmt.Sprintf("nats-route://127.0.0.1:%d", routes[o]))
 			}
 		}
-		bc.args[n] = []string{"--cluster-embedded", "--node-name", n, "--cluster-token", hex.EncodeToString(tok[:]),
-			"--cluster-listen", fmt.Sprintf("127.0.0.1:0,127.0.0.1:%d", routes[n]),
+		bc.args[n] = []string{"--cluster-embedded", "--node-name", n, "--cluster-token", bc.token,
+			"--cluster-listen", fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", bc.nats[n], routes[n]),
 			"--cluster-routes", strings.Join(others, ","), "--cluster-store", store + "/" + n,
 			"--cluster-ttl", clusterTTL.String()}
 	}
