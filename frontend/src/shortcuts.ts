@@ -116,6 +116,12 @@ export function wireShortcuts(app: App): void {
     'keydown',
     (ev) => {
       if (ev.type !== 'keydown') return;
+      if (ev.key === 'Escape' && !app.dom.helpEl.hidden) {
+        ev.preventDefault();
+        ev.stopPropagation();
+        toggleHelp(app, false);
+        return;
+      }
       const action = shortcutFor(ev);
       if (!action) return;
       if (app.signedOut || !app.dom.confirmEl.hidden) return;

@@ -43,6 +43,8 @@ export interface Tab {
   /** A restart (Enter after the exit) is in progress. */
   restarting: boolean;
   resizeTimer: ReturnType<typeof setTimeout> | undefined;
+  /** A session.resize of this tab is in flight. */
+  resizing: boolean;
   /** Input typed before the tab's session.open answered; sent in order once it has. */
   early: Array<string | Uint8Array>;
 }
@@ -62,8 +64,8 @@ export function clamp(n: number, lo: number, hi: number): number {
   return Math.max(lo, Math.min(hi, Math.floor(n)));
 }
 
-/** The size that fits the tab's pane (its own size, whatever the session's). */
-export function size(app: App, tab: Tab): { cols: number; rows: number } {
+/** The size that fits the tab's pane, measured with the renderer it has now. */
+function measure(app: App, tab: Tab): { cols: number; rows: number } {
   let d: { cols: number; rows: number } | undefined;
   try {
     d = tab.fit.proposeDimensions();
@@ -75,6 +77,17 @@ export function size(app: App, tab: Tab): { cols: number; rows: number } {
     cols: clamp(d.cols, 1, app.client.limits.maxCols),
     rows: clamp(d.rows, 1, app.client.limits.maxRows),
   };
+}
+
+/**
+ * The tab's own size: what the visible tab's pane fits. Every pane has the same box, but only
+ * the visible tab draws with WebGL, whose cells are narrower than the DOM renderer's (157
+ * against 149 columns in a 1280-pixel window): a hidden tab takes the visible tab's measure
+ * rather than its own, so the sessions it opens or attaches get the size they will be shown at.
+ */
+export function size(app: App, tab: Tab): { cols: number; rows: number } {
+  const visible = app.tabs[app.active];
+  return measure(app, visible && visible !== tab ? visible : tab);
 }
 
 export function notice(text: string): string {
@@ -165,6 +178,7 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
     leaving: false,
     restarting: false,
     resizeTimer: undefined,
+    resizing: false,
     early: [],
   };
 
@@ -342,7 +356,8 @@ export function bindChannel(app: App, tab: Tab, ch: Channel): void {
 
 /**
  * Draws the tab at the session's size (the gateway's, which another viewer may have set) rather
- * than at its own, and says so where the two differ.
+ * than at its own, and says so where the two differ once the gateway has this page's size: a
+ * size the gateway applied after it had ours is another viewer's.
  */
 export function layout(app: App, tab: Tab): void {
   const own = size(app, tab);
@@ -354,7 +369,8 @@ export function layout(app: App, tab: Tab): void {
       /* disposed */
     }
   }
-  const differs = tab.sessionSize !== null && (want.cols !== own.cols || want.rows !== own.rows);
+  const told = tab.sentSize !== null && tab.sentSize.cols === own.cols && tab.sentSize.rows === own.rows && tab.resizeTimer === undefined && !tab.resizing;
+  const differs = told && tab.sessionSize !== null && (want.cols !== own.cols || want.rows !== own.rows);
   tab.noteEl.hidden = !differs;
   tab.pane.classList.toggle('foreign-size', differs);
   if (differs) {
@@ -365,27 +381,36 @@ export function layout(app: App, tab: Tab): void {
   }
 }
 
-/** Sends our fitted size to the gateway when it changed since we last sent it. */
+/**
+ * Sends our fitted size to the gateway when it changed since we last sent it. Only the visible
+ * tab does: a hidden tab never resizes its session (it sends its size once shown).
+ */
 export function scheduleResize(app: App, tab: Tab, delay = RESIZE_DEBOUNCE_MS): void {
   clearTimeout(tab.resizeTimer);
   tab.resizeTimer = setTimeout(() => {
     tab.resizeTimer = undefined;
     const ch = tab.channel;
-    if (!ch || tab.closed || tab.leaving) return;
+    if (!ch || tab.closed || tab.leaving || app.tabs[app.active] !== tab) return layout(app, tab);
     if (ch.state !== 'bound' && ch.state !== 'unbound' && ch.state !== 'binding') return;
     const own = size(app, tab);
-    if (tab.sentSize && tab.sentSize.cols === own.cols && tab.sentSize.rows === own.rows) return;
+    if (tab.sentSize && tab.sentSize.cols === own.cols && tab.sentSize.rows === own.rows) return layout(app, tab);
     tab.sentSize = own;
-    ch.resize(own.cols, own.rows).catch((e: unknown) => {
-      if (!(e instanceof MuxError && ['unknown_channel', 'disconnected', 'session_closed'].includes(e.kind))) showError(app, e);
-    });
+    tab.resizing = true;
+    ch.resize(own.cols, own.rows)
+      .catch((e: unknown) => {
+        if (!(e instanceof MuxError && ['unknown_channel', 'disconnected', 'session_closed'].includes(e.kind))) showError(app, e);
+      })
+      .finally(() => {
+        tab.resizing = false;
+        layout(app, tab);
+      });
   }, delay);
 }
 
-/** Lays the (visible) tab out again after its pane changed size, and tells the gateway. */
+/** Lays the tab out again after its pane changed size, and tells the gateway if it is visible. */
 export function safeFit(app: App, tab: Tab): void {
   layout(app, tab);
-  if (tab.channel) scheduleResize(app, tab);
+  if (tab.channel && app.tabs[app.active] === tab) scheduleResize(app, tab);
 }
 
 // --- renderer: WebGL only for the visible tab (browsers cap live WebGL contexts)
@@ -426,8 +451,8 @@ export function activate(app: App, i: number): void {
   }
   app.active = i;
   next.pane.classList.add('active');
+  enableWebgl(app, next); // first: the fit measures with the renderer the tab is drawn with
   safeFit(app, next);
-  enableWebgl(app, next);
   renderTabs(app);
   next.tabEl.scrollIntoView({ block: 'nearest', inline: 'nearest' });
   next.term.focus();

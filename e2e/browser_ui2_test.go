@@ -1,0 +1,128 @@
+//go:build e2e
+
+package e2e
+
+// Browser tests of the UI's sizes with WebGL, its help and its header, and of coming back to
+// a page: hidden tabs take the visible tab's measure, Escape closes the help, the header stays
+// one line at 900 px, and a page restored from the back-forward cache reconnects.
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// reload reloads the page.
+func (b *browser) reload() {
+	b.t.Helper()
+	b.run(20*time.Second, chromedp.Reload())
+}
+
+// webglBrowser starts Chromium with WebGL (SwiftShader), skipping when it has none.
+func webglBrowser(t *testing.T, width, height int) *browser {
+	t.Helper()
+	b := startBrowser(t, browserOpts{webgl: true, width: width, height: height})
+	if !eval[bool](b, "!!document.createElement('canvas').getContext('webgl2')") {
+		t.Skip("this Chromium has no WebGL 2 even on SwiftShader")
+	}
+	return b
+}
+
+// TestBrowserHiddenTabsTakeTheVisibleSize: with the WebGL renderer, three tabs survive a
+// reload; the sessions of the tabs attached hidden get the visible tab's measure (not the DOM
+// renderer's narrower one), and no tab shows the "(another viewer)" note, there being none.
+func TestBrowserHiddenTabsTakeTheVisibleSize(t *testing.T) {
+	g := startGateway(t)
+	b := webglBrowser(t, 1280, 900)
+	b.open(g.Base + "/auth?token=" + g.Token)
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1", 20*time.Second)
+	b.waitPrompt()
+	for range 2 {
+		eval[string](b, "window.muxterm.newTab()")
+	}
+	b.waitJS("window.muxterm.tabs().length === 3 && window.muxterm.tabs().every((t) => t.channel > 0)", 10*time.Second)
+	eval[any](b, "window.muxterm.activate(1)")
+	b.waitJS("document.querySelector('.pane.active canvas') !== null", 5*time.Second)
+
+	b.reload()
+	b.waitJS("window.muxterm !== undefined && window.muxterm.tabs().length === 3 && window.muxterm.tabs().every((t) => t.channel > 0)", 20*time.Second)
+	b.waitJS("window.muxterm.activeIndex() === 1 && document.querySelector('.pane.active canvas') !== null", 5*time.Second)
+	own := eval[sizes](b, "window.muxterm.sizes()").Own
+	c := g.dial(t)
+	ctx := ctxT(t, 20*time.Second)
+	var last string
+	ok := false
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); <-tick.C {
+		l, err := c.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, ok = "", len(l) == 3
+		for _, s := range l {
+			last += fmt.Sprintf(" %d×%d", s.Cols, s.Rows)
+			ok = ok && s.Cols == own[0] && s.Rows == own[1]
+		}
+		if ok {
+			break
+		}
+	}
+	if !ok {
+		t.Errorf("after the reload the sessions are%s; want all at the visible tab's %d×%d", last, own[0], own[1])
+	}
+	for i := range 3 {
+		eval[any](b, fmt.Sprintf("window.muxterm.activate(%d)", i))
+		b.waitJS(fmt.Sprintf("window.muxterm.activeIndex() === %d", i), 5*time.Second)
+		s := eval[sizes](b, fmt.Sprintf("window.muxterm.sizes(%d)", i))
+		if s.Session == nil || *s.Session != own || s.Own != own || s.Term != own {
+			t.Errorf("tab %d: sizes %+v, want all %v", i, s, own)
+		}
+		if eval[bool](b, "!document.querySelector('.pane.active .size-note').hidden || document.querySelector('.pane.active').classList.contains('foreign-size')") {
+			t.Errorf("tab %d shows %q with no other viewer", i, eval[string](b, "document.querySelector('.pane.active .size-note').textContent"))
+		}
+	}
+	b.screenshot("hidden-tabs-size")
+}
+
+// TestBrowserHelpAndNarrowHeader: Escape closes the help; at 900 px with four tabs and the
+// search box open, the header is one row and the first tab is whole on the screen.
+func TestBrowserHelpAndNarrowHeader(t *testing.T) {
+	g := startGateway(t)
+	b := startBrowser(t, browserOpts{width: 900, height: 700})
+	b.open(g.Base + "/auth?token=" + g.Token)
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1", 20*time.Second)
+	b.waitPrompt()
+
+	b.click("help-toggle")
+	b.waitJS("!document.getElementById('help').hidden", 5*time.Second)
+	b.key(0, "Escape", "Escape", 27)
+	b.waitJS("document.getElementById('help').hidden", 5*time.Second)
+	if !eval[bool](b, "document.activeElement === document.querySelector('.pane.active textarea')") {
+		t.Errorf("after Escape the terminal does not have the focus")
+	}
+
+	for range 3 {
+		eval[string](b, "window.muxterm.newTab()")
+	}
+	b.waitJS("window.muxterm.tabs().length === 4 && window.muxterm.tabs().every((t) => t.channel > 0)", 10*time.Second)
+	b.key(modCtrl|modShift, "F", "KeyF", 70) // the search box takes room in the header too
+	b.waitJS("!document.getElementById('search').hidden", 5*time.Second)
+	eval[any](b, "window.muxterm.activate(3)")
+	b.screenshot("header-900")
+	type box struct{ Top, Bottom, Left, Right, Width float64 }
+	bar := eval[box](b, "(() => { const r = document.getElementById('bar').getBoundingClientRect(); return {Top: r.top, Bottom: r.bottom, Left: r.left, Right: r.right, Width: innerWidth} })()")
+	kids := eval[[]box](b, `[...document.querySelectorAll('#bar > *')].filter((e) => !e.hidden && getComputedStyle(e).display !== 'none').map((e) => { const r = e.getBoundingClientRect(); return {Top: r.top, Bottom: r.bottom, Left: r.left, Right: r.right} })`)
+	for i, k := range kids {
+		if k.Top < bar.Top-0.5 || k.Bottom > bar.Bottom+0.5 || k.Right > bar.Width+0.5 || k.Left < -0.5 {
+			t.Errorf("header item %d at %+v is outside the header's one row %+v", i, k, bar)
+		}
+	}
+	first := eval[box](b, "(() => { const r = document.querySelector('#tabs .tab').getBoundingClientRect(); return {Top: r.top, Bottom: r.bottom, Left: r.left, Right: r.right} })()")
+	nav := eval[box](b, "(() => { const r = document.getElementById('tabs').getBoundingClientRect(); return {Top: r.top, Bottom: r.bottom, Left: r.left, Right: r.right} })()")
+	if first.Left < nav.Left-0.5 || first.Right-first.Left < 60 {
+		t.Errorf("the first tab is cut off: %+v in the tab strip %+v", first, nav)
+	}
+}
