@@ -126,3 +126,23 @@ func TestBrowserHelpAndNarrowHeader(t *testing.T) {
 		t.Errorf("the first tab is cut off: %+v in the tab strip %+v", first, nav)
 	}
 }
+
+// TestBrowserTwoGatewaysOneHost: one browser signs in to two gateways on 127.0.0.1, on two
+// ports; each keeps its cookie, so both pages stay signed in and reconnect after a reload.
+func TestBrowserTwoGatewaysOneHost(t *testing.T) {
+	g1 := startGateway(t)
+	g2 := startGateway(t)
+	b := startBrowser(t, browserOpts{})
+	b.open(g1.Base + "/auth?token=" + g1.Token)
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1", 20*time.Second)
+	b.open(g2.Base + "/auth?token=" + g2.Token)
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1", 20*time.Second)
+	for _, g := range []*gateway{g1, g2, g1} {
+		b.open(g.Base + "/")
+		b.waitJS("window.muxterm !== undefined && (window.muxterm.signedOut() || (window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1))", 20*time.Second)
+		if eval[bool](b, "window.muxterm.signedOut()") {
+			t.Fatalf("the page of %s is signed out after signing in to the other gateway", g.Base)
+		}
+		b.waitPrompt()
+	}
+}

@@ -53,8 +53,19 @@ func bearer(h string) bool {
 // errNoSubprotocol is the refusal of an upgrade that offers no subprotocol we speak.
 const errNoSubprotocol = "unsupported subprotocol; supported: " + proto.Subprotocol
 
-// CookieName is the browser's auth cookie.
+// CookieName is the browser's auth cookie, as named by a gateway whose listen address has no
+// port; a gateway that listens on a port names it CookieName_<port> (CookieNameFor), so two
+// gateways on one host, whose cookies the browser scopes to the host and not the port, keep
+// one cookie each.
 const CookieName = "muxterm_token"
+
+// CookieNameFor is the auth cookie's name of a gateway listening on listenAddr (host:port).
+func CookieNameFor(listenAddr string) string {
+	if _, port, err := net.SplitHostPort(listenAddr); err == nil && port != "" {
+		return CookieName + "_" + port
+	}
+	return CookieName
+}
 
 // Principal is an authenticated identity.
 type Principal struct {
@@ -133,6 +144,8 @@ type Gateway struct {
 
 	tel         *otel.Telemetry
 	httpTracing func(http.Handler) http.Handler
+	// cookie is the auth cookie's name (CookieNameFor the listen address).
+	cookie string
 }
 
 // traceHTTP gives every route but /ws a server span (otelhttp: the maintained
@@ -176,7 +189,7 @@ func (g *Gateway) metrics(c echo.Context) error {
 	if h := r.Header.Get("Authorization"); bearer(h) {
 		_, rest, _ := strings.Cut(h, " ")
 		tok = strings.TrimSpace(rest)
-	} else if ck, err := r.Cookie(CookieName); err == nil {
+	} else if ck, err := r.Cookie(g.cookie); err == nil {
 		// SameSite=Strict: sent only by same-site pages, and without CORS a page of another
 		// origin cannot read the answer.
 		tok = ck.Value
@@ -213,7 +226,7 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Telemetry == nil {
 		opts.Telemetry = otel.Noop()
 	}
-	g := &Gateway{opts: opts, log: opts.Logger, tel: opts.Telemetry}
+	g := &Gateway{opts: opts, log: opts.Logger, tel: opts.Telemetry, cookie: CookieNameFor(opts.ListenAddr)}
 	g.httpTracing = otelhttp.NewMiddleware("muxterm.http",
 		otelhttp.WithTracerProvider(tracerProvider{t: opts.Telemetry.Tracer}),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + routeOf(r.URL.Path) }))
@@ -295,7 +308,7 @@ func (g *Gateway) auth(c echo.Context) error {
 		refuse(c.Response(), http.StatusUnauthorized, "invalid token")
 		return nil
 	}
-	c.SetCookie(&http.Cookie{Name: CookieName, Value: tok, Path: "/", HttpOnly: true,
+	c.SetCookie(&http.Cookie{Name: g.cookie, Value: tok, Path: "/", HttpOnly: true,
 		Secure: g.opts.TLS, SameSite: http.SameSiteStrictMode})
 	c.Response().Header().Set("Cache-Control", "no-store")
 	c.Response().Header().Set("Referrer-Policy", "no-referrer")
@@ -318,7 +331,7 @@ func (g *Gateway) authCheck(c echo.Context) error {
 	if a := c.Request().Header.Get("Authorization"); a != "" && bearer(a) {
 		_, rest, _ := strings.Cut(a, " ")
 		tok = strings.TrimSpace(rest)
-	} else if ck, err := c.Request().Cookie(CookieName); err == nil {
+	} else if ck, err := c.Request().Cookie(g.cookie); err == nil {
 		tok = ck.Value
 	}
 	if _, ok := g.principal(tok); !ok {
@@ -367,7 +380,7 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 		return Principal{}, http.StatusForbidden, "origin not allowed"
 	}
 	var tok string
-	ck, ckErr := r.Cookie(CookieName)
+	ck, ckErr := r.Cookie(g.cookie)
 	if h := r.Header.Get("Authorization"); h != "" && (ckErr != nil || bearer(h)) {
 		// A browser behind a proxy with its own (Basic) auth sends that header too: then the
 		// cookie counts.
