@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,5 +145,63 @@ func TestBrowserTwoGatewaysOneHost(t *testing.T) {
 			t.Fatalf("the page of %s is signed out after signing in to the other gateway", g.Base)
 		}
 		b.waitPrompt()
+	}
+}
+
+// echoAcross is echo for a page restored from the back-forward cache, where chromedp's Poll
+// no longer finds the page's context: it waits with waitAcrossLoad.
+func (b *browser) echoAcross(word string) {
+	b.t.Helper()
+	b.typeText("echo " + word + "\r")
+	b.waitAcrossLoad(fmt.Sprintf("window.muxterm.bufferText().includes(%q)", "\n"+strings.ReplaceAll(word, "''", "")), 10*time.Second)
+}
+
+// TestBrowserBackForwardCache: the page left for another and restored from the back-forward
+// cache (its scripts frozen, its socket closed by the browser) reconnects at once and resumes:
+// the same shell, its output once, and typing works.
+func TestBrowserBackForwardCache(t *testing.T) {
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, false)
+	b.echo("before-''away")
+	session := eval[[]tabInfo](b, "window.muxterm.tabs()")[0].Session
+	eval[any](b, "window.bfcacheMark = 1") // survives only a restore from the cache
+	b.open(g.Base + "/healthz")
+	eval[any](b, "history.back()") // a restore from the cache fires no load event to wait for
+	b.waitAcrossLoad("location.pathname === '/' && window.muxterm !== undefined", 10*time.Second)
+	if !eval[bool](b, "window.bfcacheMark === 1") {
+		t.Fatalf("the page was loaded again, not restored from the back-forward cache: %s", eval[string](b, "JSON.stringify(performance.getEntriesByType('navigation').map((e) => e.notRestoredReasons ?? null))"))
+	}
+	start := time.Now()
+	b.waitAcrossLoad("window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1 && window.muxterm.tabs()[0].channel > 0", 10*time.Second)
+	t.Logf("FIGURE connected %v after the restore", time.Since(start).Round(time.Millisecond))
+	if got := eval[[]tabInfo](b, "window.muxterm.tabs()")[0].Session; got != session {
+		t.Fatalf("after coming back the tab shows %s, want %s", got, session)
+	}
+	b.echoAcross("after-''back")
+	if n := strings.Count(eval[string](b, "window.muxterm.bufferText()"), "\nbefore-away"); n != 1 {
+		t.Errorf("the output before leaving appears %d times, want once", n)
+	}
+}
+
+// TestBrowserWakesUp: the network drops the page's socket without a word (the proxy swallows
+// both directions, as when a laptop sleeps: the browser learns nothing for minutes); when the
+// page is shown again (visibilitychange), and another time when the network is back (online),
+// it finds the socket dead within seconds, reconnects and resumes: what is typed reaches the
+// shell, and the output before appears once.
+func TestBrowserWakesUp(t *testing.T) {
+	g, p := startBehindProxy(t)
+	b := newBrowser(t, p.base(), g.Token, false)
+	b.echo("before-''sleep")
+	for i, event := range []string{"document.dispatchEvent(new Event('visibilitychange'))", "window.dispatchEvent(new Event('online'))"} {
+		p.stall()
+		eval[any](b, event)
+		start := time.Now()
+		b.waitJS("window.muxterm.state() !== 'connected'", 10*time.Second)
+		b.waitJS("window.muxterm.state() === 'connected'", 20*time.Second)
+		t.Logf("FIGURE %s: reconnected %v after it", event, time.Since(start).Round(time.Millisecond))
+		b.echo(fmt.Sprintf("after-''wake-%d", i))
+	}
+	if n := strings.Count(eval[string](b, "window.muxterm.bufferText()"), "\nbefore-sleep"); n != 1 {
+		t.Errorf("the output before the sleep appears %d times, want once", n)
 	}
 }

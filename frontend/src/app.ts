@@ -96,12 +96,33 @@ export function start(): App {
     else if (s === 'connecting' || s === 'reconnecting') scheduleAuthCheck(app, 0);
   });
   app.client.on('error', (e) => console.warn('muxterm:', e.kind, e.message, e.data));
-  window.addEventListener('online', () => app.client.reconnectNow());
+  wireComeback(app);
 
   showState(app, 'connecting');
   updateEmpty(app);
   void restore(app);
   return app;
+}
+
+/**
+ * A page that comes back checks its connection at once rather than trusting it: restored from
+ * the back-forward cache (the browser closed its socket while it was frozen), shown again or
+ * resumed after a freeze (a laptop that slept: its socket may be dead without a close), or back
+ * online. The client reconnects now if it waits to, or drops a socket that does not answer, and
+ * re-attaches every tab from its offset.
+ */
+function wireComeback(app: App): void {
+  const check = (): void => {
+    if (!app.signedOut) app.client.checkConnection();
+  };
+  window.addEventListener('pageshow', (ev) => {
+    if (ev.persisted) check();
+  });
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'visible') check();
+  });
+  document.addEventListener('resume', check);
+  window.addEventListener('online', check);
 }
 
 /** Signs in if the address says so, connects, and attaches this user's sessions. */
