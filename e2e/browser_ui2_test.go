@@ -7,11 +7,14 @@ package e2e
 // one line at 900 px, and a page restored from the back-forward cache reconnects.
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
 
@@ -203,5 +206,62 @@ func TestBrowserWakesUp(t *testing.T) {
 	}
 	if n := strings.Count(eval[string](b, "window.muxterm.bufferText()"), "\nbefore-sleep"); n != 1 {
 		t.Errorf("the output before the sleep appears %d times, want once", n)
+	}
+}
+
+// TestBrowserSettingsKept: the theme follows the system's (light here) by default; font size,
+// theme and renderer set in the settings panel apply at once (the session gets the size the
+// new font fits) and are the same after a reload.
+func TestBrowserSettingsKept(t *testing.T) {
+	g := startGateway(t)
+	b := webglBrowser(t, 1200, 800)
+	b.run(10*time.Second, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "light"}}})
+		return chromedp.Void{}, err
+	})
+	b.open(g.Base + "/auth?token=" + g.Token)
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1", 20*time.Second)
+	b.waitPrompt()
+	const bg = "getComputedStyle(document.querySelector('.pane.active .xterm-viewport')).backgroundColor"
+	if theme, got := eval[string](b, "document.documentElement.dataset.theme ?? ''"), eval[string](b, bg); theme != "light" || got != "rgb(250, 250, 250)" {
+		t.Errorf("under a light system the page's theme is %q and the terminal's background %s; want light, rgb(250, 250, 250)", theme, got)
+	}
+	if !eval[bool](b, "document.querySelector('.pane.active canvas') !== null") {
+		t.Errorf("no WebGL canvas by default")
+	}
+	before := eval[sizes](b, "window.muxterm.sizes()").Own
+
+	b.click("settings-toggle")
+	b.waitJS("!document.getElementById('settings').hidden", 5*time.Second)
+	b.screenshot("settings")
+	for id, v := range map[string]string{"set-font": "18", "set-theme": "dark", "set-renderer": "dom"} {
+		eval[any](b, fmt.Sprintf("(() => { const e = document.getElementById(%q); e.value = %q; e.dispatchEvent(new Event('change')) })()", id, v))
+	}
+	b.key(0, "Escape", "Escape", 27)
+	b.waitJS("document.getElementById('settings').hidden", 5*time.Second)
+
+	check := func(when string) {
+		t.Helper()
+		b.waitJS("document.querySelector('.pane.active canvas') === null && getComputedStyle(document.querySelector('.pane.active .xterm-rows')).fontSize === '18px'", 5*time.Second)
+		if theme, got := eval[string](b, "document.documentElement.dataset.theme ?? ''"), eval[string](b, bg); theme != "dark" || got != "rgb(30, 31, 34)" {
+			t.Errorf("%s: theme %q, background %s; want dark, rgb(30, 31, 34)", when, theme, got)
+		}
+		own := eval[sizes](b, "window.muxterm.sizes()").Own
+		if own[0] >= before[0] || own[1] >= before[1] {
+			t.Errorf("%s: at 18 px the tab fits %v, not less than %v at 14 px", when, own, before)
+		}
+		b.waitJS(fmt.Sprintf("(() => { const s = window.muxterm.sizes(); return s.session && s.session[0] === %d && s.session[1] === %d })()", own[0], own[1]), 5*time.Second)
+		if got, w := sttySize(b, "SZ"+strings.ReplaceAll(when, " ", "")), fmt.Sprintf("%d %d", own[1], own[0]); got != w {
+			t.Errorf("%s: stty size %s, want %s", when, got, w)
+		}
+	}
+	check("set")
+	b.reload()
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1 && window.muxterm.tabs()[0].channel > 0", 20*time.Second)
+	check("after reload")
+	b.click("settings-toggle")
+	if got := eval[string](b, "['set-font', 'set-theme', 'set-renderer'].map((id) => document.getElementById(id).value).join(',')"); got != "18,dark,dom" {
+		t.Errorf("the settings panel after a reload shows %s, want 18,dark,dom", got)
 	}
 }

@@ -8,6 +8,7 @@ import { checkAuth, scheduleAuthCheck, signIn, signOut, wireSignin } from './sig
 import { installTestHook } from './testhook';
 import { FIT_DEBOUNCE_MS, readUrl, webSocketUrl, type UrlOptions } from './config';
 import { lookupDom, type Dom } from './dom';
+import { applySettings, loadSettings, wireSettings, type Settings } from './settings';
 
 type Timer = ReturnType<typeof setTimeout> | undefined;
 
@@ -16,6 +17,8 @@ export interface App {
   client: MuxClient;
   dom: Dom;
   url: UrlOptions;
+  /** Font size, theme and renderer, kept in localStorage (settings.ts). */
+  settings: Settings;
   /** The tabs in their displayed order; active indexes it (-1: none). */
   tabs: Tab[];
   active: number;
@@ -41,6 +44,7 @@ export function createApp(): App {
     client: new MuxClient(webSocketUrl(location), { client: { name: 'muxterm-web', version: '0.1.0' } }),
     dom: lookupDom(),
     url: readUrl(),
+    settings: loadSettings(),
     tabs: [],
     active: -1,
     webglBroken: false,
@@ -80,6 +84,8 @@ export function start(): App {
   wireDetached(app);
   wireShortcuts(app);
   wireSignin(app);
+  wireSettings(app);
+  applySettings(app);
   installTestHook(app);
 
   new ResizeObserver(() => {

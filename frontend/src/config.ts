@@ -8,11 +8,23 @@ export const AUTH_CHECK_MS = 2000;
 export const LAYOUT_KEY = 'muxterm.tabs';
 export const FIT_DEBOUNCE_MS = 50;
 
-export const theme: ITheme = {
-  background: '#1e1f22',
-  foreground: '#d4d4d4',
-  cursor: '#d4d4d4',
-  selectionBackground: '#264f78',
+/** localStorage key of the settings a person keeps (settings.ts). */
+export const SETTINGS_KEY = 'muxterm.settings';
+
+/** The terminal's colours per theme; style.css has the page's (`:root[data-theme]`). */
+export const themes: Record<'dark' | 'light', ITheme> = {
+  dark: {
+    background: '#1e1f22',
+    foreground: '#d4d4d4',
+    cursor: '#d4d4d4',
+    selectionBackground: '#264f78',
+  },
+  light: {
+    background: '#fafafa',
+    foreground: '#1f2328',
+    cursor: '#1f2328',
+    selectionBackground: '#add6ff',
+  },
 };
 
 /** `ws(s)://host/ws` of the page's own origin; the auth cookie rides along. */
@@ -22,7 +34,7 @@ export function webSocketUrl(loc: { protocol: string; host: string }): string {
 
 /** What the page's address asks for. */
 export interface UrlOptions {
-  /** False under `?renderer=dom`, which disables WebGL. */
+  /** False under `?renderer=dom`, which disables WebGL whatever the settings say. */
   webglWanted: boolean;
   /** `/?token=…` (a URL pasted without /auth): the page signs in with it (through /auth) at start. */
   token: string | null;

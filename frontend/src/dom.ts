@@ -26,6 +26,7 @@ export interface Dom {
   signinToken: HTMLInputElement;
   signinError: HTMLElement;
   helpEl: HTMLElement;
+  settingsEl: HTMLElement;
   confirmEl: HTMLElement;
   confirmText: HTMLElement;
 }
@@ -51,6 +52,7 @@ export function lookupDom(): Dom {
     signinToken: el('signin-token'),
     signinError: el('signin-error'),
     helpEl: el('help'),
+    settingsEl: el('settings'),
     confirmEl: el('confirm'),
     confirmText: el('confirm-text'),
   };

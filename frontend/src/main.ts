@@ -6,6 +6,7 @@
 //   detached.ts  the detached-sessions panel
 //   shortcuts.ts the keyboard shortcuts, search and help
 //   signin.ts    the sign-in panel and the token checks
+//   settings.ts  font size, theme and renderer, kept in localStorage
 //   testhook.ts  window.muxterm, through which the browser tests drive the page
 import { start } from './app';
 

@@ -3,6 +3,7 @@ import { showError, type App } from './app';
 import { askClose, detachTab, newTab } from './actions';
 import { activate, type Tab } from './tab';
 import { el } from './dom';
+import { toggleSettings } from './settings';
 
 export function toggleHelp(app: App, show = app.dom.helpEl.hidden): void {
   app.dom.helpEl.hidden = !show;
@@ -116,10 +117,11 @@ export function wireShortcuts(app: App): void {
     'keydown',
     (ev) => {
       if (ev.type !== 'keydown') return;
-      if (ev.key === 'Escape' && !app.dom.helpEl.hidden) {
+      if (ev.key === 'Escape' && (!app.dom.helpEl.hidden || !app.dom.settingsEl.hidden)) {
         ev.preventDefault();
         ev.stopPropagation();
         toggleHelp(app, false);
+        toggleSettings(app, false);
         return;
       }
       const action = shortcutFor(ev);

@@ -11,7 +11,8 @@ import { showError, type App } from './app';
 import { askClose, detachTab, restartTab } from './actions';
 import { scheduleDetachedRefresh } from './detached';
 import { shortcutFor } from './shortcuts';
-import { LAYOUT_KEY, RESIZE_DEBOUNCE_MS, theme } from './config';
+import { LAYOUT_KEY, RESIZE_DEBOUNCE_MS } from './config';
+import { termTheme, webglWanted } from './settings';
 
 export interface Tab {
   session: string;
@@ -139,14 +140,14 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
     allowProposedApi: true, // term.unicode (unicode11)
     cursorBlink: true,
     fontFamily: 'ui-monospace, "DejaVu Sans Mono", "Cascadia Mono", Menlo, Consolas, monospace',
-    fontSize: 14,
+    fontSize: app.settings.fontSize,
     // The DOM renderer sizes each row to the font's ascent + descent rounded down to whole
     // device pixels and lets the next row cover what hangs below; an underscore sits at the
     // very bottom of the descent (DejaVu Sans Mono: exactly on it) and vanished. A little
     // leading keeps every glyph row inside its cell; WebGL draws the same either way.
     lineHeight: 1.1,
     scrollback: 10000,
-    theme,
+    theme: termTheme(app),
   });
   const fit = new FitAddon();
   const search = new SearchAddon();
@@ -416,7 +417,7 @@ export function safeFit(app: App, tab: Tab): void {
 // --- renderer: WebGL only for the visible tab (browsers cap live WebGL contexts)
 
 export function enableWebgl(app: App, tab: Tab): void {
-  if (!app.url.webglWanted || app.webglBroken || tab.webgl) return;
+  if (!webglWanted(app) || app.webglBroken || tab.webgl) return;
   try {
     const addon = new WebglAddon();
     addon.onContextLoss(() => {
