@@ -87,6 +87,9 @@ func startBrowser(t *testing.T, o browserOpts) *browser {
 		chromedp.Flag("disable-extensions", true),
 		chromedp.Flag("disable-renderer-backgrounding", true),
 		chromedp.Flag("disable-background-timer-throttling", true),
+		// The UI follows the system's theme; headless Chromium reports light. The tests (and
+		// their pixel checks) see the dark one unless they emulate another.
+		chromedp.Flag("force-dark-mode", true),
 		chromedp.WindowSize(o.width, o.height),
 		chromedp.UserDataDir(t.TempDir()),
 	}
