@@ -9,12 +9,15 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 )
 
@@ -264,4 +267,132 @@ func TestBrowserSettingsKept(t *testing.T) {
 	if got := eval[string](b, "['set-font', 'set-theme', 'set-renderer'].map((id) => document.getElementById(id).value).join(',')"); got != "18,dark,dom" {
 		t.Errorf("the settings panel after a reload shows %s, want 18,dark,dom", got)
 	}
+}
+
+// grantClipboard lets the page at origin read and write the clipboard without a prompt.
+func (b *browser) grantClipboard(origin string) {
+	b.t.Helper()
+	b.run(10*time.Second, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		for _, name := range []string{"clipboard-read", "clipboard-write"} {
+			if _, err := cdp.Call(ctx, tg, cdpbrowser.SetPermission, cdpbrowser.SetPermissionParams{
+				Permission: &cdpbrowser.PermissionDescriptor{Name: name, AllowWithoutSanitization: true},
+				Setting:    cdpbrowser.PermissionSettingGranted, Origin: origin}); err != nil {
+				return chromedp.Void{}, err
+			}
+		}
+		return chromedp.Void{}, nil
+	})
+}
+
+// waitClipboard waits until the clipboard holds want.
+func (b *browser) waitClipboard(want string, d time.Duration) {
+	b.t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got := eval[string](b, "navigator.clipboard.readText().catch((e) => 'ERROR ' + e)")
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("the clipboard holds %q, want %q", got, want)
+		}
+		<-tick.C
+	}
+}
+
+// setSetting sets one control of the settings panel and fires its change.
+func (b *browser) setSetting(id string, value any) {
+	b.t.Helper()
+	prop := "value"
+	if _, ok := value.(bool); ok {
+		prop = "checked"
+	}
+	eval[any](b, fmt.Sprintf("(() => { const e = document.getElementById(%q); e.%s = %v; e.dispatchEvent(new Event('change')) })()", id, prop, jsLiteral(value)))
+}
+
+func jsLiteral(v any) string {
+	if s, ok := v.(string); ok {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprint(v)
+}
+
+// odTab opens a tab and runs, at its shell, a program that prints pre, turns the terminal raw
+// and logs every byte it reads (one hex byte per line, after READY).
+func odTab(b *browser, pre string) int {
+	b.t.Helper()
+	eval[string](b, "window.muxterm.newTab()")
+	b.waitJS("window.muxterm.tabs()[window.muxterm.activeIndex()].channel > 0", 10*time.Second)
+	b.waitPrompt()
+	i := eval[int](b, "window.muxterm.activeIndex()")
+	b.typeText("stty raw -echo; printf '" + pre + "READY\\r\\n'; exec od -An -tx1 -v -w1\r")
+	b.waitJS(fmt.Sprintf("window.muxterm.bufferText(%d).includes('\\nREADY')", i), 10*time.Second)
+	return i
+}
+
+// TestBrowserClipboard: OSC 52 from a program (printf, and tmux's set-buffer -w) reaches the
+// browser's clipboard; an OSC 52 query is not answered unless the settings allow it, then it
+// is; a paste into a program that asked for bracketed paste comes bracketed, also after a
+// reload; copy on select, once set, copies the selection.
+func TestBrowserClipboard(t *testing.T) {
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, false)
+	b.grantClipboard(g.Base)
+
+	b.typeText("printf '\\033]52;c;%s\\007' $(printf 'h\\303\\251llo-osc52' | base64)\r")
+	b.waitClipboard("héllo-osc52", 10*time.Second)
+
+	if _, err := exec.LookPath("tmux"); err == nil {
+		b.typeText("tmux -f /dev/null -L osc52-" + g.Token[:8] + " new-session 'tmux set -s set-clipboard on; tmux set -as terminal-features xterm-256color:clipboard; tmux set-buffer -w from-tmux; read x'\r")
+		b.waitClipboard("from-tmux", 15*time.Second)
+		b.typeText("\r") // read returns, the session ends, and tmux with it
+		b.waitJS("/\\[exited\\]\\n[#$] *$/.test(window.muxterm.bufferText())", 10*time.Second)
+	}
+
+	eval[any](b, "navigator.clipboard.writeText('secret-clip')")
+	i := odTab(b, `\033]52;c;?\007`)
+	b.typeText("z")
+	b.waitJS(fmt.Sprintf("window.muxterm.bufferText(%d).includes(' 7a')", i), 10*time.Second)
+	if got := odBytes(eval[string](b, fmt.Sprintf("window.muxterm.bufferText(%d)", i))); strings.Join(got, "") != " 7a" {
+		t.Errorf("with reading the clipboard off the program read %q, want only z", got)
+	}
+
+	b.setSetting("set-clipboard-read", true)
+	i = odTab(b, `\033]52;c;?\007`)
+	want := " 1b 5d 35 32 3b 63 3b" // ESC ] 5 2 ; c ; then base64("secret-clip") and BEL
+	for _, c := range "c2VjcmV0LWNsaXA=" {
+		want += fmt.Sprintf(" %02x", c)
+	}
+	want += " 07"
+	b.waitJS(fmt.Sprintf("window.muxterm.bufferText(%d).includes(' 07')", i), 10*time.Second)
+	if got := odBytes(eval[string](b, fmt.Sprintf("window.muxterm.bufferText(%d)", i))); strings.Join(got, "") != want {
+		t.Errorf("with reading the clipboard on the program read %q, want %q", strings.Join(got, ""), want)
+	}
+
+	// Bracketed paste, as the program asked, also once the page was reloaded.
+	i = odTab(b, `\033[?2004h`)
+	session := eval[[]tabInfo](b, "window.muxterm.tabs()")[i].Session
+	b.reload()
+	b.waitJS(fmt.Sprintf("window.muxterm !== undefined && window.muxterm.tabs().some((t) => t.session === %q && t.channel > 0)", session), 20*time.Second)
+	i = tabIndex(b, session)
+	eval[any](b, fmt.Sprintf("window.muxterm.activate(%d)", i))
+	b.waitJS(fmt.Sprintf("window.muxterm.bufferText(%d).includes('\\nREADY')", i), 10*time.Second)
+	eval[any](b, `(() => { const dt = new DataTransfer(); dt.setData('text/plain', 'pq'); document.querySelector('.pane.active textarea').dispatchEvent(new ClipboardEvent('paste', {clipboardData: dt, bubbles: true, cancelable: true})) })()`)
+	b.waitJS(fmt.Sprintf("/ 31\\s+7e\\s*$/.test(window.muxterm.bufferText(%d))", i), 10*time.Second)
+	if got, w := strings.Join(odBytes(eval[string](b, fmt.Sprintf("window.muxterm.bufferText(%d)", i))), ""), " 1b 5b 32 30 30 7e 70 71 1b 5b 32 30 31 7e"; got != w {
+		t.Errorf("the paste reached the program as %q, want it bracketed %q", got, w)
+	}
+
+	// Copy on select: drag over READY.
+	b.setSetting("set-copy-select", true)
+	type rect struct{ X, Y, W, H float64 }
+	from := eval[rect](b, "(() => { const r = window.muxterm.cellRect('READY', 0); return {X: r.x, Y: r.y, W: r.w, H: r.h} })()")
+	to := eval[rect](b, "(() => { const r = window.muxterm.cellRect('READY', 4); return {X: r.x, Y: r.y, W: r.w, H: r.h} })()")
+	b.run(10*time.Second,
+		chromedp.MouseEvent(input.DispatchMouseEventTypeMousePressed, from.X+1, from.Y+from.H/2, chromedp.ButtonLeft, chromedp.ClickCount(1)),
+		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, to.X+to.W-1, to.Y+to.H/2, chromedp.ButtonLeft, chromedp.ClickCount(1)),
+		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseReleased, to.X+to.W-1, to.Y+to.H/2, chromedp.ButtonLeft, chromedp.ClickCount(1)))
+	b.waitClipboard("READY", 10*time.Second)
 }

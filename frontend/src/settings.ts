@@ -1,4 +1,5 @@
-// Settings a person keeps in this browser (localStorage): font size, theme and renderer.
+// Settings a person keeps in this browser (localStorage): font size, theme, renderer and the
+// clipboard's (copy on select, programs reading it through OSC 52).
 import type { ITheme } from '@xterm/xterm';
 import type { App } from './app';
 import { disableWebgl, enableWebgl, safeFit } from './tab';
@@ -12,11 +13,15 @@ export interface Settings {
   theme: 'system' | 'dark' | 'light';
   /** `webgl` for the visible tab where the browser has it, else the DOM renderer. */
   renderer: 'webgl' | 'dom';
+  /** A selection is copied to the clipboard as it is made. */
+  copyOnSelect: boolean;
+  /** Programs may read the clipboard with an OSC 52 query (docs/security.md). */
+  clipboardRead: boolean;
 }
 
 export const FONT_MIN = 8;
 export const FONT_MAX = 32;
-export const DEFAULT_SETTINGS: Settings = { fontSize: 14, theme: 'system', renderer: 'webgl' };
+export const DEFAULT_SETTINGS: Settings = { fontSize: 14, theme: 'system', renderer: 'webgl', copyOnSelect: false, clipboardRead: false };
 
 /** The kept settings; anything missing or out of range takes its default. */
 export function loadSettings(): Settings {
@@ -27,6 +32,8 @@ export function loadSettings(): Settings {
       if (typeof v.fontSize === 'number' && v.fontSize >= FONT_MIN && v.fontSize <= FONT_MAX) s.fontSize = Math.round(v.fontSize);
       if (v.theme === 'dark' || v.theme === 'light' || v.theme === 'system') s.theme = v.theme;
       if (v.renderer === 'webgl' || v.renderer === 'dom') s.renderer = v.renderer;
+      if (typeof v.copyOnSelect === 'boolean') s.copyOnSelect = v.copyOnSelect;
+      if (typeof v.clipboardRead === 'boolean') s.clipboardRead = v.clipboardRead;
     }
   } catch {
     /* corrupt or storage disabled: the defaults */
@@ -80,6 +87,8 @@ function showSettings(app: App): void {
   el<HTMLInputElement>('set-font').value = String(s.fontSize);
   el<HTMLSelectElement>('set-theme').value = s.theme;
   el<HTMLSelectElement>('set-renderer').value = s.renderer;
+  el<HTMLInputElement>('set-copy-select').checked = s.copyOnSelect;
+  el<HTMLInputElement>('set-clipboard-read').checked = s.clipboardRead;
 }
 
 export function toggleSettings(app: App, show = app.dom.settingsEl.hidden): void {
@@ -105,10 +114,12 @@ export function wireSettings(app: App): void {
     if (Number.isFinite(font) && font >= FONT_MIN && font <= FONT_MAX) app.settings.fontSize = Math.round(font);
     if (theme === 'system' || theme === 'dark' || theme === 'light') app.settings.theme = theme;
     if (renderer === 'webgl' || renderer === 'dom') app.settings.renderer = renderer;
+    app.settings.copyOnSelect = el<HTMLInputElement>('set-copy-select').checked;
+    app.settings.clipboardRead = el<HTMLInputElement>('set-clipboard-read').checked;
     saveSettings(app.settings);
     applySettings(app);
   };
-  for (const id of ['set-font', 'set-theme', 'set-renderer']) el(id).addEventListener('change', changed);
+  for (const id of ['set-font', 'set-theme', 'set-renderer', 'set-copy-select', 'set-clipboard-read']) el(id).addEventListener('change', changed);
   window.matchMedia?.('(prefers-color-scheme: light)').addEventListener('change', () => {
     if (app.settings.theme === 'system') applySettings(app);
   });

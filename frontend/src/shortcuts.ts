@@ -4,6 +4,7 @@ import { askClose, detachTab, newTab } from './actions';
 import { activate, type Tab } from './tab';
 import { el } from './dom';
 import { toggleSettings } from './settings';
+import { writeClipboard } from './clipboard';
 
 export function toggleHelp(app: App, show = app.dom.helpEl.hidden): void {
   app.dom.helpEl.hidden = !show;
@@ -75,20 +76,7 @@ export function cycle(app: App, step: number): void {
 
 export async function copySelection(tab: Tab): Promise<void> {
   const text = tab.term.getSelection();
-  if (!text) return;
-  try {
-    await navigator.clipboard.writeText(text);
-  } catch {
-    const ta = document.createElement('textarea');
-    ta.value = text;
-    ta.style.position = 'fixed';
-    ta.style.opacity = '0';
-    document.body.append(ta);
-    ta.select();
-    document.execCommand('copy');
-    ta.remove();
-    tab.term.focus();
-  }
+  if (text) await writeClipboard(text, tab);
 }
 
 /** The toolbar's buttons, the help panel, the search box and the page's keys. */

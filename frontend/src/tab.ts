@@ -13,6 +13,7 @@ import { scheduleDetachedRefresh } from './detached';
 import { shortcutFor } from './shortcuts';
 import { LAYOUT_KEY, RESIZE_DEBOUNCE_MS } from './config';
 import { termTheme, webglWanted } from './settings';
+import { wireClipboard } from './clipboard';
 
 export interface Tab {
   session: string;
@@ -190,6 +191,7 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
   pane.classList.remove('measuring');
 
   term.attachCustomKeyEventHandler((ev) => shortcutFor(ev) === null);
+  wireClipboard(app, tab);
   // A replay never produces input: while replayed bytes are being parsed, xterm.js's automatic
   // answers to the queries in them (DA1, OSC 10/11, DECRQM, …) are dropped; keys still go.
   term.onData((data) => {
