@@ -201,13 +201,25 @@ func keyEvent(p input.DispatchKeyEventParams) chromedp.Action[chromedp.Void] {
 
 // screenshot saves a PNG under e2e/artifacts/.
 func (b *browser) screenshot(name string) {
+	if png := b.shot(); png != nil {
+		b.save(name, png)
+	}
+}
+
+// shot captures the page as a PNG (nil, logged, when it cannot).
+func (b *browser) shot() []byte {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
-		b.t.Logf("screenshot %s: %v", name, err)
-		return
+		b.t.Logf("screenshot: %v", err)
+		return nil
 	}
+	return png
+}
+
+// save writes a PNG under e2e/artifacts/.
+func (b *browser) save(name string, png []byte) {
 	if err := os.MkdirAll("artifacts", 0o755); err == nil {
 		_ = os.WriteFile(filepath.Join("artifacts", name+".png"), png, 0o644)
 	}

@@ -9,7 +9,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -395,4 +397,118 @@ func TestBrowserClipboard(t *testing.T) {
 		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, to.X+to.W-1, to.Y+to.H/2, chromedp.ButtonLeft, chromedp.ClickCount(1)),
 		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseReleased, to.X+to.W-1, to.Y+to.H/2, chromedp.ButtonLeft, chromedp.ClickCount(1)))
 	b.waitClipboard("READY", 10*time.Second)
+}
+
+// cdpDo runs one CDP command on the page.
+func cdpDo[P any](b *browser, cmd cdp.Command[P, cdp.Empty], p P) {
+	b.t.Helper()
+	b.run(10*time.Second, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, cmd, p)
+		return chromedp.Void{}, err
+	})
+}
+
+// tap touches the centre of the element that selector names, and lifts the finger.
+func (b *browser) tap(selector string) {
+	b.t.Helper()
+	type pt struct{ X, Y float64 }
+	p := eval[pt](b, fmt.Sprintf("(() => { const r = document.querySelector(%q).getBoundingClientRect(); return {X: r.x + r.width / 2, Y: r.y + r.height / 2} })()", selector))
+	cdpDo(b, input.DispatchTouchEvent, input.DispatchTouchEventParams{Type: input.DispatchTouchEventTypeTouchStart, TouchPoints: []*input.TouchPoint{{X: p.X, Y: p.Y}}})
+	cdpDo(b, input.DispatchTouchEvent, input.DispatchTouchEventParams{Type: input.DispatchTouchEventTypeTouchEnd, TouchPoints: []*input.TouchPoint{}})
+}
+
+// TestBrowserPhone: in Chromium's mobile emulation (touch, 390×844) the key bar shows; its
+// keys, with sticky Ctrl and Alt for the next key (of the bar or of the keyboard), reach the
+// program as a terminal types them; IME compositions type every character once; a finger
+// dragged down the terminal scrolls back through the scrollback.
+func TestBrowserPhone(t *testing.T) {
+	g := startGateway(t)
+	b := startBrowser(t, browserOpts{width: 390, height: 844})
+	cdpDo(b, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{Width: 390, Height: 844, DeviceScaleFactor: 3, Mobile: true})
+	cdpDo(b, emulation.SetTouchEmulationEnabled, emulation.SetTouchEmulationEnabledParams{Enabled: true, MaxTouchPoints: 5})
+	b.open(g.Base + "/auth?token=" + g.Token)
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1", 20*time.Second)
+	b.waitPrompt()
+	if !eval[bool](b, "(() => { const k = document.getElementById('keybar'); const r = k.getBoundingClientRect(); return !k.hidden && r.height > 0 && r.bottom <= innerHeight + 0.5 })()") {
+		t.Fatal("no key bar on the screen of a touch device")
+	}
+	b.typeText("printf '\\033[1mmuxterm\\033[0m on a phone: Esc Tab Ctrl Alt, arrows, | ~ /\\n'; ls /\r")
+	b.waitText("\nmuxterm on a phone", 10*time.Second)
+	b.waitPrompt()
+	png := b.shot()
+	b.save("keybar", png)
+	if os.Getenv("MUXTERM_README_SCREENSHOT") != "" {
+		if err := os.WriteFile(filepath.Join("..", "frontend", "docs", "keybar.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b.typeText("stty raw -echo; printf 'READY\\r\\n'; exec od -An -tx1 -v -w1\r")
+	b.waitText("\nREADY", 10*time.Second)
+	var want []string
+	expect := func(hex ...string) {
+		want = append(want, hex...)
+		last := want[len(want)-1]
+		b.waitJS(fmt.Sprintf("(window.muxterm.bufferText().match(/ [0-9a-f]{2}\\b/g) || []).length >= %d", len(want)), 10*time.Second)
+		if got := odBytes(eval[string](b, "window.muxterm.bufferText()")); strings.Join(got, "") != " "+strings.Join(want, " ") {
+			t.Fatalf("the program read %q, want %q (last %s)", strings.Join(got, ""), " "+strings.Join(want, " "), last)
+		}
+	}
+	b.tap(`#keybar [data-key="esc"]`)
+	expect("1b")
+	b.tap(`#keybar [data-key="tab"]`)
+	expect("09")
+	b.tap(`#keybar [data-key="ctrl"]`)
+	if eval[string](b, `document.querySelector('#keybar [data-key="ctrl"]').getAttribute('aria-pressed')`) != "true" {
+		t.Errorf("Ctrl does not show armed")
+	}
+	b.typeText("c") // from the (soft) keyboard
+	expect("03")
+	b.typeText("c") // Ctrl was for one key
+	expect("63")
+	b.tap(`#keybar [data-key="alt"]`)
+	b.typeText("x")
+	expect("1b", "78")
+	b.tap(`#keybar [data-key="ctrl"]`)
+	b.tap(`#keybar [data-key="up"]`)
+	expect("1b", "5b", "31", "3b", "35", "41")
+	b.tap(`#keybar [data-key="left"]`)
+	expect("1b", "5b", "44")
+	b.tap(`#keybar [data-key="pipe"]`)
+	b.tap(`#keybar [data-key="tilde"]`)
+	b.tap(`#keybar [data-key="slash"]`)
+	expect("7c", "7e", "2f")
+
+	// IME: a composition (に, にほ) committed as にほん, then a word inserted as Android's
+	// keyboards do; each character once.
+	cdpDo(b, input.ImeSetComposition, input.ImeSetCompositionParams{Text: "に", SelectionStart: 1, SelectionEnd: 1})
+	cdpDo(b, input.ImeSetComposition, input.ImeSetCompositionParams{Text: "にほ", SelectionStart: 2, SelectionEnd: 2})
+	cdpDo(b, input.InsertText, input.InsertTextParams{Text: "にほん"})
+	expect("e3", "81", "ab", "e3", "81", "bb", "e3", "82", "93")
+	cdpDo(b, input.InsertText, input.InsertTextParams{Text: "ok"})
+	expect("6f", "6b")
+
+	// Touch scrolling, in a tab with a scrollback.
+	eval[string](b, "window.muxterm.newTab()")
+	b.waitJS("window.muxterm.activeIndex() === 1 && window.muxterm.tabs()[1].channel > 0", 10*time.Second)
+	b.waitPrompt()
+	b.typeText("seq 1 300\r")
+	b.waitText("\n300\n", 10*time.Second)
+	type scroll struct{ ViewportY, BaseY int }
+	before := eval[scroll](b, "window.muxterm.scroll()")
+	if before.BaseY == 0 || before.ViewportY != before.BaseY {
+		t.Fatalf("before the drag: %+v, want a scrollback, shown at its bottom", before)
+	}
+	type pt struct{ X, Y float64 }
+	c := eval[pt](b, "(() => { const r = document.querySelector('.pane.active').getBoundingClientRect(); return {X: r.x + r.width / 2, Y: r.y + 60} })()")
+	cdpDo(b, input.DispatchTouchEvent, input.DispatchTouchEventParams{Type: input.DispatchTouchEventTypeTouchStart, TouchPoints: []*input.TouchPoint{{X: c.X, Y: c.Y}}})
+	for dy := 40.0; dy <= 400; dy += 40 {
+		cdpDo(b, input.DispatchTouchEvent, input.DispatchTouchEventParams{Type: input.DispatchTouchEventTypeTouchMove, TouchPoints: []*input.TouchPoint{{X: c.X, Y: c.Y + dy}}})
+	}
+	cdpDo(b, input.DispatchTouchEvent, input.DispatchTouchEventParams{Type: input.DispatchTouchEventTypeTouchEnd, TouchPoints: []*input.TouchPoint{}})
+	after := eval[scroll](b, "window.muxterm.scroll()")
+	if after.ViewportY >= before.ViewportY-10 {
+		t.Errorf("a 400 px drag down scrolled from row %d to %d, want at least 10 rows back", before.ViewportY, after.ViewportY)
+	}
+	t.Logf("FIGURE a 400 px drag scrolled %d rows back", before.ViewportY-after.ViewportY)
 }

@@ -8,6 +8,7 @@ import { checkAuth, scheduleAuthCheck, signIn, signOut, wireSignin } from './sig
 import { installTestHook } from './testhook';
 import { FIT_DEBOUNCE_MS, readUrl, webSocketUrl, type UrlOptions } from './config';
 import { lookupDom, type Dom } from './dom';
+import { wireKeybar } from './keybar';
 import { applySettings, loadSettings, wireSettings, type Settings } from './settings';
 
 type Timer = ReturnType<typeof setTimeout> | undefined;
@@ -19,6 +20,8 @@ export interface App {
   url: UrlOptions;
   /** Font size, theme and renderer, kept in localStorage (settings.ts). */
   settings: Settings;
+  /** The key bar's sticky modifiers, armed for the next key (keybar.ts). */
+  modifiers: { ctrl: boolean; alt: boolean };
   /** The tabs in their displayed order; active indexes it (-1: none). */
   tabs: Tab[];
   active: number;
@@ -45,6 +48,7 @@ export function createApp(): App {
     dom: lookupDom(),
     url: readUrl(),
     settings: loadSettings(),
+    modifiers: { ctrl: false, alt: false },
     tabs: [],
     active: -1,
     webglBroken: false,
@@ -85,6 +89,7 @@ export function start(): App {
   wireShortcuts(app);
   wireSignin(app);
   wireSettings(app);
+  wireKeybar(app);
   applySettings(app);
   installTestHook(app);
 

@@ -27,6 +27,7 @@ export interface Dom {
   signinError: HTMLElement;
   helpEl: HTMLElement;
   settingsEl: HTMLElement;
+  keybarEl: HTMLElement;
   confirmEl: HTMLElement;
   confirmText: HTMLElement;
 }
@@ -53,6 +54,7 @@ export function lookupDom(): Dom {
     signinError: el('signin-error'),
     helpEl: el('help'),
     settingsEl: el('settings'),
+    keybarEl: el('keybar'),
     confirmEl: el('confirm'),
     confirmText: el('confirm-text'),
   };

@@ -14,6 +14,7 @@ import { shortcutFor } from './shortcuts';
 import { LAYOUT_KEY, RESIZE_DEBOUNCE_MS } from './config';
 import { termTheme, webglWanted } from './settings';
 import { wireClipboard } from './clipboard';
+import { wireTouchScroll, withModifiers } from './keybar';
 
 export interface Tab {
   session: string;
@@ -192,10 +193,11 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
 
   term.attachCustomKeyEventHandler((ev) => shortcutFor(ev) === null);
   wireClipboard(app, tab);
+  wireTouchScroll(tab);
   // A replay never produces input: while replayed bytes are being parsed, xterm.js's automatic
   // answers to the queries in them (DA1, OSC 10/11, DECRQM, …) are dropped; keys still go.
   term.onData((data) => {
-    if (tab.guard.allows(data)) sendInput(app, tab, data);
+    if (tab.guard.allows(data)) sendInput(app, tab, withModifiers(app, data));
   });
   term.onBinary((data) => {
     if (!tab.guard.allows(data)) return;
