@@ -69,8 +69,8 @@ deps:
 	$(GO) mod download
 
 deps-browser:
-	@echo "==> chromium and tmux (Debian packages; tmux is the real terminal of the CLI's e2e tests)"
-	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux)
+	@echo "==> chromium, tmux and nginx (Debian packages; tmux is the real terminal of the CLI's e2e tests, nginx the UI's reverse proxy)"
+	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1 && (command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx)) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux nginx)
 
 test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode
 

@@ -91,6 +91,10 @@ type Options struct {
 	AllowHosts []string
 	// ListenAddr is the address served (host:port), for the Host and same-origin checks.
 	ListenAddr string
+	// BasePath is the URL path every route is served under ("/term/" behind a reverse proxy
+	// at a sub-path: /term/ws, /term/auth, the UI at /term/), as NormBasePath returns it;
+	// empty is "/". The auth cookie's Path is this path.
+	BasePath string
 	// TLS says the gateway serves https (the origin scheme).
 	TLS bool
 	// AllowCmd lists the commands session.open may run besides the shell ("*": any).
@@ -124,6 +128,7 @@ type Gateway struct {
 	opts     Options
 	log      *slog.Logger
 	e        *echo.Echo
+	handler  http.Handler // e, under BasePath
 	upgrader websocket.Upgrader
 
 	// baseCtx is every socket's parent; cancelled with mux.ErrShutdown by Shutdown (with
@@ -226,6 +231,11 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Telemetry == nil {
 		opts.Telemetry = otel.Noop()
 	}
+	base, err := NormBasePath(opts.BasePath)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: base path %q: %w", opts.BasePath, err)
+	}
+	opts.BasePath = base
 	g := &Gateway{opts: opts, log: opts.Logger, tel: opts.Telemetry, cookie: CookieNameFor(opts.ListenAddr)}
 	g.httpTracing = otelhttp.NewMiddleware("muxterm.http",
 		otelhttp.WithTracerProvider(tracerProvider{t: opts.Telemetry.Tracer}),
@@ -260,11 +270,15 @@ func New(opts Options) (*Gateway, error) {
 		g.mountFrontend(e, opts.Frontend)
 	}
 	g.e = e
+	g.handler = e
+	if base != "/" {
+		g.handler = underBase(base, e)
+	}
 	return g, nil
 }
 
 // ServeHTTP implements http.Handler.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.e.ServeHTTP(w, r) }
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
 
 // Sockets returns the number of sockets being served.
 func (g *Gateway) Sockets() int64 { return g.sockets.Load() }
@@ -303,16 +317,16 @@ func (g *Gateway) auth(c echo.Context) error {
 			// UI explains how to sign in, rather than a bare 401.
 			c.Response().Header().Set("Cache-Control", "no-store")
 			c.Response().Header().Set("Referrer-Policy", "no-referrer")
-			return c.Redirect(http.StatusSeeOther, "/?signin=invalid")
+			return c.Redirect(http.StatusSeeOther, g.opts.BasePath+"?signin=invalid")
 		}
 		refuse(c.Response(), http.StatusUnauthorized, "invalid token")
 		return nil
 	}
-	c.SetCookie(&http.Cookie{Name: g.cookie, Value: tok, Path: "/", HttpOnly: true,
+	c.SetCookie(&http.Cookie{Name: g.cookie, Value: tok, Path: g.opts.BasePath, HttpOnly: true,
 		Secure: g.opts.TLS, SameSite: http.SameSiteStrictMode})
 	c.Response().Header().Set("Cache-Control", "no-store")
 	c.Response().Header().Set("Referrer-Policy", "no-referrer")
-	return c.Redirect(http.StatusSeeOther, "/")
+	return c.Redirect(http.StatusSeeOther, g.opts.BasePath)
 }
 
 // authCheck answers 204 when the request carries a valid token (the cookie, or a bearer

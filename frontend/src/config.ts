@@ -27,9 +27,17 @@ export const themes: Record<'dark' | 'light', ITheme> = {
   },
 };
 
-/** `ws(s)://host/ws` of the page's own origin; the auth cookie rides along. */
-export function webSocketUrl(loc: { protocol: string; host: string }): string {
-  return `${loc.protocol === 'https:' ? 'wss:' : 'ws:'}//${loc.host}/ws`;
+/**
+ * The gateway's socket, `ws` next to the page (`wss://host/term/ws` for a page at
+ * `https://host/term/`, under a gateway's --base-path); the auth cookie rides along. Every URL
+ * of the page is relative to it, so the UI works under any base path.
+ */
+export function webSocketUrl(loc: { href: string }): string {
+  const u = new URL('ws', loc.href);
+  u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
+  u.search = '';
+  u.hash = '';
+  return u.toString();
 }
 
 /** What the page's address asks for. */

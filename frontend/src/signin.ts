@@ -13,7 +13,7 @@ export type AuthState = 'ok' | 'refused' | 'unreachable';
 
 export async function checkAuth(): Promise<AuthState> {
   try {
-    const r = await fetch('/auth/check', { cache: 'no-store', credentials: 'same-origin' });
+    const r = await fetch('auth/check', { cache: 'no-store', credentials: 'same-origin' });
     if (r.status === 401) return 'refused';
     return r.ok ? 'ok' : 'unreachable';
   } catch {
@@ -32,10 +32,10 @@ export function scheduleAuthCheck(app: App, delay = AUTH_CHECK_MS): void {
   }, delay);
 }
 
-/** `GET /auth?token=…`: checks the token and sets the cookie (then redirects to /). */
+/** `GET auth?token=…` (next to the page): checks the token and sets the cookie (then redirects to the page). */
 export async function signIn(tok: string): Promise<AuthState> {
   try {
-    const r = await fetch(`/auth?token=${encodeURIComponent(tok)}`, { cache: 'no-store', credentials: 'same-origin' });
+    const r = await fetch(`auth?token=${encodeURIComponent(tok)}`, { cache: 'no-store', credentials: 'same-origin' });
     if (r.status === 401) return 'refused';
     return r.ok ? 'ok' : 'unreachable';
   } catch {
@@ -71,7 +71,7 @@ export function wireSignin(app: App): void {
     app.dom.signinError.hidden = true;
     void signIn(tok).then((a) => {
       if (a === 'ok') {
-        location.replace('/'); // a fresh page with the cookie: it attaches the sessions
+        location.replace('./'); // a fresh page with the cookie: it attaches the sessions
         return;
       }
       app.dom.signinError.textContent = a === 'refused' ? 'The gateway does not accept this token.' : 'The gateway cannot be reached.';
