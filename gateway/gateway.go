@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
@@ -76,6 +77,8 @@ type Principal struct {
 	ViewOf string
 	// Admin may read /metrics: the --token principal and the tokens file's admin lines.
 	Admin bool
+	// share is the link a share token names (shares.go): the socket sees only its session.
+	share *share
 }
 
 // Options configure a Gateway.
@@ -151,6 +154,8 @@ type Gateway struct {
 	httpTracing func(http.Handler) http.Handler
 	// cookie is the auth cookie's name (CookieNameFor the listen address).
 	cookie string
+	// shares are the owners' share links (shares.go).
+	shares *shareStore
 }
 
 // traceHTTP gives every route but /ws a server span (otelhttp: the maintained
@@ -236,7 +241,8 @@ func New(opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: base path %q: %w", opts.BasePath, err)
 	}
 	opts.BasePath = base
-	g := &Gateway{opts: opts, log: opts.Logger, tel: opts.Telemetry, cookie: CookieNameFor(opts.ListenAddr)}
+	g := &Gateway{opts: opts, log: opts.Logger, tel: opts.Telemetry, cookie: CookieNameFor(opts.ListenAddr),
+		shares: newShareStore(opts.Registry)}
 	g.httpTracing = otelhttp.NewMiddleware("muxterm.http",
 		otelhttp.WithTracerProvider(tracerProvider{t: opts.Telemetry.Tracer}),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + routeOf(r.URL.Path) }))
@@ -348,11 +354,33 @@ func (g *Gateway) authCheck(c echo.Context) error {
 	} else if ck, err := c.Request().Cookie(g.cookie); err == nil {
 		tok = ck.Value
 	}
-	if _, ok := g.principal(tok); !ok {
+	if _, ok := g.authenticate(tok); !ok {
 		refuse(c.Response(), http.StatusUnauthorized, "missing or invalid token")
 		return nil
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// authenticate finds the principal of tok: a configured token's, or a live share link's (a
+// principal confined to the link's session, read-only unless the link grants writing).
+func (g *Gateway) authenticate(tok string) (Principal, bool) {
+	if p, ok := g.principal(tok); ok {
+		return p, true
+	}
+	if s, ok := g.shares.lookup(tok); ok {
+		return Principal{Name: "share-" + s.id[:12], ReadOnly: !s.write, ViewOf: s.owner, share: s}, true
+	}
+	return Principal{}, false
+}
+
+// shareToken is the token a browser's upgrade carries as a subprotocol (muxterm.share.<token>).
+func shareToken(r *http.Request) string {
+	for _, sp := range websocket.Subprotocols(r) {
+		if t, ok := strings.CutPrefix(sp, proto.SubprotocolSharePrefix); ok {
+			return t
+		}
+	}
+	return ""
 }
 
 // principal finds the token's principal in constant time per token.
@@ -410,7 +438,10 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 		}
 		tok = ck.Value
 	}
-	p, ok := g.principal(tok)
+	if tok == "" {
+		tok = shareToken(r) // a page opened from a share link
+	}
+	p, ok := g.authenticate(tok)
 	if rp, relay, why := g.relayPrincipal(r, tok); relay {
 		if why != "" {
 			return Principal{}, http.StatusBadRequest, why
@@ -498,8 +529,23 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	opts.Telemetry = g.tel
 	opts.MaxSockets = g.maxSockets()
 	opts.Closing = release
-	if p.Name != relayPrincipalName { // a relay's socket is served here, never relayed on
+	if p.Name != relayPrincipalName && p.share == nil { // a relay's socket is served here, never relayed on
 		opts.Remote, opts.Node = g.opts.Remote, g.opts.Node
+	}
+	if s := p.share; s != nil {
+		// The link's revocation or expiry ends the socket (mux.ErrRevoked: close 4003).
+		opts.Session = s.session
+		ctx, cancel := context.WithCancelCause(base)
+		defer cancel(nil)
+		if !g.shares.join(s, &cancel) {
+			_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(mux.CloseRevoked, mux.ErrRevoked.Error()), time.Now().Add(time.Second))
+			ws.Close()
+			return nil
+		}
+		defer g.shares.leave(s, &cancel)
+		base = ctx
+	} else if !p.ReadOnly {
+		opts.Shares = g.shares
 	}
 	// After a successful upgrade the handler returns nil: Echo must not write to a hijacked
 	// connection.
@@ -545,6 +591,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.draining.Store(true)
 	cancel, conns := g.cancelBase, g.conns
 	g.drainMu.Unlock()
+	g.shares.stop()
 	cancel(mux.ErrShutdown)
 	regErr := make(chan error, 1)
 	// Ends when every kill has ended, which may be after Shutdown returned (ctx ended first):

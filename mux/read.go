@@ -173,6 +173,8 @@ func (c *conn) handleText(b []byte) {
 		c.handleLease(req)
 	case "session.capture":
 		c.handleCapture(req)
+	case proto.MethodShareCreate, proto.MethodShareList, proto.MethodShareRevoke:
+		c.handleShare(req)
 	default:
 		c.replyErr(req.ID, proto.ErrMethodNotFound(req.Method))
 	}
