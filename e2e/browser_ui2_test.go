@@ -21,6 +21,8 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+
+	"github.com/muxterm/muxterm/client"
 )
 
 // reload reloads the page.
@@ -511,4 +513,68 @@ func TestBrowserPhone(t *testing.T) {
 		t.Errorf("a 400 px drag down scrolled from row %d to %d, want at least 10 rows back", before.ViewportY, after.ViewportY)
 	}
 	t.Logf("FIGURE a 400 px drag scrolled %d rows back", before.ViewportY-after.ViewportY)
+}
+
+// TestBrowserSharePage: a read-only share link opened in a browser shows that one session (no
+// other of the owner's, no +, no Detached, no close), its output live; what is typed there
+// reaches nobody and the session keeps its size; a reload keeps the page; a revocation turns
+// it into a notice that the link no longer works.
+func TestBrowserSharePage(t *testing.T) {
+	g := startGateway(t)
+	ctx := ctxT(t, 60*time.Second)
+	owner := g.dial(t)
+	shared, err := owner.Open(ctx, client.OpenOptions{Cols: 100, Rows: 30, Name: "demo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
+		t.Fatal(err)
+	}
+	link, err := owner.ShareCreate(ctx, shared.Session(), time.Hour, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startBrowser(t, browserOpts{width: 1000, height: 640})
+	b.open(g.Base + "/#share=" + link.Token)
+	b.waitJS(fmt.Sprintf("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1 && window.muxterm.tabs()[0].session === %q && window.muxterm.tabs()[0].channel > 0", shared.Session()), 20*time.Second)
+	if h := eval[string](b, "location.href"); strings.Contains(h, link.Token) {
+		t.Errorf("the link's token stayed in the address bar: %s", h)
+	}
+	for _, sel := range []string{"#new-tab", "#detached-wrap", ".tab .close", ".tab .detach"} {
+		if eval[string](b, fmt.Sprintf("getComputedStyle(document.querySelector(%q)).display", sel)) != "none" {
+			t.Errorf("%s is shown on the share page", sel)
+		}
+	}
+	typeUntil(ctx, t, shared, "printf '\\033[1mshared read-only\\033[0m: the owner types, viewers watch\\n'; ls /\r", "viewers watch")
+	b.waitText("shared read-only: the owner types, viewers watch", 10*time.Second)
+	b.waitPrompt()
+	png := b.shot()
+	b.save("share-page", png)
+	if os.Getenv("MUXTERM_README_SCREENSHOT") != "" {
+		if err := os.WriteFile(filepath.Join("..", "frontend", "docs", "share.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.typeText("echo typed-''by-viewer\r")
+	if out := typeUntil(ctx, t, shared, "echo after-''typing\r", "after-typing"); strings.Contains(out, "typed-by-viewer") {
+		t.Errorf("the read-only page's keys reached the shell: %q", out)
+	}
+	l, err := owner.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range l {
+		if s.Session == shared.Session() && (s.Cols != 100 || s.Rows != 30) {
+			t.Errorf("the read-only page resized the session to %d×%d", s.Cols, s.Rows)
+		}
+	}
+
+	b.reload()
+	b.waitJS(fmt.Sprintf("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1 && window.muxterm.tabs()[0].session === %q && window.muxterm.tabs()[0].channel > 0", shared.Session()), 20*time.Second)
+
+	if _, err := owner.ShareRevoke(ctx, link.Share); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS("!document.getElementById('signin').hidden && document.getElementById('signin').innerText.includes('no longer works')", 10*time.Second)
+	b.screenshot("share-revoked")
 }

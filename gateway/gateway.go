@@ -60,6 +60,10 @@ const errNoSubprotocol = "unsupported subprotocol; supported: " + proto.Subproto
 // one cookie each.
 const CookieName = "muxterm_token"
 
+// HeaderShare, on /auth/check's answer to a share link's token, says what the link grants:
+// read-only or read-write.
+const HeaderShare = "Muxterm-Share"
+
 // CookieNameFor is the auth cookie's name of a gateway listening on listenAddr (host:port).
 func CookieNameFor(listenAddr string) string {
 	if _, port, err := net.SplitHostPort(listenAddr); err == nil && port != "" {
@@ -354,9 +358,17 @@ func (g *Gateway) authCheck(c echo.Context) error {
 	} else if ck, err := c.Request().Cookie(g.cookie); err == nil {
 		tok = ck.Value
 	}
-	if _, ok := g.authenticate(tok); !ok {
+	p, ok := g.authenticate(tok)
+	if !ok {
 		refuse(c.Response(), http.StatusUnauthorized, "missing or invalid token")
 		return nil
+	}
+	if p.share != nil { // the share page learns whether it may type
+		mode := "read-only"
+		if p.share.write {
+			mode = "read-write"
+		}
+		h.Set(HeaderShare, mode)
 	}
 	return c.NoContent(http.StatusNoContent)
 }

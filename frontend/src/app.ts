@@ -31,6 +31,8 @@ export interface App {
   restoring: boolean;
   /** The client was stopped because the gateway refuses the page's token. */
   signedOut: boolean;
+  /** Opened from a share link (url.share) that grants writing: the page may type and resize. */
+  shareWrite: boolean;
   /** The last shortcut the page acted on (for the browser tests). */
   lastShortcut: Action | null;
   /** Resolves the open close-confirmation, if any. */
@@ -43,10 +45,18 @@ export interface App {
 
 /** Builds the page's state: reads the address, looks the elements up, makes the (idle) client. */
 export function createApp(): App {
+  const url = readUrl();
+  const share = url.share;
   return {
-    client: new MuxClient(webSocketUrl(location), { client: { name: 'muxterm-web', version: '0.1.0' } }),
+    client: new MuxClient(webSocketUrl(location), {
+      client: { name: 'muxterm-web', version: '0.1.0' },
+      // A share link's token, as a second subprotocol (a page cannot set headers on a socket).
+      ...(share
+        ? { webSocketFactory: (u: string, protocols: string | string[]) => new WebSocket(u, [...(Array.isArray(protocols) ? protocols : [protocols]), `muxterm.share.${share}`]) }
+        : {}),
+    }),
     dom: lookupDom(),
-    url: readUrl(),
+    url,
     settings: loadSettings(),
     modifiers: { ctrl: false, alt: false },
     tabs: [],
@@ -54,6 +64,7 @@ export function createApp(): App {
     webglBroken: false,
     restoring: false,
     signedOut: false,
+    shareWrite: false,
     lastShortcut: null,
     confirmResolve: null,
     authTimer: undefined,
@@ -136,15 +147,40 @@ function wireComeback(app: App): void {
   window.addEventListener('online', check);
 }
 
+/** Whether the page may change sessions: not one opened from a read-only share link. */
+export function writable(app: App): boolean {
+  return !app.url.share || app.shareWrite;
+}
+
+/**
+ * A page opened from a share link shows that link's one session: no new tabs, no detached
+ * sessions, no close or detach; read-only, it neither types nor resizes.
+ */
+async function restoreShare(app: App): Promise<void> {
+  document.body.dataset['share'] = 'read-only';
+  if ((await checkAuth(app)) === 'refused') {
+    signOut(app, 'rejected');
+    return;
+  }
+  const mode = app.shareWrite ? 'read-write' : 'read-only';
+  document.body.dataset['share'] = mode;
+  app.dom.shareBadge.textContent = `shared · ${mode}`;
+  await app.client.connect();
+  const [s] = await app.client.list();
+  if (!s) throw new Error('the shared session has ended');
+  await reattach(app, s.session, true, s.cmd);
+}
+
 /** Signs in if the address says so, connects, and attaches this user's sessions. */
 async function restore(app: App): Promise<void> {
   try {
+    if (app.url.share) return await restoreShare(app);
     if (app.url.refused || (app.url.token !== null && (await signIn(app.url.token)) === 'refused')) {
       signOut(app, 'wrong');
       return;
     }
     // Without a valid token the socket would fail in silence, for ever: ask first.
-    if ((await checkAuth()) === 'refused') {
+    if ((await checkAuth(app)) === 'refused') {
       signOut(app, 'none');
       return;
     }

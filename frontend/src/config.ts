@@ -48,7 +48,15 @@ export interface UrlOptions {
   token: string | null;
   /** `?signin=invalid`: /auth refused the token of the URL a person opened. */
   refused: boolean;
+  /**
+   * A share link's token (`#share=…`; kept in the tab's sessionStorage for a reload): the page
+   * shows that one session, and nothing else of its owner's.
+   */
+  share: string | null;
 }
+
+/** sessionStorage key of the share link's token this tab was opened with. */
+export const SHARE_KEY = 'muxterm.share';
 
 /** Reads the page's address; the token and the sign-in verdict leave the address bar. */
 export function readUrl(): UrlOptions {
@@ -57,7 +65,18 @@ export function readUrl(): UrlOptions {
     webglWanted: query.get('renderer') !== 'dom',
     token: query.get('token'),
     refused: query.get('signin') === 'invalid',
+    share: null,
   };
+  // A share link's token rides in the fragment, which reaches no server; it leaves the address
+  // bar at once and stays in this tab only.
+  const share = new URLSearchParams(location.hash.slice(1)).get('share');
+  try {
+    if (share) sessionStorage.setItem(SHARE_KEY, share);
+    opts.share = sessionStorage.getItem(SHARE_KEY);
+  } catch {
+    opts.share = share;
+  }
+  if (share !== null) history.replaceState(null, '', location.pathname + location.search);
   if (opts.token !== null || opts.refused) {
     query.delete('token');
     query.delete('signin');

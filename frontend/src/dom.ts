@@ -28,6 +28,7 @@ export interface Dom {
   helpEl: HTMLElement;
   settingsEl: HTMLElement;
   keybarEl: HTMLElement;
+  shareBadge: HTMLElement;
   confirmEl: HTMLElement;
   confirmText: HTMLElement;
 }
@@ -55,6 +56,7 @@ export function lookupDom(): Dom {
     helpEl: el('help'),
     settingsEl: el('settings'),
     keybarEl: el('keybar'),
+    shareBadge: el('share-badge'),
     confirmEl: el('confirm'),
     confirmText: el('confirm-text'),
   };

@@ -115,6 +115,7 @@ export function wireShortcuts(app: App): void {
       const action = shortcutFor(ev);
       if (!action) return;
       if (app.signedOut || !app.dom.confirmEl.hidden) return;
+      if (app.url.share && (action === 'new' || action === 'close' || action === 'detach')) return; // one session, not the viewer's to end
       // Capture phase: xterm.js never sees the key, so it sends nothing to the PTY.
       ev.stopPropagation();
       app.lastShortcut = action;

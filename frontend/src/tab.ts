@@ -7,7 +7,7 @@ import { Unicode11Addon } from '@xterm/addon-unicode11';
 import { WebLinksAddon } from '@xterm/addon-web-links';
 import { WebglAddon } from '@xterm/addon-webgl';
 import { MuxError, ReplayGuard, type Channel, type ExitStatus } from '@muxterm/client';
-import { showError, type App } from './app';
+import { showError, writable, type App } from './app';
 import { askClose, detachTab, restartTab } from './actions';
 import { scheduleDetachedRefresh } from './detached';
 import { shortcutFor } from './shortcuts';
@@ -54,6 +54,7 @@ export interface Tab {
 
 /** Sends input to the tab's channel, or keeps it until the channel exists. */
 export function sendInput(app: App, tab: Tab, data: string | Uint8Array): void {
+  if (!writable(app)) return; // a read-only share link's page never types
   if (tab.exited || tab.closed) {
     // The program is gone: Enter starts the same command again in this tab; the rest is dropped.
     if (data === '\r' && !tab.restarting && !tab.leaving) void restartTab(app, tab).catch((e: unknown) => showError(app, e));
@@ -150,6 +151,7 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
     lineHeight: 1.1,
     scrollback: 10000,
     theme: termTheme(app),
+    disableStdin: !writable(app),
   });
   const fit = new FitAddon();
   const search = new SearchAddon();
@@ -395,7 +397,7 @@ export function scheduleResize(app: App, tab: Tab, delay = RESIZE_DEBOUNCE_MS): 
   tab.resizeTimer = setTimeout(() => {
     tab.resizeTimer = undefined;
     const ch = tab.channel;
-    if (!ch || tab.closed || tab.leaving || app.tabs[app.active] !== tab) return layout(app, tab);
+    if (!ch || tab.closed || tab.leaving || app.tabs[app.active] !== tab || !writable(app)) return layout(app, tab);
     if (ch.state !== 'bound' && ch.state !== 'unbound' && ch.state !== 'binding') return;
     const own = size(app, tab);
     if (tab.sentSize && tab.sentSize.cols === own.cols && tab.sentSize.rows === own.rows) return layout(app, tab);
