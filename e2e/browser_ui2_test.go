@@ -577,4 +577,20 @@ func TestBrowserSharePage(t *testing.T) {
 	}
 	b.waitJS("!document.getElementById('signin').hidden && document.getElementById('signin').innerText.includes('no longer works')", 10*time.Second)
 	b.screenshot("share-revoked")
+
+	// A read-write link's page types into the session.
+	rw, err := owner.ShareCreate(ctx, shared.Session(), time.Hour, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startBrowser(t, browserOpts{})
+	w.open(g.Base + "/#share=" + rw.Token)
+	w.waitJS(fmt.Sprintf("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1 && window.muxterm.tabs()[0].session === %q && window.muxterm.tabs()[0].channel > 0", shared.Session()), 20*time.Second)
+	if got := eval[string](w, "document.getElementById('share-badge').textContent"); got != "shared · read-write" {
+		t.Errorf("the read-write page's badge reads %q", got)
+	}
+	w.typeText("echo typed-''by-guest\r")
+	if _, err := shared.ReadUntil(ctx, "\ntyped-by-guest"); err != nil {
+		t.Fatalf("the read-write page's keys did not reach the shell: %v", err)
+	}
 }

@@ -384,7 +384,8 @@ export function layout(app: App, tab: Tab): void {
     tab.noteEl.textContent = `${want.cols}×${want.rows} (another viewer)`;
     tab.noteEl.title =
       `The session is ${want.cols}×${want.rows}, set by another viewer of it; this window fits ` +
-      `${own.cols}×${own.rows}. Typing or resizing here may make it yours (the gateway's --window-size policy).`;
+      `${own.cols}×${own.rows}.` +
+      (writable(app) ? ` Typing or resizing here may make it yours (the gateway's --window-size policy).` : ` A read-only page never sizes it.`);
   }
 }
 
