@@ -84,8 +84,8 @@ deps:
 	$(GO) mod download
 
 deps-browser:
-	@echo "==> chromium, tmux and asciinema (Debian packages: tmux is the real terminal of the CLI's e2e tests, asciinema plays the recordings back)"
-	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1 && command -v asciinema >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux asciinema)
+	@echo "==> chromium, tmux, asciinema and nginx (Debian packages: tmux is the real terminal of the CLI's e2e tests, asciinema plays the recordings back, nginx is the UI's reverse proxy)"
+	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1 && command -v asciinema >/dev/null 2>&1 && (command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx)) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux asciinema nginx)
 
 test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode test-install test-readme
 

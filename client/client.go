@@ -988,6 +988,28 @@ func (c *Client) List(ctx context.Context) ([]proto.SessionInfo, error) {
 	return res.Sessions, err
 }
 
+// ShareCreate makes a share link to one of the caller's sessions for ttl: read-only unless
+// write. The result holds the link's token, which no later answer shows again.
+func (c *Client) ShareCreate(ctx context.Context, session string, ttl time.Duration, write bool) (proto.ShareInfo, error) {
+	var res proto.ShareInfo
+	err := c.Call(ctx, proto.MethodShareCreate, proto.ShareCreateParams{Session: session, TTLMs: ttl.Milliseconds(), Write: write}, &res)
+	return res, err
+}
+
+// ShareList lists the live share links to one of the caller's sessions.
+func (c *Client) ShareList(ctx context.Context, session string) ([]proto.ShareInfo, error) {
+	var res proto.ShareListResult
+	err := c.Call(ctx, proto.MethodShareList, proto.ShareListParams{Session: session}, &res)
+	return res.Shares, err
+}
+
+// ShareRevoke ends a share link of the caller's; the sockets open with it close (4003).
+func (c *Client) ShareRevoke(ctx context.Context, share string) (proto.ShareRevokeResult, error) {
+	var res proto.ShareRevokeResult
+	err := c.Call(ctx, proto.MethodShareRevoke, proto.ShareRevokeParams{Share: share}, &res)
+	return res, err
+}
+
 // readLoop is l's only reader. It routes responses to callers and output and notifications to
 // channels, in order. When l ends it fails l's pending calls and either starts a reconnect or
 // ends the client. A message that breaks the protocol ends l with an ErrProtocol error.

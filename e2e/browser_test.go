@@ -27,18 +27,25 @@ import (
 
 func chromiumPath(t *testing.T) string {
 	t.Helper()
-	for _, p := range []string{os.Getenv("MUXTERM_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-headless-shell"} {
+	return browserTool(t, "chromium", os.Getenv("MUXTERM_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-headless-shell")
+}
+
+// browserTool returns the first of paths that runs, or skips t (fails it under MUXTERM_BROWSER
+// or in CI): a program of the browser tests, which `make deps-browser` installs.
+func browserTool(t *testing.T, name string, paths ...string) string {
+	t.Helper()
+	for _, p := range paths {
 		if p == "" {
 			continue
 		}
-		if _, err := exec.LookPath(p); err == nil {
-			return p
+		if path, err := exec.LookPath(p); err == nil {
+			return path
 		}
 	}
 	if os.Getenv("MUXTERM_BROWSER") != "" || os.Getenv("CI") != "" {
-		t.Fatal("chromium not found; `make deps-browser` installs it")
+		t.Fatalf("%s not found; `make deps-browser` installs it", name)
 	}
-	t.Skip("chromium not installed (set MUXTERM_BROWSER=1 to make this a failure)")
+	t.Skipf("%s not installed (set MUXTERM_BROWSER=1 to make this a failure)", name)
 	return ""
 }
 
@@ -62,7 +69,8 @@ func newBrowser(t *testing.T, base, token string, webgl bool) *browser {
 
 type browserOpts struct {
 	webgl         bool
-	width, height int // 1200×800 when zero
+	width, height int            // 1200×800 when zero
+	flags         map[string]any // more command-line flags
 }
 
 // startBrowser starts Chromium with a fresh profile on about:blank. With webgl, WebGL runs on
@@ -87,8 +95,14 @@ func startBrowser(t *testing.T, o browserOpts) *browser {
 		chromedp.Flag("disable-extensions", true),
 		chromedp.Flag("disable-renderer-backgrounding", true),
 		chromedp.Flag("disable-background-timer-throttling", true),
+		// The UI follows the system's theme; headless Chromium reports light. The tests (and
+		// their pixel checks) see the dark one unless they emulate another.
+		chromedp.Flag("force-dark-mode", true),
 		chromedp.WindowSize(o.width, o.height),
 		chromedp.UserDataDir(t.TempDir()),
+	}
+	for k, v := range o.flags {
+		opts = append(opts, chromedp.Flag(k, v))
 	}
 	if o.webgl {
 		opts = append(opts, chromedp.Flag("use-angle", "swiftshader"), chromedp.Flag("enable-unsafe-swiftshader", true))
@@ -198,13 +212,25 @@ func keyEvent(p input.DispatchKeyEventParams) chromedp.Action[chromedp.Void] {
 
 // screenshot saves a PNG under e2e/artifacts/.
 func (b *browser) screenshot(name string) {
+	if png := b.shot(); png != nil {
+		b.save(name, png)
+	}
+}
+
+// shot captures the page as a PNG (nil, logged, when it cannot).
+func (b *browser) shot() []byte {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
-		b.t.Logf("screenshot %s: %v", name, err)
-		return
+		b.t.Logf("screenshot: %v", err)
+		return nil
 	}
+	return png
+}
+
+// save writes a PNG under e2e/artifacts/.
+func (b *browser) save(name string, png []byte) {
 	if err := os.MkdirAll("artifacts", 0o755); err == nil {
 		_ = os.WriteFile(filepath.Join("artifacts", name+".png"), png, 0o644)
 	}

@@ -264,6 +264,11 @@ func (g *gateway) Stop(d time.Duration) time.Duration {
 }
 
 // dial connects an authenticated client, closed in cleanup.
+// cookie is the name of the gateway's auth cookie: muxterm_token_<its port>.
+func (g *gateway) cookie() string {
+	return "muxterm_token_" + g.Base[strings.LastIndex(g.Base, ":")+1:]
+}
+
 func (g *gateway) dial(t *testing.T) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

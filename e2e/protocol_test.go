@@ -442,8 +442,8 @@ func TestAuthRefusedBeforeAnySession(t *testing.T) {
 		{"wrong token", http.Header{"Authorization": {"Bearer nope"}}, []string{proto.Subprotocol}, http.StatusUnauthorized},
 		{"basic auth", http.Header{"Authorization": {"Basic " + g.Token}}, []string{proto.Subprotocol}, http.StatusUnauthorized},
 		{"foreign origin", http.Header{"Authorization": {"Bearer " + g.Token}, "Origin": {"http://evil.example"}}, []string{proto.Subprotocol}, http.StatusForbidden},
-		{"cookie without origin", http.Header{"Cookie": {"muxterm_token=" + g.Token}}, []string{proto.Subprotocol}, http.StatusForbidden},
-		{"cookie with foreign origin", http.Header{"Cookie": {"muxterm_token=" + g.Token}, "Origin": {"http://evil.example"}}, []string{proto.Subprotocol}, http.StatusForbidden},
+		{"cookie without origin", http.Header{"Cookie": {g.cookie() + "=" + g.Token}}, []string{proto.Subprotocol}, http.StatusForbidden},
+		{"cookie with foreign origin", http.Header{"Cookie": {g.cookie() + "=" + g.Token}, "Origin": {"http://evil.example"}}, []string{proto.Subprotocol}, http.StatusForbidden},
 		{"no subprotocol", http.Header{"Authorization": {"Bearer " + g.Token}}, nil, http.StatusBadRequest},
 	}
 	for _, tc := range cases {
@@ -467,7 +467,7 @@ func TestAuthRefusedBeforeAnySession(t *testing.T) {
 		})
 	}
 	// The browser path works: same origin and the cookie.
-	hdr := http.Header{"Cookie": {"muxterm_token=" + g.Token}, "Origin": {g.Base}}
+	hdr := http.Header{"Cookie": {g.cookie() + "=" + g.Token}, "Origin": {g.Base}}
 	c, err := client.Dial(ctxT(t, 10*time.Second), g.WS, client.DialOptions{Header: hdr})
 	if err != nil {
 		t.Fatalf("same-origin cookie dial: %v", err)

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -22,6 +21,7 @@ type cutProxy struct {
 	holding bool   // new connections are closed at once
 	conns   []net.Conn
 	n       int           // connections forwarded so far
+	stalled int           // connections numbered below it are black holes (stall)
 	changed chan struct{} // capacity 1: n grew
 }
 
@@ -54,14 +54,15 @@ func newCutProxy(t *testing.T, addr, target string) *cutProxy {
 			}
 			p.mu.Lock()
 			p.conns = append(p.conns, c, u)
+			i := p.n
 			p.n++
 			p.mu.Unlock()
 			select {
 			case p.changed <- struct{}{}:
 			default:
 			}
-			p.wg.Go(func() { _, _ = io.Copy(u, c); u.Close() })
-			p.wg.Go(func() { _, _ = io.Copy(c, u); c.Close() })
+			p.wg.Go(func() { p.pipe(u, c, i) })
+			p.wg.Go(func() { p.pipe(c, u, i) })
 		}
 	})
 	t.Cleanup(func() {
@@ -70,6 +71,36 @@ func newCutProxy(t *testing.T, addr, target string) *cutProxy {
 		p.wg.Wait()
 	})
 	return p
+}
+
+// pipe copies src to dst, dropping what it reads once connection i is stalled, and closes dst
+// when src ends.
+func (p *cutProxy) pipe(dst, src net.Conn, i int) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		p.mu.Lock()
+		stalled := i < p.stalled
+		p.mu.Unlock()
+		if n > 0 && !stalled {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// stall makes every connection forwarded so far a black hole: what either side sends is
+// dropped and nothing is closed, as when the network lost the path without a word (a laptop
+// that slept). New connections are forwarded as usual.
+func (p *cutProxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = p.n
 }
 
 // addr is the proxy's host:port.

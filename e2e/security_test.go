@@ -775,7 +775,7 @@ func TestSecurityUpgradeHostAndOrigin(t *testing.T) {
 	self := hostOf(g)
 	port := portOf(g)
 	bearer := "Authorization: Bearer " + g.Token
-	cookie := "Cookie: muxterm_token=" + g.Token
+	cookie := "Cookie: " + g.cookie() + "=" + g.Token
 	cases := []struct {
 		name   string
 		host   string
@@ -966,10 +966,10 @@ func TestSecurityAttacksHarmNothing(t *testing.T) {
 		{"token in the query", refusedUpgrade(upgradeRequest("GET", "/ws?token="+alice, self), 401)},
 		{"token as basic auth", refusedUpgrade(upgradeRequest("GET", "/ws", self, "Authorization: Basic "+alice), 401)},
 		{"dns rebinding", refusedUpgrade(upgradeRequest("GET", "/ws", "evil.example", bearer(alice)), 403)},
-		{"foreign origin", refusedUpgrade(upgradeRequest("GET", "/ws", self, "Cookie: muxterm_token="+alice, "Origin: http://evil.example"), 403)},
-		{"suffixed origin", refusedUpgrade(upgradeRequest("GET", "/ws", self, "Cookie: muxterm_token="+alice, "Origin: http://"+self+".evil.example"), 403)},
-		{"null origin", refusedUpgrade(upgradeRequest("GET", "/ws", self, "Cookie: muxterm_token="+alice, "Origin: null"), 403)},
-		{"cookie without origin", refusedUpgrade(upgradeRequest("GET", "/ws", self, "Cookie: muxterm_token="+alice), 403)},
+		{"foreign origin", refusedUpgrade(upgradeRequest("GET", "/ws", self, "Cookie: "+g.cookie()+"="+alice, "Origin: http://evil.example"), 403)},
+		{"suffixed origin", refusedUpgrade(upgradeRequest("GET", "/ws", self, "Cookie: "+g.cookie()+"="+alice, "Origin: http://"+self+".evil.example"), 403)},
+		{"null origin", refusedUpgrade(upgradeRequest("GET", "/ws", self, "Cookie: "+g.cookie()+"="+alice, "Origin: null"), 403)},
+		{"cookie without origin", refusedUpgrade(upgradeRequest("GET", "/ws", self, "Cookie: "+g.cookie()+"="+alice), 403)},
 		{"trailing slash", refusedUpgrade(upgradeRequest("GET", "/ws/", self), 404)},
 		{"POST", refusedUpgrade(upgradeRequest("POST", "/ws", self), 405)},
 		{"auth with a wrong token", refusedUpgrade("GET /auth?token="+randomToken()+"&cmd=id HTTP/1.1\r\nHost: "+self+"\r\n\r\n", 401)},
@@ -1159,14 +1159,14 @@ func TestSecurityTLS(t *testing.T) {
 	}
 	var ck *http.Cookie
 	for _, k := range resp.Cookies() {
-		if k.Name == "muxterm_token" {
+		if k.Name == g.cookie() {
 			ck = k
 		}
 	}
 	if ck == nil || !ck.Secure || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/" {
 		t.Errorf("cookie: got %+v, want Secure, HttpOnly, SameSite=Strict, Path=/", ck)
 	}
-	hdr := http.Header{"Cookie": {"muxterm_token=" + g.Token}}
+	hdr := http.Header{"Cookie": {g.cookie() + "=" + g.Token}}
 	if c2, err := client.Dial(ctx, g.WS, client.DialOptions{Header: hdr, Origin: g.Base, Dialer: dialer}); err != nil {
 		t.Errorf("cookie with the https origin: %v", err)
 	} else {
@@ -1418,8 +1418,8 @@ func TestSecurityTokensNeverPrinted(t *testing.T) {
 		upgradeRequest("GET", "/ws", self, "Authorization: Bearer "+stray),
 		upgradeRequest("GET", "/ws", self, "Authorization: Basic "+alice),
 		upgradeRequest("GET", "/ws", self, "Authorization: Bearer "+alice+" "+stray),
-		upgradeRequest("GET", "/ws", self, "Cookie: muxterm_token="+alice, "Origin: http://evil.example"),
-		upgradeRequest("GET", "/ws", self, "Cookie: muxterm_token="+stray, "Origin: http://"+self),
+		upgradeRequest("GET", "/ws", self, "Cookie: "+g.cookie()+"="+alice, "Origin: http://evil.example"),
+		upgradeRequest("GET", "/ws", self, "Cookie: "+g.cookie()+"="+stray, "Origin: http://"+self),
 		upgradeRequest("GET", "/ws", "evil.example", "Authorization: Bearer "+alice),
 		upgradeRequest("GET", "/ws", alice+".example", "Authorization: Bearer "+alice),
 		upgradeRequest("GET", "/ws", self, "Authorization: Bearer "+alice, "X-Forwarded-For: "+stray),
@@ -1521,11 +1521,11 @@ func TestSecurityAuthCheck(t *testing.T) {
 		status int
 	}{
 		{"no token", "", [2]string{}, http.StatusUnauthorized},
-		{"valid cookie, no Origin", "", [2]string{"Cookie", "muxterm_token=" + g.Token}, http.StatusNoContent},
-		{"wrong cookie", "", [2]string{"Cookie", "muxterm_token=" + randomToken()}, http.StatusUnauthorized},
+		{"valid cookie, no Origin", "", [2]string{"Cookie", g.cookie() + "=" + g.Token}, http.StatusNoContent},
+		{"wrong cookie", "", [2]string{"Cookie", g.cookie() + "=" + randomToken()}, http.StatusUnauthorized},
 		{"valid bearer", "", [2]string{"Authorization", "Bearer " + g.Token}, http.StatusNoContent},
 		{"wrong bearer", "", [2]string{"Authorization", "Bearer nope"}, http.StatusUnauthorized},
-		{"foreign host", "evil.example", [2]string{"Cookie", "muxterm_token=" + g.Token}, http.StatusForbidden},
+		{"foreign host", "evil.example", [2]string{"Cookie", g.cookie() + "=" + g.Token}, http.StatusForbidden},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

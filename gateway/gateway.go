@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
@@ -49,8 +50,23 @@ func bearer(h string) bool {
 // errNoSubprotocol is the refusal of an upgrade that offers no subprotocol we speak.
 const errNoSubprotocol = "unsupported subprotocol; supported: " + proto.Subprotocol
 
-// CookieName is the browser's auth cookie.
+// CookieName is the browser's auth cookie, as named by a gateway whose listen address has no
+// port; a gateway that listens on a port names it CookieName_<port> (CookieNameFor), so two
+// gateways on one host, whose cookies the browser scopes to the host and not the port, keep
+// one cookie each.
 const CookieName = "muxterm_token"
+
+// HeaderShare, on /auth/check's answer to a share link's token, says what the link grants:
+// read-only or read-write.
+const HeaderShare = "Muxterm-Share"
+
+// CookieNameFor is the auth cookie's name of a gateway listening on listenAddr (host:port).
+func CookieNameFor(listenAddr string) string {
+	if _, port, err := net.SplitHostPort(listenAddr); err == nil && port != "" {
+		return CookieName + "_" + port
+	}
+	return CookieName
+}
 
 // Principal is an authenticated identity.
 type Principal struct {
@@ -61,6 +77,8 @@ type Principal struct {
 	ViewOf string
 	// Admin may read /metrics: the --token principal and the tokens file's admin lines.
 	Admin bool
+	// share is the link a share token names (shares.go): the socket sees only its session.
+	share *share
 }
 
 // Options configure a Gateway.
@@ -76,6 +94,10 @@ type Options struct {
 	AllowHosts []string
 	// ListenAddr is the address served (host:port), for the Host and same-origin checks.
 	ListenAddr string
+	// BasePath is the URL path every route is served under ("/term/" behind a reverse proxy
+	// at a sub-path: /term/ws, /term/auth, the UI at /term/), as NormBasePath returns it;
+	// empty is "/". The auth cookie's Path is this path.
+	BasePath string
 	// TLS says the gateway serves https (the origin scheme).
 	TLS bool
 	// AllowCmd lists the commands session.open may run besides the shell ("*": any).
@@ -109,6 +131,7 @@ type Gateway struct {
 	opts     Options
 	log      *slog.Logger
 	e        *echo.Echo
+	handler  http.Handler // e, under BasePath
 	upgrader websocket.Upgrader
 
 	// baseCtx is every socket's parent; cancelled with mux.ErrShutdown by Shutdown (with
@@ -129,6 +152,10 @@ type Gateway struct {
 
 	tel         *otel.Telemetry
 	httpTracing func(http.Handler) http.Handler
+	// cookie is the auth cookie's name (CookieNameFor the listen address).
+	cookie string
+	// shares are the owners' share links (shares.go).
+	shares *shareStore
 }
 
 // traceHTTP gives every route but /ws a server span (otelhttp: the maintained
@@ -172,7 +199,7 @@ func (g *Gateway) metrics(c echo.Context) error {
 	if h := r.Header.Get("Authorization"); bearer(h) {
 		_, rest, _ := strings.Cut(h, " ")
 		tok = strings.TrimSpace(rest)
-	} else if ck, err := r.Cookie(CookieName); err == nil {
+	} else if ck, err := r.Cookie(g.cookie); err == nil {
 		// SameSite=Strict: sent only by same-site pages, and without CORS a page of another
 		// origin cannot read the answer.
 		tok = ck.Value
@@ -209,7 +236,13 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Telemetry == nil {
 		opts.Telemetry = otel.Noop()
 	}
-	g := &Gateway{opts: opts, log: opts.Logger, tel: opts.Telemetry}
+	base, err := NormBasePath(opts.BasePath)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: base path %q: %w", opts.BasePath, err)
+	}
+	opts.BasePath = base
+	g := &Gateway{opts: opts, log: opts.Logger, tel: opts.Telemetry, cookie: CookieNameFor(opts.ListenAddr),
+		shares: newShareStore(opts.Registry)}
 	g.httpTracing = otelhttp.NewMiddleware("muxterm.http",
 		otelhttp.WithTracerProvider(tracerProvider{t: opts.Telemetry.Tracer}),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + routeOf(r.URL.Path) }))
@@ -243,11 +276,15 @@ func New(opts Options) (*Gateway, error) {
 		g.mountFrontend(e, opts.Frontend)
 	}
 	g.e = e
+	g.handler = e
+	if base != "/" {
+		g.handler = underBase(base, e)
+	}
 	return g, nil
 }
 
 // ServeHTTP implements http.Handler.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.e.ServeHTTP(w, r) }
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
 
 // Sockets returns the number of sockets being served.
 func (g *Gateway) Sockets() int64 { return g.sockets.Load() }
@@ -286,16 +323,16 @@ func (g *Gateway) auth(c echo.Context) error {
 			// UI explains how to sign in, rather than a bare 401.
 			c.Response().Header().Set("Cache-Control", "no-store")
 			c.Response().Header().Set("Referrer-Policy", "no-referrer")
-			return c.Redirect(http.StatusSeeOther, "/?signin=invalid")
+			return c.Redirect(http.StatusSeeOther, g.opts.BasePath+"?signin=invalid")
 		}
 		refuse(c.Response(), http.StatusUnauthorized, "invalid token")
 		return nil
 	}
-	c.SetCookie(&http.Cookie{Name: CookieName, Value: tok, Path: "/", HttpOnly: true,
+	c.SetCookie(&http.Cookie{Name: g.cookie, Value: tok, Path: g.opts.BasePath, HttpOnly: true,
 		Secure: g.opts.TLS, SameSite: http.SameSiteStrictMode})
 	c.Response().Header().Set("Cache-Control", "no-store")
 	c.Response().Header().Set("Referrer-Policy", "no-referrer")
-	return c.Redirect(http.StatusSeeOther, "/")
+	return c.Redirect(http.StatusSeeOther, g.opts.BasePath)
 }
 
 // authCheck answers 204 when the request carries a valid token (the cookie, or a bearer
@@ -314,14 +351,44 @@ func (g *Gateway) authCheck(c echo.Context) error {
 	if a := c.Request().Header.Get("Authorization"); a != "" && bearer(a) {
 		_, rest, _ := strings.Cut(a, " ")
 		tok = strings.TrimSpace(rest)
-	} else if ck, err := c.Request().Cookie(CookieName); err == nil {
+	} else if ck, err := c.Request().Cookie(g.cookie); err == nil {
 		tok = ck.Value
 	}
-	if _, ok := g.principal(tok); !ok {
+	p, ok := g.authenticate(tok)
+	if !ok {
 		refuse(c.Response(), http.StatusUnauthorized, "missing or invalid token")
 		return nil
 	}
+	if p.share != nil { // the share page learns whether it may type
+		mode := "read-only"
+		if p.share.write {
+			mode = "read-write"
+		}
+		h.Set(HeaderShare, mode)
+	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// authenticate finds the principal of tok: a configured token's, or a live share link's (a
+// principal confined to the link's session, read-only unless the link grants writing).
+func (g *Gateway) authenticate(tok string) (Principal, bool) {
+	if p, ok := g.principal(tok); ok {
+		return p, true
+	}
+	if s, ok := g.shares.lookup(tok); ok {
+		return Principal{Name: "share-" + s.id[:12], ReadOnly: !s.write, ViewOf: s.owner, share: s}, true
+	}
+	return Principal{}, false
+}
+
+// shareToken is the token a browser's upgrade carries as a subprotocol (muxterm.share.<token>).
+func shareToken(r *http.Request) string {
+	for _, sp := range websocket.Subprotocols(r) {
+		if t, ok := strings.CutPrefix(sp, proto.SubprotocolSharePrefix); ok {
+			return t
+		}
+	}
+	return ""
 }
 
 // principal finds the token's principal in constant time per token.
@@ -363,7 +430,7 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 		return Principal{}, http.StatusForbidden, "origin not allowed"
 	}
 	var tok string
-	ck, ckErr := r.Cookie(CookieName)
+	ck, ckErr := r.Cookie(g.cookie)
 	if h := r.Header.Get("Authorization"); h != "" && (ckErr != nil || bearer(h)) {
 		// A browser behind a proxy with its own (Basic) auth sends that header too: then the
 		// cookie counts.
@@ -379,7 +446,10 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 		}
 		tok = ck.Value
 	}
-	p, ok := g.principal(tok)
+	if tok == "" {
+		tok = shareToken(r) // a page opened from a share link
+	}
+	p, ok := g.authenticate(tok)
 	if rp, relay, why := g.relayPrincipal(r, tok); relay {
 		if why != "" {
 			return Principal{}, http.StatusBadRequest, why
@@ -468,8 +538,23 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	opts.Telemetry = g.tel
 	opts.MaxSockets = g.maxSockets()
 	opts.Closing = release
-	if p.Name != relayPrincipalName { // a relay's socket is served here, never relayed on
+	if p.Name != relayPrincipalName && p.share == nil { // a relay's socket is served here, never relayed on
 		opts.Remote, opts.Node = g.opts.Remote, g.opts.Node
+	}
+	if s := p.share; s != nil {
+		// The link's revocation or expiry ends the socket (mux.ErrRevoked: close 4003).
+		opts.Session = s.session
+		ctx, cancel := context.WithCancelCause(base)
+		defer cancel(nil)
+		if !g.shares.join(s, &cancel) {
+			_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(mux.CloseRevoked, mux.ErrRevoked.Error()), time.Now().Add(time.Second))
+			ws.Close()
+			return nil
+		}
+		defer g.shares.leave(s, &cancel)
+		base = ctx
+	} else if !p.ReadOnly {
+		opts.Shares = g.shares
 	}
 	// After a successful upgrade the handler returns nil: Echo must not write to a hijacked
 	// connection.
@@ -515,6 +600,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.draining.Store(true)
 	cancel, conns := g.cancelBase, g.conns
 	g.drainMu.Unlock()
+	g.shares.stop()
 	cancel(mux.ErrShutdown)
 	regErr := make(chan error, 1)
 	// Ends when every kill has ended, which may be after Shutdown returned (ctx ended first):

@@ -35,6 +35,20 @@ type Socket interface {
 // {reason: shutdown}` and close the socket with 1001.
 var ErrShutdown = errors.New("gateway shutting down")
 
+// ErrRevoked is the cancel cause of a socket whose share link was revoked or expired: Serve
+// closes it with 4003 and the reason (protocol.md §4, "Share links").
+var ErrRevoked = errors.New("share link revoked or expired")
+
+// CloseRevoked is the close code of a socket whose share link ended.
+const CloseRevoked = 4003
+
+// Shares serves the share.* methods for a read-write principal (the gateway's share links).
+type Shares interface {
+	Create(owner string, p proto.ShareCreateParams) (proto.ShareInfo, *proto.Error)
+	List(owner, session string) (proto.ShareListResult, *proto.Error)
+	Revoke(owner, share string) (proto.ShareRevokeResult, *proto.Error)
+}
+
 // ErrRestart is the cancel cause of an upgrade in place: Serve sends the `gateway.restart`
 // notification and closes the socket with 1012; the channels' sessions stay, held for resume
 // (restart.go).
@@ -69,6 +83,12 @@ type ServerOptions struct {
 	ReadOnly bool
 	// Admin principals may list and read every principal's recordings.
 	Admin bool
+	// Session, when set, confines the socket to that one session (a share link's): session.list
+	// shows only it, attaching or capturing another is unknown_session, and session.open,
+	// session.kill, session.lease and share.* are refused (forbidden).
+	Session string
+	// Shares serves share.create, share.list and share.revoke; nil: they are refused.
+	Shares Shares
 	// AllowCmd decides whether session.open may run argv (non-empty). Nil: only the shell.
 	AllowCmd func(argv []string) bool
 	// Window is the per-channel credit in bytes. Default: 256 KiB.

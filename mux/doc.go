@@ -10,7 +10,9 @@
 // initialize and dispatches (read.go); the handler of each method, the slow-request pool, session
 // errors to wire errors and request spans (handlers.go); the one goroutine that writes it
 // (write.go). Sessions of other nodes are reached through Remote and Relay (remote.go); an
-// upgrade in place ends a socket with restart.go's notification. The wire format itself (frames,
+// upgrade in place ends a socket with restart.go's notification. recording.go serves
+// recording.list and recording.read (the owner's recordings, every one for an admin, none for a
+// read-only principal or a share link's socket); share links' methods go to ServerOptions.Shares. The wire format itself (frames,
 // JSON-RPC envelope, errors, params and results) lives in package proto, which the Go client
 // (package client) shares.
 //

@@ -45,7 +45,58 @@ func (c *conn) replyRemote(id json.RawMessage, sid string, res any, err error) {
 	c.reply(id, res)
 }
 
+// confined refuses what a socket confined to one session (a share link's) may not do.
+func (c *conn) confined(id json.RawMessage, what string) bool {
+	if c.opts.Session == "" {
+		return false
+	}
+	c.replyErr(id, proto.ErrForbidden("a share link's socket cannot "+what))
+	return true
+}
+
+// handleShare serves share.create, share.list and share.revoke for a read-write principal.
+func (c *conn) handleShare(req *proto.Request) {
+	if c.confined(req.ID, "manage share links") {
+		return
+	}
+	if c.opts.ReadOnly || c.opts.Shares == nil {
+		c.replyErr(req.ID, proto.ErrForbidden("share links are made by the session's read-write owner"))
+		return
+	}
+	sh := c.opts.Shares
+	switch req.Method {
+	case proto.MethodShareCreate:
+		serveDecoded(c, req, proto.DecodeShareCreate, func(p proto.ShareCreateParams) (any, *proto.Error) {
+			return sh.Create(c.opts.Principal, p)
+		})
+	case proto.MethodShareList:
+		serveDecoded(c, req, proto.DecodeShareList, func(p proto.ShareListParams) (any, *proto.Error) {
+			return sh.List(c.opts.Principal, p.Session)
+		})
+	case proto.MethodShareRevoke:
+		serveDecoded(c, req, proto.DecodeShareRevoke, func(p proto.ShareRevokeParams) (any, *proto.Error) {
+			return sh.Revoke(c.opts.Principal, p.Share)
+		})
+	}
+}
+
+// serveDecoded decodes req's params and replies with call's result or error.
+func serveDecoded[P any](c *conn, req *proto.Request, decode func(json.RawMessage) (P, *proto.Error), call func(P) (any, *proto.Error)) {
+	p, e := decode(req.Params)
+	if e == nil {
+		var res any
+		if res, e = call(p); e == nil {
+			c.reply(req.ID, res)
+			return
+		}
+	}
+	c.replyErr(req.ID, e)
+}
+
 func (c *conn) handleOpen(req *proto.Request) {
+	if c.confined(req.ID, "open sessions") {
+		return
+	}
 	p, e := proto.DecodeOpen(req.Params, c.opts.limits())
 	if e != nil {
 		c.replyErr(req.ID, e)
@@ -118,6 +169,10 @@ func (c *conn) handleAttach(req *proto.Request) {
 	p, e := proto.DecodeAttach(req.Params, c.opts.limits())
 	if e != nil {
 		c.replyErr(req.ID, e)
+		return
+	}
+	if c.opts.Session != "" && p.Session != c.opts.Session {
+		c.replyErr(req.ID, proto.ErrUnknownSession(p.Session))
 		return
 	}
 	ch := c.reserve(req.ID, p.Channel)
@@ -271,6 +326,9 @@ func (c *conn) handleKill(req *proto.Request) {
 		c.replyErr(req.ID, e)
 		return
 	}
+	if c.confined(req.ID, "kill") {
+		return
+	}
 	if c.opts.ReadOnly {
 		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot kill"))
 		return
@@ -301,13 +359,16 @@ func (c *conn) handleList(req *proto.Request) {
 	infos := c.reg.List(c.opts.Principal)
 	out := proto.ListResult{Sessions: make([]proto.SessionInfo, 0, len(infos))}
 	for _, in := range infos {
+		if c.opts.Session != "" && in.ID != c.opts.Session {
+			continue
+		}
 		si := sessionInfo(in)
 		if c.opts.Remote != nil {
 			si.Node = c.opts.Node
 		}
 		out.Sessions = append(out.Sessions, si)
 	}
-	if c.opts.Remote != nil {
+	if c.opts.Remote != nil && c.opts.Session == "" {
 		out.Sessions = append(out.Sessions, c.opts.Remote.List(c.opts.Principal)...)
 	}
 	c.reply(req.ID, out)
@@ -317,6 +378,9 @@ func (c *conn) handleLease(req *proto.Request) {
 	p, e := proto.DecodeLease(req.Params)
 	if e != nil {
 		c.replyErr(req.ID, e)
+		return
+	}
+	if c.confined(req.ID, "lease") {
 		return
 	}
 	if c.opts.ReadOnly {
@@ -344,6 +408,10 @@ func (c *conn) handleCapture(req *proto.Request) {
 	p, e := proto.DecodeCapture(req.Params)
 	if e != nil {
 		c.replyErr(req.ID, e)
+		return
+	}
+	if c.opts.Session != "" && p.Session != c.opts.Session {
+		c.replyErr(req.ID, proto.ErrUnknownSession(p.Session))
 		return
 	}
 	c.slow(req.ID, func() {

@@ -177,6 +177,8 @@ func (c *conn) handleText(b []byte) {
 		c.handleRecordingList(req)
 	case proto.MethodRecordingRead:
 		c.handleRecordingRead(req)
+	case proto.MethodShareCreate, proto.MethodShareList, proto.MethodShareRevoke:
+		c.handleShare(req)
 	default:
 		c.replyErr(req.ID, proto.ErrMethodNotFound(req.Method))
 	}

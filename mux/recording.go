@@ -10,7 +10,8 @@ import (
 
 // recording.list and recording.read: the recordings of the gateway's --record directory that
 // the socket's principal owns (every one for an admin). A read-only principal reads none: a
-// recording may hold input, which it never sees live.
+// recording may hold input, which it never sees live; nor does a share link's socket, which sees
+// one session live and nothing of the principal's past.
 
 func (c *conn) handleRecordingList(req *proto.Request) {
 	p, e := proto.DecodeRecordingList(req.Params)
@@ -18,8 +19,8 @@ func (c *conn) handleRecordingList(req *proto.Request) {
 		c.replyErr(req.ID, e)
 		return
 	}
-	if c.opts.ReadOnly {
-		c.replyErr(req.ID, proto.ErrForbidden("read-only principals cannot list recordings"))
+	if c.opts.ReadOnly || c.opts.Session != "" {
+		c.replyErr(req.ID, proto.ErrForbidden("read-only principals and share links cannot list recordings"))
 		return
 	}
 	c.slow(req.ID, func() { // reads a header per recording: off the read loop
@@ -44,8 +45,8 @@ func (c *conn) handleRecordingRead(req *proto.Request) {
 		c.replyErr(req.ID, e)
 		return
 	}
-	if c.opts.ReadOnly {
-		c.replyErr(req.ID, proto.ErrForbidden("read-only principals cannot read recordings"))
+	if c.opts.ReadOnly || c.opts.Session != "" {
+		c.replyErr(req.ID, proto.ErrForbidden("read-only principals and share links cannot read recordings"))
 		return
 	}
 	c.slow(req.ID, func() {

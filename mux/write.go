@@ -123,6 +123,10 @@ func (c *conn) writeLoop() {
 				return
 			}
 		case <-c.ctx.Done():
+			if errors.Is(context.Cause(c.ctx), ErrRevoked) {
+				c.closeWith(CloseRevoked, ErrRevoked.Error())
+				return
+			}
 			if cause := context.Cause(c.ctx); errors.Is(cause, ErrShutdown) || errors.Is(cause, ErrRestart) {
 				if errors.Is(cause, ErrRestart) {
 					c.restartFlush()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/internal/buildinfo"
+	"github.com/muxterm/muxterm/gateway"
 	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/session"
 )
@@ -30,6 +31,7 @@ type config struct {
 	resumeHold   time.Duration
 	echoHold     time.Duration
 	allowOrigin  listFlag
+	basePath     string
 	allowHost    listFlag
 	allowCmd     listFlag
 	maxSessions  int
@@ -120,6 +122,11 @@ func (c *config) check() error {
 	if c.idleGrace <= 0 || c.reapInterval <= 0 || c.killGrace <= 0 {
 		return errors.New("--idle-grace, --reap-interval and --kill-grace must be positive")
 	}
+	bp, err := gateway.NormBasePath(c.basePath)
+	if err != nil {
+		return fmt.Errorf("--base-path: %w", err)
+	}
+	c.basePath = bp
 	if c.screenLines < 0 || c.screenLines > 100000 {
 		return errors.New("--screen-scrollback must be between 0 and 100000 lines")
 	}
@@ -170,6 +177,7 @@ func (c *config) flagSet() *flag.FlagSet {
 	fs.DurationVar(&c.killGrace, "kill-grace", 250*time.Millisecond, "kill escalation step: HUP, wait, TERM, wait, KILL")
 	fs.DurationVar(&c.resumeHold, "resume-hold", 10*time.Second, "after a socket drops, hold each read-write session's output this long at the offset its client acknowledged, for a byte-exact reattach (0: off)")
 	fs.DurationVar(&c.echoHold, "echo-hold", session.DefaultEchoHold, "after a keystroke, hold the output of its principal's other sessions until its echo is read, at most this long (0: off)")
+	fs.StringVar(&c.basePath, "base-path", "/", "serve the UI, /auth, /ws and every other route under this URL `path` (behind a reverse proxy at a sub-path: /term/)")
 	fs.Var(&c.allowOrigin, "allow-origin", "extra `origin` allowed to open sockets (repeatable)")
 	fs.Var(&c.allowHost, "allow-host", "extra `host` accepted in the Host header (repeatable)")
 	fs.Var(&c.allowCmd, "allow-cmd", "`command` session.open may run besides the shell, or * for any (repeatable)")
@@ -221,7 +229,7 @@ var flagGroups = []struct {
 	names []string
 }{
 	{"Common", []string{"listen", "token", "new-token", "tokens", "shell", "tls-cert", "tls-key",
-		"insecure-listen", "allow-cmd", "allow-origin", "allow-host", "version"}},
+		"insecure-listen", "base-path", "allow-cmd", "allow-origin", "allow-host", "version"}},
 	{"Sessions", []string{"scrollback", "screen", "screen-scrollback", "window", "window-size",
 		"idle-grace", "reap-interval", "kill-grace", "resume-hold", "echo-hold", "env-deny", "cgroup-root"}},
 	{"Limits", []string{"max-sessions", "max-channels", "max-sockets", "max-input-rate", "max-input-burst",

@@ -269,7 +269,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	inputRate, openRate := c.sec.rateLimiters()
 	gw, err := gateway.New(gateway.Options{
 		Registry: reg, Tokens: tokens, TLS: useTLS, MaxSockets: c.sec.maxSockets,
-		AllowOrigins: c.allowOrigin, AllowHosts: c.allowHost, ListenAddr: addr,
+		AllowOrigins: c.allowOrigin, AllowHosts: c.allowHost, ListenAddr: addr, BasePath: c.basePath,
 		AllowCmd: c.allowCmd, Frontend: dist, Logger: log, Version: version,
 		Telemetry: tel, Metrics: metricsOnMain,
 		ClusterToken: clusterToken, Remote: remote, Node: nodeName,
@@ -331,6 +331,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		base = "https://" + addr
 	}
 	fmt.Fprintf(stdout, "muxterm: listening on %s\n", base)
+	base += strings.TrimSuffix(c.basePath, "/")
 	if generated {
 		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=%s\n", base, c.token)
 		if keptAt != "" {

@@ -96,6 +96,8 @@ func (a *app) run(args []string) int {
 		err = a.cmdRecordings(rest)
 	case "play":
 		err = a.cmdPlay(rest)
+	case "share":
+		err = a.cmdShare(rest)
 	default:
 		return a.fail(usageError{fmt.Sprintf("unknown command %q (muxterm help lists them)", cmd)})
 	}
@@ -257,6 +259,12 @@ Commands:
                               text; arrows follow the program's mode (ESC O A under vim)
       -l                      every argument is text, none a key name
   kill ID|NAME...             kill sessions (HUP, then TERM, then KILL) and remove them
+  share ID|NAME [flags]       print a link that shows this one session in a browser, read-only
+                              unless --write; anyone holding it sees the session until it ends
+      --ttl D                 how long the link works (default 1h, at most 168h)
+      --write                 the link's page may type and resize
+  share ls ID|NAME            list a session's live links (id, mode, open pages, expiry)
+  share revoke SHARE...       end links; the pages open with them close
   exec [flags] -- CMD...      run CMD in a new session, stream its output to stdout, exit with its
                               exit code, and remove the session; Ctrl-C or SIGTERM kills it
                               and ends exec within a second, answered or not

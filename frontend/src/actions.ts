@@ -9,6 +9,7 @@ import { el } from './dom';
 
 /** Refuses what cannot work: a tab without a connection, or without a valid token. */
 export function checkUsable(app: App): void {
+  if (app.url.share && app.tabs.length > 0) throw new Error('a share link shows one session only');
   if (app.signedOut) throw new Error('not signed in: open the URL the gateway printed, or paste its token');
   if (app.client.state !== 'connected') throw new Error(`not connected (${app.client.state}): try again once connected`);
 }

@@ -8,6 +8,8 @@ import { checkAuth, scheduleAuthCheck, signIn, signOut, wireSignin } from './sig
 import { installTestHook } from './testhook';
 import { FIT_DEBOUNCE_MS, readUrl, webSocketUrl, type UrlOptions } from './config';
 import { lookupDom, type Dom } from './dom';
+import { wireKeybar } from './keybar';
+import { applySettings, loadSettings, wireSettings, type Settings } from './settings';
 
 type Timer = ReturnType<typeof setTimeout> | undefined;
 
@@ -16,6 +18,10 @@ export interface App {
   client: MuxClient;
   dom: Dom;
   url: UrlOptions;
+  /** Font size, theme and renderer, kept in localStorage (settings.ts). */
+  settings: Settings;
+  /** The key bar's sticky modifiers, armed for the next key (keybar.ts). */
+  modifiers: { ctrl: boolean; alt: boolean };
   /** The tabs in their displayed order; active indexes it (-1: none). */
   tabs: Tab[];
   active: number;
@@ -25,6 +31,8 @@ export interface App {
   restoring: boolean;
   /** The client was stopped because the gateway refuses the page's token. */
   signedOut: boolean;
+  /** Opened from a share link (url.share) that grants writing: the page may type and resize. */
+  shareWrite: boolean;
   /** The last shortcut the page acted on (for the browser tests). */
   lastShortcut: Action | null;
   /** Resolves the open close-confirmation, if any. */
@@ -37,15 +45,26 @@ export interface App {
 
 /** Builds the page's state: reads the address, looks the elements up, makes the (idle) client. */
 export function createApp(): App {
+  const url = readUrl();
+  const share = url.share;
   return {
-    client: new MuxClient(webSocketUrl(location), { client: { name: 'muxterm-web', version: '0.1.0' } }),
+    client: new MuxClient(webSocketUrl(location), {
+      client: { name: 'muxterm-web', version: '0.1.0' },
+      // A share link's token, as a second subprotocol (a page cannot set headers on a socket).
+      ...(share
+        ? { webSocketFactory: (u: string, protocols: string | string[]) => new WebSocket(u, [...(Array.isArray(protocols) ? protocols : [protocols]), `muxterm.share.${share}`]) }
+        : {}),
+    }),
     dom: lookupDom(),
-    url: readUrl(),
+    url,
+    settings: loadSettings(),
+    modifiers: { ctrl: false, alt: false },
     tabs: [],
     active: -1,
     webglBroken: false,
     restoring: false,
     signedOut: false,
+    shareWrite: false,
     lastShortcut: null,
     confirmResolve: null,
     authTimer: undefined,
@@ -80,6 +99,9 @@ export function start(): App {
   wireDetached(app);
   wireShortcuts(app);
   wireSignin(app);
+  wireSettings(app);
+  wireKeybar(app);
+  applySettings(app);
   installTestHook(app);
 
   new ResizeObserver(() => {
@@ -96,7 +118,7 @@ export function start(): App {
     else if (s === 'connecting' || s === 'reconnecting') scheduleAuthCheck(app, 0);
   });
   app.client.on('error', (e) => console.warn('muxterm:', e.kind, e.message, e.data));
-  window.addEventListener('online', () => app.client.reconnectNow());
+  wireComeback(app);
 
   showState(app, 'connecting');
   updateEmpty(app);
@@ -104,15 +126,61 @@ export function start(): App {
   return app;
 }
 
+/**
+ * A page that comes back checks its connection at once rather than trusting it: restored from
+ * the back-forward cache (the browser closed its socket while it was frozen), shown again or
+ * resumed after a freeze (a laptop that slept: its socket may be dead without a close), or back
+ * online. The client reconnects now if it waits to, or drops a socket that does not answer, and
+ * re-attaches every tab from its offset.
+ */
+function wireComeback(app: App): void {
+  const check = (): void => {
+    if (!app.signedOut) app.client.checkConnection();
+  };
+  window.addEventListener('pageshow', (ev) => {
+    if (ev.persisted) check();
+  });
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'visible') check();
+  });
+  document.addEventListener('resume', check);
+  window.addEventListener('online', check);
+}
+
+/** Whether the page may change sessions: not one opened from a read-only share link. */
+export function writable(app: App): boolean {
+  return !app.url.share || app.shareWrite;
+}
+
+/**
+ * A page opened from a share link shows that link's one session: no new tabs, no detached
+ * sessions, no close or detach; read-only, it neither types nor resizes.
+ */
+async function restoreShare(app: App): Promise<void> {
+  document.body.dataset['share'] = 'read-only';
+  if ((await checkAuth(app)) === 'refused') {
+    signOut(app, 'rejected');
+    return;
+  }
+  const mode = app.shareWrite ? 'read-write' : 'read-only';
+  document.body.dataset['share'] = mode;
+  app.dom.shareBadge.textContent = `shared · ${mode}`;
+  await app.client.connect();
+  const [s] = await app.client.list();
+  if (!s) throw new Error('the shared session has ended');
+  await reattach(app, s.session, true, s.cmd);
+}
+
 /** Signs in if the address says so, connects, and attaches this user's sessions. */
 async function restore(app: App): Promise<void> {
   try {
+    if (app.url.share) return await restoreShare(app);
     if (app.url.refused || (app.url.token !== null && (await signIn(app.url.token)) === 'refused')) {
       signOut(app, 'wrong');
       return;
     }
     // Without a valid token the socket would fail in silence, for ever: ask first.
-    if ((await checkAuth()) === 'refused') {
+    if ((await checkAuth(app)) === 'refused') {
       signOut(app, 'none');
       return;
     }

@@ -26,6 +26,9 @@ export interface Dom {
   signinToken: HTMLInputElement;
   signinError: HTMLElement;
   helpEl: HTMLElement;
+  settingsEl: HTMLElement;
+  keybarEl: HTMLElement;
+  shareBadge: HTMLElement;
   confirmEl: HTMLElement;
   confirmText: HTMLElement;
 }
@@ -51,6 +54,9 @@ export function lookupDom(): Dom {
     signinToken: el('signin-token'),
     signinError: el('signin-error'),
     helpEl: el('help'),
+    settingsEl: el('settings'),
+    keybarEl: el('keybar'),
+    shareBadge: el('share-badge'),
     confirmEl: el('confirm'),
     confirmText: el('confirm-text'),
   };

@@ -6,6 +6,9 @@
 //   detached.ts  the detached-sessions panel
 //   shortcuts.ts the keyboard shortcuts, search and help
 //   signin.ts    the sign-in panel and the token checks
+//   settings.ts  font size, theme, renderer and the clipboard's, kept in localStorage
+//   clipboard.ts OSC 52, copy on select
+//   keybar.ts    the key bar of touch devices, touch scrolling
 //   testhook.ts  window.muxterm, through which the browser tests drive the page
 import { start } from './app';
 

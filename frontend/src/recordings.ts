@@ -5,7 +5,7 @@
 // that breaks it, before anything plays.
 import { CastError, MuxClient, parseCast, type Cast, type RecordingInfo } from '@muxterm/client';
 import { Terminal } from '@xterm/xterm';
-import { theme, webSocketUrl } from './config';
+import { themes, webSocketUrl } from './config';
 
 /** A pause longer than this plays as this long (asciinema's idle_time_limit). */
 const IDLE_LIMIT_MS = 5000;
@@ -48,7 +48,7 @@ export class Player {
   onUpdate: () => void = () => {};
 
   constructor(host: HTMLElement) {
-    this.term = new Terminal({ theme, scrollback: 1000, convertEol: false, disableStdin: true, cursorBlink: false });
+    this.term = new Terminal({ theme: themes.dark, scrollback: 1000, convertEol: false, disableStdin: true, cursorBlink: false });
     this.term.open(host);
   }
 

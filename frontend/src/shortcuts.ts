@@ -3,6 +3,8 @@ import { showError, type App } from './app';
 import { askClose, detachTab, newTab } from './actions';
 import { activate, type Tab } from './tab';
 import { el } from './dom';
+import { toggleSettings } from './settings';
+import { writeClipboard } from './clipboard';
 
 export function toggleHelp(app: App, show = app.dom.helpEl.hidden): void {
   app.dom.helpEl.hidden = !show;
@@ -74,20 +76,7 @@ export function cycle(app: App, step: number): void {
 
 export async function copySelection(tab: Tab): Promise<void> {
   const text = tab.term.getSelection();
-  if (!text) return;
-  try {
-    await navigator.clipboard.writeText(text);
-  } catch {
-    const ta = document.createElement('textarea');
-    ta.value = text;
-    ta.style.position = 'fixed';
-    ta.style.opacity = '0';
-    document.body.append(ta);
-    ta.select();
-    document.execCommand('copy');
-    ta.remove();
-    tab.term.focus();
-  }
+  if (text) await writeClipboard(text, tab);
 }
 
 /** The toolbar's buttons, the help panel, the search box and the page's keys. */
@@ -116,9 +105,17 @@ export function wireShortcuts(app: App): void {
     'keydown',
     (ev) => {
       if (ev.type !== 'keydown') return;
+      if (ev.key === 'Escape' && (!app.dom.helpEl.hidden || !app.dom.settingsEl.hidden)) {
+        ev.preventDefault();
+        ev.stopPropagation();
+        toggleHelp(app, false);
+        toggleSettings(app, false);
+        return;
+      }
       const action = shortcutFor(ev);
       if (!action) return;
       if (app.signedOut || !app.dom.confirmEl.hidden) return;
+      if (app.url.share && (action === 'new' || action === 'close' || action === 'detach')) return; // one session, not the viewer's to end
       // Capture phase: xterm.js never sees the key, so it sends nothing to the PTY.
       ev.stopPropagation();
       app.lastShortcut = action;

@@ -11,10 +11,13 @@ import { AUTH_CHECK_MS } from './config';
 
 export type AuthState = 'ok' | 'refused' | 'unreachable';
 
-export async function checkAuth(): Promise<AuthState> {
+/** Asks auth/check about the page's credential: the cookie, or the share link's token. */
+export async function checkAuth(app: App): Promise<AuthState> {
   try {
-    const r = await fetch('/auth/check', { cache: 'no-store', credentials: 'same-origin' });
+    const headers: Record<string, string> = app.url.share ? { Authorization: `Bearer ${app.url.share}` } : {};
+    const r = await fetch('auth/check', { cache: 'no-store', credentials: 'same-origin', headers });
     if (r.status === 401) return 'refused';
+    if (app.url.share && r.ok) app.shareWrite = r.headers.get('Muxterm-Share') === 'read-write';
     return r.ok ? 'ok' : 'unreachable';
   } catch {
     return 'unreachable';
@@ -25,17 +28,17 @@ export function scheduleAuthCheck(app: App, delay = AUTH_CHECK_MS): void {
   clearTimeout(app.authTimer);
   app.authTimer = setTimeout(() => {
     if (app.signedOut || app.client.state === 'connected' || app.client.state === 'closed') return;
-    void checkAuth().then((a) => {
+    void checkAuth(app).then((a) => {
       if (a === 'refused') signOut(app, app.client.state === 'reconnecting' ? 'rejected' : 'none');
       else if (app.client.state !== 'connected') scheduleAuthCheck(app);
     });
   }, delay);
 }
 
-/** `GET /auth?token=…`: checks the token and sets the cookie (then redirects to /). */
+/** `GET auth?token=…` (next to the page): checks the token and sets the cookie (then redirects to the page). */
 export async function signIn(tok: string): Promise<AuthState> {
   try {
-    const r = await fetch(`/auth?token=${encodeURIComponent(tok)}`, { cache: 'no-store', credentials: 'same-origin' });
+    const r = await fetch(`auth?token=${encodeURIComponent(tok)}`, { cache: 'no-store', credentials: 'same-origin' });
     if (r.status === 401) return 'refused';
     return r.ok ? 'ok' : 'unreachable';
   } catch {
@@ -52,6 +55,13 @@ export function signOut(app: App, why: 'none' | 'rejected' | 'wrong'): void {
   document.body.dataset['auth'] = 'refused';
   showState(app, 'closed');
   app.dom.connText.textContent = 'signed out';
+  if (app.url.share) {
+    // A share link cannot sign in: it ended, or never was.
+    app.dom.signinEl.classList.add('share');
+    app.dom.signinWhy.textContent = 'This share link no longer works: it expired, or its owner revoked it. Ask them for a new one.';
+    app.dom.signinEl.hidden = false;
+    return;
+  }
   app.dom.signinWhy.textContent =
     why === 'rejected'
       ? 'The gateway no longer accepts this page’s token: it was probably restarted with a new one (--token changed, or --new-token replaced the generated one). Your sessions ended with it.'
@@ -71,7 +81,7 @@ export function wireSignin(app: App): void {
     app.dom.signinError.hidden = true;
     void signIn(tok).then((a) => {
       if (a === 'ok') {
-        location.replace('/'); // a fresh page with the cookie: it attaches the sessions
+        location.replace('./'); // a fresh page with the cookie: it attaches the sessions
         return;
       }
       app.dom.signinError.textContent = a === 'refused' ? 'The gateway does not accept this token.' : 'The gateway cannot be reached.';

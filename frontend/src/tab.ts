@@ -7,11 +7,14 @@ import { Unicode11Addon } from '@xterm/addon-unicode11';
 import { WebLinksAddon } from '@xterm/addon-web-links';
 import { WebglAddon } from '@xterm/addon-webgl';
 import { MuxError, ReplayGuard, type Channel, type ExitStatus } from '@muxterm/client';
-import { showError, type App } from './app';
+import { showError, writable, type App } from './app';
 import { askClose, detachTab, restartTab } from './actions';
 import { scheduleDetachedRefresh } from './detached';
 import { shortcutFor } from './shortcuts';
-import { LAYOUT_KEY, RESIZE_DEBOUNCE_MS, theme } from './config';
+import { LAYOUT_KEY, RESIZE_DEBOUNCE_MS } from './config';
+import { termTheme, webglWanted } from './settings';
+import { wireClipboard } from './clipboard';
+import { wireTouchScroll, withModifiers } from './keybar';
 
 export interface Tab {
   session: string;
@@ -43,12 +46,15 @@ export interface Tab {
   /** A restart (Enter after the exit) is in progress. */
   restarting: boolean;
   resizeTimer: ReturnType<typeof setTimeout> | undefined;
+  /** A session.resize of this tab is in flight. */
+  resizing: boolean;
   /** Input typed before the tab's session.open answered; sent in order once it has. */
   early: Array<string | Uint8Array>;
 }
 
 /** Sends input to the tab's channel, or keeps it until the channel exists. */
 export function sendInput(app: App, tab: Tab, data: string | Uint8Array): void {
+  if (!writable(app)) return; // a read-only share link's page never types
   if (tab.exited || tab.closed) {
     // The program is gone: Enter starts the same command again in this tab; the rest is dropped.
     if (data === '\r' && !tab.restarting && !tab.leaving) void restartTab(app, tab).catch((e: unknown) => showError(app, e));
@@ -62,8 +68,8 @@ export function clamp(n: number, lo: number, hi: number): number {
   return Math.max(lo, Math.min(hi, Math.floor(n)));
 }
 
-/** The size that fits the tab's pane (its own size, whatever the session's). */
-export function size(app: App, tab: Tab): { cols: number; rows: number } {
+/** The size that fits the tab's pane, measured with the renderer it has now. */
+function measure(app: App, tab: Tab): { cols: number; rows: number } {
   let d: { cols: number; rows: number } | undefined;
   try {
     d = tab.fit.proposeDimensions();
@@ -75,6 +81,17 @@ export function size(app: App, tab: Tab): { cols: number; rows: number } {
     cols: clamp(d.cols, 1, app.client.limits.maxCols),
     rows: clamp(d.rows, 1, app.client.limits.maxRows),
   };
+}
+
+/**
+ * The tab's own size: what the visible tab's pane fits. Every pane has the same box, but only
+ * the visible tab draws with WebGL, whose cells are narrower than the DOM renderer's (157
+ * against 149 columns in a 1280-pixel window): a hidden tab takes the visible tab's measure
+ * rather than its own, so the sessions it opens or attaches get the size they will be shown at.
+ */
+export function size(app: App, tab: Tab): { cols: number; rows: number } {
+  const visible = app.tabs[app.active];
+  return measure(app, visible && visible !== tab ? visible : tab);
 }
 
 export function notice(text: string): string {
@@ -126,14 +143,15 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
     allowProposedApi: true, // term.unicode (unicode11)
     cursorBlink: true,
     fontFamily: 'ui-monospace, "DejaVu Sans Mono", "Cascadia Mono", Menlo, Consolas, monospace',
-    fontSize: 14,
+    fontSize: app.settings.fontSize,
     // The DOM renderer sizes each row to the font's ascent + descent rounded down to whole
     // device pixels and lets the next row cover what hangs below; an underscore sits at the
     // very bottom of the descent (DejaVu Sans Mono: exactly on it) and vanished. A little
     // leading keeps every glyph row inside its cell; WebGL draws the same either way.
     lineHeight: 1.1,
     scrollback: 10000,
-    theme,
+    theme: termTheme(app),
+    disableStdin: !writable(app),
   });
   const fit = new FitAddon();
   const search = new SearchAddon();
@@ -165,6 +183,7 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
     leaving: false,
     restarting: false,
     resizeTimer: undefined,
+    resizing: false,
     early: [],
   };
 
@@ -175,10 +194,12 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
   pane.classList.remove('measuring');
 
   term.attachCustomKeyEventHandler((ev) => shortcutFor(ev) === null);
+  wireClipboard(app, tab);
+  wireTouchScroll(tab);
   // A replay never produces input: while replayed bytes are being parsed, xterm.js's automatic
   // answers to the queries in them (DA1, OSC 10/11, DECRQM, …) are dropped; keys still go.
   term.onData((data) => {
-    if (tab.guard.allows(data)) sendInput(app, tab, data);
+    if (tab.guard.allows(data)) sendInput(app, tab, withModifiers(app, data));
   });
   term.onBinary((data) => {
     if (!tab.guard.allows(data)) return;
@@ -342,7 +363,8 @@ export function bindChannel(app: App, tab: Tab, ch: Channel): void {
 
 /**
  * Draws the tab at the session's size (the gateway's, which another viewer may have set) rather
- * than at its own, and says so where the two differ.
+ * than at its own, and says so where the two differ once the gateway has this page's size: a
+ * size the gateway applied after it had ours is another viewer's.
  */
 export function layout(app: App, tab: Tab): void {
   const own = size(app, tab);
@@ -354,44 +376,55 @@ export function layout(app: App, tab: Tab): void {
       /* disposed */
     }
   }
-  const differs = tab.sessionSize !== null && (want.cols !== own.cols || want.rows !== own.rows);
+  const told = tab.sentSize !== null && tab.sentSize.cols === own.cols && tab.sentSize.rows === own.rows && tab.resizeTimer === undefined && !tab.resizing;
+  const differs = told && tab.sessionSize !== null && (want.cols !== own.cols || want.rows !== own.rows);
   tab.noteEl.hidden = !differs;
   tab.pane.classList.toggle('foreign-size', differs);
   if (differs) {
     tab.noteEl.textContent = `${want.cols}×${want.rows} (another viewer)`;
     tab.noteEl.title =
       `The session is ${want.cols}×${want.rows}, set by another viewer of it; this window fits ` +
-      `${own.cols}×${own.rows}. Typing or resizing here may make it yours (the gateway's --window-size policy).`;
+      `${own.cols}×${own.rows}.` +
+      (writable(app) ? ` Typing or resizing here may make it yours (the gateway's --window-size policy).` : ` A read-only page never sizes it.`);
   }
 }
 
-/** Sends our fitted size to the gateway when it changed since we last sent it. */
+/**
+ * Sends our fitted size to the gateway when it changed since we last sent it. Only the visible
+ * tab does: a hidden tab never resizes its session (it sends its size once shown).
+ */
 export function scheduleResize(app: App, tab: Tab, delay = RESIZE_DEBOUNCE_MS): void {
   clearTimeout(tab.resizeTimer);
   tab.resizeTimer = setTimeout(() => {
     tab.resizeTimer = undefined;
     const ch = tab.channel;
-    if (!ch || tab.closed || tab.leaving) return;
+    if (!ch || tab.closed || tab.leaving || app.tabs[app.active] !== tab || !writable(app)) return layout(app, tab);
     if (ch.state !== 'bound' && ch.state !== 'unbound' && ch.state !== 'binding') return;
     const own = size(app, tab);
-    if (tab.sentSize && tab.sentSize.cols === own.cols && tab.sentSize.rows === own.rows) return;
+    if (tab.sentSize && tab.sentSize.cols === own.cols && tab.sentSize.rows === own.rows) return layout(app, tab);
     tab.sentSize = own;
-    ch.resize(own.cols, own.rows).catch((e: unknown) => {
-      if (!(e instanceof MuxError && ['unknown_channel', 'disconnected', 'session_closed'].includes(e.kind))) showError(app, e);
-    });
+    tab.resizing = true;
+    ch.resize(own.cols, own.rows)
+      .catch((e: unknown) => {
+        if (!(e instanceof MuxError && ['unknown_channel', 'disconnected', 'session_closed'].includes(e.kind))) showError(app, e);
+      })
+      .finally(() => {
+        tab.resizing = false;
+        layout(app, tab);
+      });
   }, delay);
 }
 
-/** Lays the (visible) tab out again after its pane changed size, and tells the gateway. */
+/** Lays the tab out again after its pane changed size, and tells the gateway if it is visible. */
 export function safeFit(app: App, tab: Tab): void {
   layout(app, tab);
-  if (tab.channel) scheduleResize(app, tab);
+  if (tab.channel && app.tabs[app.active] === tab) scheduleResize(app, tab);
 }
 
 // --- renderer: WebGL only for the visible tab (browsers cap live WebGL contexts)
 
 export function enableWebgl(app: App, tab: Tab): void {
-  if (!app.url.webglWanted || app.webglBroken || tab.webgl) return;
+  if (!webglWanted(app) || app.webglBroken || tab.webgl) return;
   try {
     const addon = new WebglAddon();
     addon.onContextLoss(() => {
@@ -426,8 +459,8 @@ export function activate(app: App, i: number): void {
   }
   app.active = i;
   next.pane.classList.add('active');
+  enableWebgl(app, next); // first: the fit measures with the renderer the tab is drawn with
   safeFit(app, next);
-  enableWebgl(app, next);
   renderTabs(app);
   next.tabEl.scrollIntoView({ block: 'nearest', inline: 'nearest' });
   next.term.focus();

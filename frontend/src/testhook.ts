@@ -28,6 +28,8 @@ export interface MuxtermTestHook {
   moveTab(from: number, to: number): void;
   /** The viewport rectangle of column `col` in the first visible row whose text is `text`. */
   cellRect(text: string, col: number): { x: number; y: number; w: number; h: number } | null;
+  /** Tab i's (default: active) scroll position: the first row shown, and the bottom's. */
+  scroll(i?: number): { viewportY: number; baseY: number } | null;
 }
 
 declare global {
@@ -96,6 +98,10 @@ export function installTestHook(app: App): void {
     replaying: () => app.tabs[app.active]?.guard.replaying ?? false,
     input: (data: string) => app.tabs[app.active]?.term.input(data, true),
     moveTab: (from: number, to: number) => moveTab(app, from, to),
+    scroll: (i?: number) => {
+      const t = app.tabs[i ?? app.active];
+      return t ? { viewportY: t.term.buffer.active.viewportY, baseY: t.term.buffer.active.baseY } : null;
+    },
     cellRect: (text: string, col: number) => {
       const t = app.tabs[app.active];
       if (!t) return null;

@@ -200,6 +200,38 @@ export class MuxClient {
   }
 
   /**
+   * Makes sure the connection still works, for a page that comes back (restored from the
+   * back-forward cache, shown again, back online, a laptop that woke): a client waiting to
+   * reconnect reconnects now; a connected one asks `session.list` and, when no answer comes
+   * within `timeoutMs` (a socket the network silently lost answers nothing, and the browser
+   * would not notice for minutes), abandons the socket and reconnects, re-attaching every
+   * channel from its offset.
+   */
+  checkConnection(timeoutMs = 3000): void {
+    if (this._state === 'closed' || this._state === 'idle') return;
+    if (this._state !== 'connected' || !this.ready) {
+      this.reconnectNow();
+      return;
+    }
+    const gen = this.socketGen;
+    if (this.ws?.readyState !== WS_OPEN) {
+      this.abandonSocket('socket not open');
+      return;
+    }
+    let answered = false;
+    const timer = setTimeout(() => {
+      if (!answered && gen === this.socketGen) this.abandonSocket('no answer to a liveness check');
+    }, timeoutMs);
+    this.request('session.list', {}).then(
+      () => {
+        answered = true;
+        clearTimeout(timer);
+      },
+      () => clearTimeout(timer), // the socket was lost: the reconnect is under way
+    );
+  }
+
+  /**
    * Closes the socket for good: no reconnect; pending requests reject with `client_closed`.
    * When connected, bound channels are detached first, so their sessions do not wait out the
    * gateway's resume hold for a client that is not coming back. A channel still binding, or

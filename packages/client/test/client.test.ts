@@ -497,6 +497,24 @@ describe('leaving', () => {
 });
 
 describe('reconnect', () => {
+  it('checkConnection: a socket that answers nothing is abandoned and the channels re-attach; one that answers stays', async () => {
+    const h = await opened();
+    const first = h.sock();
+    h.client.checkConnection(20);
+    await tick();
+    first.respond('session.list', { sessions: [] });
+    await new Promise((r) => setTimeout(r, 40));
+    assert.equal(h.sockets.length, 1, 'a socket that answered stays');
+    assert.equal(h.client.state, 'connected');
+
+    h.client.checkConnection(20); // the network lost the socket silently: no answer, no close
+    await until(() => h.client.state === 'reconnecting', 'the silent socket abandoned');
+    await until(() => h.sockets.length === 2, 'a new socket');
+    await h.handshake();
+    assert.deepEqual(h.sock().request('session.attach').params, { channel: 1, session: 'S', from: 0, cols: 80, rows: 24 });
+    h.client.close();
+  });
+
   it('re-initializes and re-attaches every channel from its offset; no stale acks', async () => {
     const h = await opened({ flow: { ackBytes: 1000 } });
     const { client, ch } = h;
