@@ -1,6 +1,7 @@
 # muxterm: every target prints a one-line ==> banner. `make run` and `make test` set everything
 # up on a fresh machine (Go modules, npm packages; `make test` also needs Chromium, which
-# `make deps-browser` installs from Debian's packages).
+# `make deps-browser` installs from Debian's packages, and Prometheus, which `make deps-tools`
+# installs the same way).
 
 GO        ?= go
 BIN       := bin/gateway
@@ -27,7 +28,7 @@ FRONTEND_SRC    := $(shell find frontend/src frontend/scripts -type f 2>/dev/nul
 CLIENT_STAMP    := $(CLIENT)/dist/index.js
 FRONTEND_STAMP  := frontend/dist/app.js
 
-.PHONY: all run build client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode bench bench-full bench-cluster lint deps deps-browser clean
+.PHONY: all run build client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode bench bench-full bench-cluster lint deps deps-browser deps-tools clean
 
 all: build
 
@@ -72,6 +73,10 @@ deps-browser:
 	@echo "==> chromium and tmux (Debian packages; tmux is the real terminal of the CLI's e2e tests)"
 	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux)
 
+deps-tools:
+	@echo "==> prometheus and promtool (Debian's prometheus package: the e2e suite runs the dashboard's queries and the alerts' tests in them)"
+	@(command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus)
+
 test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode
 
 test-unit: frontend deps
@@ -93,7 +98,7 @@ test-fuzz: frontend
 	@echo "--- ./internal/vt/ FuzzWrite, $(VT_FUZZTIME) (each input is checked by a round trip through a snapshot)"
 	$(GO) test -run '^$$' -fuzz '^FuzzWrite$$' -fuzztime $(VT_FUZZTIME) -fuzzminimizetime 200x ./internal/vt/
 
-test-e2e: build deps-browser
+test-e2e: build deps-browser deps-tools
 	@echo "==> e2e against the built binary"
 	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser' ./e2e/
 
