@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -236,7 +237,8 @@ func waitScraped(ctx context.Context, t *testing.T, p *prometheus, live int) {
 }
 
 // TestPrometheusDashboard: Debian's Prometheus scrapes a standalone gateway and a three-node
-// cluster while they run the workload above; then every query of every panel of
+// cluster while they run the workload above; the alerts of docs/alerts.yml it evaluates are
+// healthy and fire for what happened (checkAlertsLive); and every query of every panel of
 // docs/grafana-dashboard.json, evaluated by that Prometheus, returns series, each a number (not
 // NaN) carrying the labels its legend names.
 func TestPrometheusDashboard(t *testing.T) {
@@ -279,6 +281,7 @@ func TestPrometheusDashboard(t *testing.T) {
 			}
 		}
 	})
+	checkAlertsLive(ctx, t, p)
 	d := readDashboard(t)
 	for _, panel := range d.Panels {
 		if len(panel.Targets) == 0 {
@@ -319,4 +322,59 @@ func sessionList(ctx context.Context, t *testing.T, c *client.Client) []proto.Se
 		t.Fatalf("list: %v", err)
 	}
 	return l
+}
+
+// checkAlertsLive checks the rules of docs/alerts.yml as the Prometheus that scraped the
+// workload evaluates them: every one healthy (its query runs on the real series), the refused
+// upgrade firing, the lost node c pending or firing (it waits 1 m), and nothing else firing
+// (no kill was slow or left survivors, no reap failed, no descriptor ran short).
+func checkAlertsLive(ctx context.Context, t *testing.T, p *prometheus) {
+	t.Helper()
+	want := map[string][]string{
+		"MuxtermUpgradeRefused":       {"firing"},
+		"MuxtermNodeLost":             {"pending", "firing"},
+		"MuxtermKillSlow":             {"inactive"},
+		"MuxtermKillSurvivors":        {"inactive"},
+		"MuxtermReaperErrors":         {"inactive"},
+		"MuxtermDescriptorReserveHit": {"inactive"},
+	}
+	var rules map[string]promRule
+	testutil.WaitFor(t, 10*time.Second, "the alerts evaluated on the workload's series", func() bool {
+		var err error
+		if rules, err = p.rules(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for name, states := range want {
+			if !slices.Contains(states, rules[name].State) {
+				return false
+			}
+		}
+		return true
+	})
+	if len(rules) != len(want) {
+		t.Errorf("Prometheus evaluates %d alerts, the test knows %d: %v", len(rules), len(want), rules)
+	}
+	for name, r := range rules {
+		if r.Health != "ok" {
+			t.Errorf("alert %s: health %q: %s", name, r.Health, r.LastError)
+		}
+	}
+}
+
+// TestAlertRules: docs/alerts.yml passes `promtool check rules`, and its unit tests
+// (docs/alerts_test.yml: each alert fires when it should, not before, not on healthy series)
+// pass `promtool test rules`.
+func TestAlertRules(t *testing.T) {
+	promtool := tool(t, "promtool")
+	docs := filepath.Join(repoRoot(t), "docs")
+	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = docs
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+			continue
+		}
+		t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)
+	}
 }

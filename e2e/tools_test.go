@@ -136,7 +136,7 @@ func getJSON(ctx context.Context, u string, out any) error {
 }
 
 // prometheus is Debian's Prometheus, scraping targets every 250 ms into a data directory of
-// the test's own, with the exemplar store on.
+// the test's own, with the exemplar store on and the rules of docs/alerts.yml loaded.
 type prometheus struct {
 	*toolProc
 	base string // http://127.0.0.1:port
@@ -151,6 +151,7 @@ func startPrometheus(t *testing.T, targets ...promTarget) *prometheus {
 	dir := t.TempDir()
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "global:\n  scrape_interval: 250ms\n  scrape_timeout: 250ms\n  evaluation_interval: 250ms\n")
+	fmt.Fprintf(&cfg, "rule_files:\n  - %q\n", filepath.Join(repoRoot(t), "docs", "alerts.yml"))
 	fmt.Fprintf(&cfg, "scrape_configs:\n  - job_name: muxterm\n    static_configs:\n")
 	for _, tg := range targets {
 		fmt.Fprintf(&cfg, "      - targets: [%q]\n        labels: {node: %q}\n", tg.addr, tg.node)
@@ -207,4 +208,33 @@ func (p *prometheus) query(ctx context.Context, expr string) ([]promSample, erro
 		return nil, fmt.Errorf("query %s: %w", expr, err)
 	}
 	return v, nil
+}
+
+// promRule is one rule of /api/v1/rules.
+type promRule struct {
+	Name      string `json:"name"`
+	State     string `json:"state"` // inactive, pending, firing
+	Health    string `json:"health"`
+	LastError string `json:"lastError"`
+}
+
+// rules returns the alerting rules Prometheus evaluates, by name.
+func (p *prometheus) rules(ctx context.Context) (map[string]promRule, error) {
+	var r struct {
+		Data struct {
+			Groups []struct {
+				Rules []promRule `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	if err := getJSON(ctx, p.base+"/api/v1/rules?type=alert", &r); err != nil {
+		return nil, err
+	}
+	out := map[string]promRule{}
+	for _, g := range r.Data.Groups {
+		for _, rule := range g.Rules {
+			out[rule.Name] = rule
+		}
+	}
+	return out, nil
 }
