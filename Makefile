@@ -16,6 +16,7 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
+JAEGER    := bin/jaeger
 CLIENT    := packages/client
 VSCODE    := examples/vscode
 
@@ -73,7 +74,14 @@ deps-browser:
 	@echo "==> chromium and tmux (Debian packages; tmux is the real terminal of the CLI's e2e tests)"
 	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux)
 
-deps-tools:
+# Jaeger v1.75.0's all-in-one, from a tools module of its own (tools/jaeger/go.mod; the main
+# go.mod stays small): rebuilt only when that module changes. Its first build takes minutes
+# (about 12 on a shared 2-core machine; the Go build cache makes the next ones short).
+$(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
+	@echo "==> build $(JAEGER) (Jaeger v1.75.0 all-in-one, tools/jaeger)"
+	cd tools/jaeger && $(GO) build -o $(CURDIR)/$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+
+deps-tools: $(JAEGER)
 	@echo "==> prometheus and promtool (Debian's prometheus package: the e2e suite runs the dashboard's queries and the alerts' tests in them)"
 	@(command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus)
 
@@ -100,7 +108,7 @@ test-fuzz: frontend
 
 test-e2e: build deps-browser deps-tools
 	@echo "==> e2e against the built binary"
-	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser' ./e2e/
+	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) MUXTERM_JAEGER=$(CURDIR)/$(JAEGER) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser' ./e2e/
 
 test-browser: build deps-browser
 	@echo "==> browser tests in headless Chromium"

@@ -45,6 +45,7 @@ func tool(t *testing.T, name string) string {
 // toolProc is a tool's server process, stopped (SIGTERM, then SIGKILL) when the test ends.
 type toolProc struct {
 	name   string
+	stop   syscall.Signal // what ends it: SIGTERM, or SIGKILL for a tool with nothing to keep
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	out    bytes.Buffer
@@ -63,11 +64,11 @@ func (p *toolProc) logs() string {
 	return p.out.String()
 }
 
-// startTool runs bin with args and env, its output kept for failures, and stops it at the end.
-func startTool(t *testing.T, name, bin string, env []string, args ...string) *toolProc {
+// startTool runs bin with args, its output kept for failures, and ends it with stop when the
+// test ends.
+func startTool(t *testing.T, name, bin string, stop syscall.Signal, args ...string) *toolProc {
 	t.Helper()
-	p := &toolProc{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
+	p := &toolProc{name: name, stop: stop, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -78,13 +79,13 @@ func startTool(t *testing.T, name, bin string, env []string, args ...string) *to
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.cmd.Process.Signal(p.stop)
 		select {
 		case <-p.exited:
 		case <-time.After(10 * time.Second):
 			_ = p.cmd.Process.Kill()
 			<-p.exited
-			t.Errorf("%s did not exit within 10s of SIGTERM", name)
+			t.Errorf("%s did not exit within 10s of %v", name, p.stop)
 		}
 		if t.Failed() {
 			t.Logf("%s's output:\n%s", name, tail(p.logs()))
@@ -162,7 +163,7 @@ func startPrometheus(t *testing.T, targets ...promTarget) *prometheus {
 	}
 	port := freePort(t)
 	p := &prometheus{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	p.toolProc = startTool(t, "prometheus", bin, nil, "--config.file="+conf,
+	p.toolProc = startTool(t, "prometheus", bin, syscall.SIGTERM, "--config.file="+conf,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
 		"--enable-feature=exemplar-storage", "--log.level=warn")
 	p.waitHTTP(t, p.base+"/-/ready", 30*time.Second)
@@ -237,4 +238,169 @@ func (p *prometheus) rules(ctx context.Context) (map[string]promRule, error) {
 		}
 	}
 	return out, nil
+}
+
+// jaeger is the Jaeger all-in-one (bin/jaeger, v1.75.0: OTLP/HTTP in, memory storage, the
+// query API) on loopback ports of the test's own.
+type jaeger struct {
+	*toolProc
+	query string // http://127.0.0.1:port, the query API
+	otlp  string // http://127.0.0.1:port, for OTEL_EXPORTER_OTLP_ENDPOINT
+}
+
+func startJaeger(t *testing.T) *jaeger {
+	t.Helper()
+	bin := tool(t, "jaeger")
+	q, g, h, o := freePort(t), freePort(t), freePort(t), freePort(t)
+	cfg := fmt.Sprintf(`service:
+  extensions: [jaeger_storage, jaeger_query, healthcheckv2]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  jaeger_query:
+    storage:
+      traces: mem
+    http:
+      endpoint: 127.0.0.1:%d
+    grpc:
+      endpoint: 127.0.0.1:%d
+  jaeger_storage:
+    backends:
+      mem:
+        memory:
+          max_traces: 100000
+  healthcheckv2:
+    use_v2: true
+    http:
+      endpoint: 127.0.0.1:%d
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:%d
+processors:
+  batch:
+    timeout: 50ms
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: mem
+`, q, g, h, o)
+	conf := filepath.Join(t.TempDir(), "jaeger.yaml")
+	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := &jaeger{query: fmt.Sprintf("http://127.0.0.1:%d", q), otlp: fmt.Sprintf("http://127.0.0.1:%d", o)}
+	// Memory storage: nothing to keep, so SIGKILL (its graceful stop can take over 10 s).
+	j.toolProc = startTool(t, "jaeger", bin, syscall.SIGKILL, "--config", conf)
+	j.waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/status", h), 60*time.Second)
+	j.waitHTTP(t, j.query+"/api/services", 30*time.Second)
+	return j
+}
+
+// otelEnv is the environment that sends a gateway's traces to j as service.
+func (j *jaeger) otelEnv(service string) []string {
+	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + j.otlp, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_TRACES_EXPORTER=otlp", "OTEL_METRICS_EXPORTER=none", "OTEL_BSP_SCHEDULE_DELAY=50",
+		"OTEL_SERVICE_NAME=" + service}
+}
+
+// jaegerTrace is a trace as the query API returns it.
+type jaegerTrace struct {
+	TraceID   string                   `json:"traceID"`
+	Spans     []jaegerSpan             `json:"spans"`
+	Processes map[string]jaegerProcess `json:"processes"`
+}
+
+type jaegerSpan struct {
+	TraceID       string `json:"traceID"`
+	SpanID        string `json:"spanID"`
+	OperationName string `json:"operationName"`
+	References    []struct {
+		RefType string `json:"refType"`
+		TraceID string `json:"traceID"`
+		SpanID  string `json:"spanID"`
+	} `json:"references"`
+	StartTime int64       `json:"startTime"` // µs since the epoch
+	Duration  int64       `json:"duration"`  // µs
+	Tags      []jaegerTag `json:"tags"`
+	Logs      []struct {
+		Timestamp int64       `json:"timestamp"`
+		Fields    []jaegerTag `json:"fields"`
+	} `json:"logs"`
+	ProcessID string `json:"processID"`
+}
+
+type jaegerTag struct {
+	Key   string `json:"key"`
+	Type  string `json:"type"`
+	Value any    `json:"value"`
+}
+
+type jaegerProcess struct {
+	ServiceName string      `json:"serviceName"`
+	Tags        []jaegerTag `json:"tags"`
+}
+
+// tag returns the value of s's tag key as text, and whether it has one.
+func (s *jaegerSpan) tag(key string) (string, bool) {
+	for _, tg := range s.Tags {
+		if tg.Key == key {
+			return fmt.Sprint(tg.Value), true
+		}
+	}
+	return "", false
+}
+
+// events returns the names of s's events (Jaeger logs with an "event" field).
+func (s *jaegerSpan) events() []string {
+	var out []string
+	for _, l := range s.Logs {
+		for _, f := range l.Fields {
+			if f.Key == "event" {
+				out = append(out, fmt.Sprint(f.Value))
+			}
+		}
+	}
+	return out
+}
+
+// end is when s ended, in µs since the epoch.
+func (s *jaegerSpan) end() int64 { return s.StartTime + s.Duration }
+
+// traces searches service's traces with tags (may be nil) through /api/traces.
+func (j *jaeger) traces(ctx context.Context, service string, tags map[string]string) ([]jaegerTrace, error) {
+	v := url.Values{"service": {service}, "limit": {"1000"}, "lookback": {"1h"}}
+	if len(tags) > 0 {
+		b, _ := json.Marshal(tags)
+		v.Set("tags", string(b))
+	}
+	var r struct {
+		Data []jaegerTrace `json:"data"`
+	}
+	if err := getJSON(ctx, j.query+"/api/traces?"+v.Encode(), &r); err != nil {
+		return nil, err
+	}
+	return r.Data, nil
+}
+
+// trace fetches one trace by id through /api/traces/{id}.
+func (j *jaeger) trace(ctx context.Context, id string) (jaegerTrace, error) {
+	var r struct {
+		Data []jaegerTrace `json:"data"`
+	}
+	if err := getJSON(ctx, j.query+"/api/traces/"+id, &r); err != nil {
+		return jaegerTrace{}, err
+	}
+	if len(r.Data) != 1 {
+		return jaegerTrace{}, fmt.Errorf("trace %s: %d traces", id, len(r.Data))
+	}
+	return r.Data[0], nil
 }
