@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -243,7 +245,8 @@ func waitScraped(ctx context.Context, t *testing.T, p *prometheus, live int) {
 // NaN) carrying the labels its legend names.
 func TestPrometheusDashboard(t *testing.T) {
 	ctx := ctxT(t, 240*time.Second)
-	n := startOpsGateway(t, nil)
+	j := startJaeger(t)
+	n := startOpsGateway(t, j.otelEnv(opsService))
 	tc := startClusterWith(t, map[string][]string{
 		"a": {"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))},
 		"b": {"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))},
@@ -282,6 +285,7 @@ func TestPrometheusDashboard(t *testing.T) {
 		}
 	})
 	checkAlertsLive(ctx, t, p)
+	checkExemplarsScraped(ctx, t, n.metrics)
 	d := readDashboard(t)
 	for _, panel := range d.Panels {
 		if len(panel.Targets) == 0 {
@@ -311,6 +315,9 @@ func TestPrometheusDashboard(t *testing.T) {
 				}
 			}
 			t.Logf("panel %q %s: %d series, first %v = %v", panel.Title, tg.RefID, len(v), v[0].Metric, v[0].Value[1])
+			if strings.Contains(tg.Expr, "_duration_seconds_bucket") {
+				checkPanelExemplars(ctx, t, p, j, panel.Title, tg.RefID, tg.Expr, tg.Exemplar)
+			}
 		}
 	}
 }
@@ -377,4 +384,93 @@ func TestAlertRules(t *testing.T) {
 		}
 		t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)
 	}
+}
+
+// opsService is the standalone gateway's OTEL_SERVICE_NAME in the operators' tools tests.
+const opsService = "muxterm-ops"
+
+// exemplarLine is a histogram bucket with an exemplar in OpenMetrics: `name_bucket{…} n #
+// {trace_id="…",span_id="…"} value timestamp`.
+var exemplarLine = regexp.MustCompile(`^(muxterm_session_(?:kill|open|attach)_duration_seconds)_bucket\{.*\} \S+ # \{[^}]*trace_id="([0-9a-f]{32})"[^}]*\} `)
+
+// checkExemplarsScraped scrapes addr's /metrics asking for OpenMetrics, as Prometheus does, and
+// finds exemplars (trace ids) on the kill, open and attach latency histograms. (The text format
+// has none: it cannot carry them.)
+func checkExemplarsScraped(ctx context.Context, t *testing.T, addr string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") {
+		t.Errorf("/metrics with an OpenMetrics Accept: Content-Type %q", ct)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := exemplarLine.FindStringSubmatch(line); m != nil {
+			found[m[1]] = true
+		}
+	}
+	for _, h := range []string{"muxterm_session_kill_duration_seconds", "muxterm_session_open_duration_seconds", "muxterm_session_attach_duration_seconds"} {
+		if !found[h] {
+			t.Errorf("no exemplar on %s's buckets in the OpenMetrics exposition", h)
+		}
+	}
+}
+
+// checkPanelExemplars checks a latency panel's query: the dashboard asks Grafana for its
+// exemplars, Prometheus (exemplar storage on) returns some for it, and each names a trace that
+// Jaeger holds, with the span the exemplar names: the request's (session.kill for the kill
+// histogram, and so on).
+func checkPanelExemplars(ctx context.Context, t *testing.T, p *prometheus, j *jaeger, title, ref, expr string, on bool) {
+	t.Helper()
+	if !on {
+		t.Errorf("panel %q, query %s: a latency histogram without \"exemplar\": true", title, ref)
+	}
+	var r struct {
+		Data []struct {
+			SeriesLabels map[string]string `json:"seriesLabels"`
+			Exemplars    []struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"exemplars"`
+		} `json:"data"`
+	}
+	now := time.Now()
+	u := fmt.Sprintf("%s/api/v1/query_exemplars?query=%s&start=%d&end=%d", p.base, url.QueryEscape(expr),
+		now.Add(-10*time.Minute).Unix(), now.Unix()+1)
+	if err := getJSON(ctx, u, &r); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range r.Data {
+		for _, e := range s.Exemplars {
+			ids = append(ids, e.Labels["trace_id"]+"/"+e.Labels["span_id"])
+		}
+	}
+	if len(ids) == 0 {
+		t.Errorf("panel %q, query %s: Prometheus holds no exemplars for %s", title, ref, expr)
+		return
+	}
+	tid, sid, _ := strings.Cut(ids[len(ids)-1], "/")
+	var span *jaegerSpan
+	testutil.WaitFor(t, 15*time.Second, "the exemplar's trace "+tid+" in Jaeger", func() bool {
+		tr, err := j.trace(ctx, tid)
+		if err != nil {
+			return false
+		}
+		span = tr.spanByID(sid)
+		return span != nil
+	})
+	m := regexp.MustCompile(`muxterm_session_(kill|open|attach)_duration`).FindStringSubmatch(expr)
+	if m == nil || span.OperationName != "session."+m[1] {
+		t.Errorf("panel %q, query %s: the exemplar's span is %s", title, ref, span.OperationName)
+	}
+	t.Logf("panel %q %s: %d exemplars; the last is span %s of trace %s in Jaeger", title, ref, len(ids), span.OperationName, tid)
 }
