@@ -4,6 +4,8 @@
 // control.
 //
 // It imports the standard library, gorilla/websocket and package proto, nothing else: it pulls
-// in neither PTYs nor telemetry and builds on Linux, macOS and Windows. A Client's methods are
+// in neither PTYs nor telemetry and builds on Linux, macOS and Windows. A request made with a
+// context from proto.ContextWithMeta carries that W3C trace context as params._meta, so the
+// gateway's spans continue the caller's trace. A Client's methods are
 // safe for concurrent use; each Channel's Read is meant for one goroutine at a time.
 package client

@@ -311,7 +311,7 @@ func (c *conn) handleKill(req *proto.Request) {
 				trace.WithAttributes(semconv.RPCSystemNameJSONRPC, semconv.RPCMethod("session.kill"),
 					attribute.String(otel.AttrSessionID, p.Session)))
 			defer span.End()
-			rres, rerr := c.opts.Remote.Kill(ctx, c.opts.Principal, p.Session)
+			rres, rerr := c.opts.Remote.Kill(withRelayMeta(ctx), c.opts.Principal, p.Session)
 			if rerr != nil {
 				spanError(span, rerr)
 			}
@@ -473,10 +473,24 @@ func (c *conn) parentCtx(m *proto.Meta) context.Context {
 }
 
 // startSpan starts a request span under parentCtx: the server side of a JSON-RPC call (RPC
-// semantic conventions: named by its method, rpc.system.name jsonrpc).
+// semantic conventions: named by its method, rpc.system.name jsonrpc). The context it returns
+// carries the span's trace context for a relay (withRelayMeta).
 func (c *conn) startSpan(name, method string, m *proto.Meta, ch uint32) (context.Context, trace.Span) {
-	return c.tel.Tracer.Start(c.parentCtx(m), name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+	ctx, span := c.tel.Tracer.Start(c.parentCtx(m), name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
 		semconv.RPCSystemNameJSONRPC, semconv.RPCMethod(method), attribute.Int64(otel.AttrChannel, int64(ch))))
+	return withRelayMeta(ctx), span
+}
+
+// withRelayMeta returns ctx carrying its span's W3C trace context as a proto.Meta: the cluster's
+// relay (the Go client) sends it as params._meta to the owner, whose spans then continue this
+// node's trace. A ctx without a valid span context is returned as it is.
+func withRelayMeta(ctx context.Context) context.Context {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return proto.ContextWithMeta(ctx, proto.Meta{Traceparent: carrier.Get("traceparent"), Tracestate: carrier.Get("tracestate")})
 }
 
 // slowSpan is slow for a request whose span fn's end ends (or which ends at once if refused).
