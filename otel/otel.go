@@ -339,10 +339,12 @@ func NewInstruments(m otelmetric.Meter) (*Instruments, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otel instruments: %w", err)
 	}
-	// The counters an alert watches start at 0 for each of their values, so a rate over them
-	// exists (and reads 0) before the first event rather than being absent.
+	// The counters an alert or a panel watches for rare events start at 0 for each of their
+	// values, so a rate over them exists (and reads 0) before the first event rather than being
+	// absent.
 	ctx := context.Background()
 	in.ClaimsLost.Add(ctx, 0)
+	in.PauseDuration.Add(ctx, 0)
 	for _, r := range []string{ReaperErrSurvivors, ReaperErrUnverified, ReaperErrTimeout} {
 		in.ReaperErrors.Add(ctx, 0, otelmetric.WithAttributes(attribute.String(AttrReason, r)))
 	}
