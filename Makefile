@@ -1,6 +1,7 @@
 # muxterm: every target prints a one-line ==> banner. `make run` and `make test` set everything
 # up on a fresh machine (Go modules, npm packages; `make test` also needs Chromium, which
-# `make deps-browser` installs from Debian's packages).
+# `make deps-browser` installs from Debian's packages, and Prometheus, which `make deps-tools`
+# installs the same way).
 
 GO        ?= go
 BIN       := bin/gateway
@@ -15,6 +16,7 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
+JAEGER    := bin/jaeger
 CLIENT    := packages/client
 VSCODE    := examples/vscode
 
@@ -27,7 +29,7 @@ FRONTEND_SRC    := $(shell find frontend/src frontend/scripts -type f 2>/dev/nul
 CLIENT_STAMP    := $(CLIENT)/dist/index.js
 FRONTEND_STAMP  := frontend/dist/app.js
 
-.PHONY: all run build install client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode test-install test-readme bench bench-full bench-cluster lint deps deps-browser clean
+.PHONY: all run build install client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode test-install test-readme bench bench-full bench-cluster lint deps deps-browser deps-tools clean
 
 all: build
 
@@ -87,6 +89,17 @@ deps-browser:
 	@echo "==> chromium, tmux, asciinema and nginx (Debian packages: tmux is the real terminal of the CLI's e2e tests, asciinema plays the recordings back, nginx is the UI's reverse proxy)"
 	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1 && command -v asciinema >/dev/null 2>&1 && (command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx)) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux asciinema nginx)
 
+# Jaeger v1.75.0's all-in-one, from a tools module of its own (tools/jaeger/go.mod; the main
+# go.mod stays small): rebuilt only when that module changes. Its first build takes minutes
+# (about 12 on a shared 2-core machine; the Go build cache makes the next ones short).
+$(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
+	@echo "==> build $(JAEGER) (Jaeger v1.75.0 all-in-one, tools/jaeger)"
+	cd tools/jaeger && $(GO) build -o $(CURDIR)/$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+
+deps-tools: $(JAEGER)
+	@echo "==> prometheus and promtool (Debian's prometheus package: the e2e suite runs the dashboard's queries and the alerts' tests in them)"
+	@(command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus)
+
 test: test-unit test-fuzz test-e2e test-browser test-npm test-vscode test-install test-readme
 
 test-unit: frontend deps deps-browser
@@ -108,9 +121,9 @@ test-fuzz: frontend
 	@echo "--- ./internal/vt/ FuzzWrite, $(VT_FUZZTIME) (each input is checked by a round trip through a snapshot)"
 	$(GO) test -run '^$$' -fuzz '^FuzzWrite$$' -fuzztime $(VT_FUZZTIME) -fuzzminimizetime 200x ./internal/vt/
 
-test-e2e: build deps-browser
+test-e2e: build deps-browser deps-tools
 	@echo "==> e2e against the built binary"
-	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser|^TestInstall$$|^TestReadmeCommands$$' ./e2e/
+	MUXTERM_BIN=$(CURDIR)/$(BIN) MUXTERM_CLI_BIN=$(CURDIR)/$(CLI) MUXTERM_JAEGER=$(CURDIR)/$(JAEGER) $(GO) test $(GOFLAGS_T) -tags e2e -skip 'Browser|^TestInstall$$|^TestReadmeCommands$$' ./e2e/
 
 # The install routes README.md gives, each into a scratch directory outside the repository.
 test-install: build

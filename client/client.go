@@ -652,7 +652,7 @@ func (c *Client) callLate(ctx context.Context, method string, params any, out an
 	if err != nil {
 		return fmt.Errorf("%s: %w", method, err), false
 	}
-	p, err := c.sendOn(l, method, params, apply)
+	p, err := c.sendOn(l, method, withTraceMeta(ctx, params), apply)
 	if err != nil {
 		return err, false
 	}

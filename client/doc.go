@@ -6,9 +6,11 @@
 // MaxOffset, MaxWindow, the checks of results), so that a hostile server ends the connection
 // instead of making a reader spin or buffer without bound.
 //
-// It imports the standard library, gorilla/websocket and package proto, nothing else: it pulls in
-// neither PTYs nor telemetry and builds on Linux, macOS and Windows. A Client's methods are safe
-// for concurrent use; each Channel's Read is meant for one goroutine at a time.
+// It imports the standard library, gorilla/websocket and package proto, nothing else: it pulls
+// in neither PTYs nor telemetry and builds on Linux, macOS and Windows. A request made with a
+// context from proto.ContextWithMeta carries that W3C trace context as params._meta, so the
+// gateway's spans continue the caller's trace. A Client's methods are
+// safe for concurrent use; each Channel's Read is meant for one goroutine at a time.
 //
 // # Goroutines
 //

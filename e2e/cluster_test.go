@@ -44,6 +44,7 @@ type testCluster struct {
 	tokens string
 	ctok   string
 	args   map[string][]string // node name → its arguments, to restart it alike
+	env    map[string][]string // node name → its extra environment
 	nodes  map[string]*gateway
 }
 
@@ -69,8 +70,15 @@ func startCluster(t *testing.T, names ...string) *testCluster {
 // startClusterWith is startCluster with extra arguments for every node (by node name).
 func startClusterWith(t *testing.T, extra map[string][]string, names ...string) *testCluster {
 	t.Helper()
+	return startClusterEnv(t, extra, nil, names...)
+}
+
+// startClusterEnv is startClusterWith with extra environment variables for every node (by
+// node name).
+func startClusterEnv(t *testing.T, extra, env map[string][]string, names ...string) *testCluster {
+	t.Helper()
 	tc := &testCluster{t: t, alice: newToken(), bob: newToken(), ctok: newToken(),
-		args: map[string][]string{}, nodes: map[string]*gateway{}}
+		args: map[string][]string{}, env: env, nodes: map[string]*gateway{}}
 	tc.tokens = writeTokensFile(t, 0o600,
 		tokenLine{"alice", "read-write", tc.alice, ""},
 		tokenLine{"bob", "read-write", tc.bob, ""})
@@ -105,7 +113,7 @@ func startClusterWith(t *testing.T, extra map[string][]string, names ...string) 
 	})
 	listening := map[string]<-chan string{}
 	for _, n := range names {
-		tc.nodes[n], listening[n] = spawnGateway(t, tc.alice, []string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, tc.args[n]...)
+		tc.nodes[n], listening[n] = spawnGateway(t, tc.alice, append([]string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, env[n]...), tc.args[n]...)
 	}
 	for _, n := range names {
 		tc.nodes[n].awaitListening(listening[n], 60*time.Second)
@@ -125,7 +133,7 @@ func (tc *testCluster) restart(name string) *gateway {
 // of its listening line.
 func (tc *testCluster) respawn(name string) (*gateway, <-chan string) {
 	tc.t.Helper()
-	g, l := spawnGateway(tc.t, tc.alice, []string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, tc.args[name]...)
+	g, l := spawnGateway(tc.t, tc.alice, append([]string{"MUXTERM_CLUSTER_TOKEN=" + tc.ctok}, tc.env[name]...), tc.args[name]...)
 	tc.nodes[name] = g
 	return g, l
 }

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"compress/gzip"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -78,6 +79,21 @@ func newOTLPReceiver(t *testing.T) *otlpReceiver {
 	return r
 }
 
+// openEscapee opens a shell whose child escapes into a session of its own, holding the PTY
+// for 20 s: a kill returns within its deadline while the reader ends later.
+func openEscapee(ctx context.Context, t *testing.T, c *client.Client) *client.Channel {
+	t.Helper()
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c",
+		"setsid sh -c 'echo READY; exec sleep 20' & exec sleep 300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
 // find returns the first span named name in trace traceID.
 func (r *otlpReceiver) find(name string, traceID []byte) *tracepb.Span {
 	r.mu.Lock()
@@ -135,14 +151,7 @@ func TestOTelKillTraceAndMetrics(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 
 	// A shell whose escapee holds the PTY: the kill returns, the reader ends afterwards.
-	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c",
-		"setsid sh -c 'echo READY; exec sleep 20' & exec sleep 300"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
-		t.Fatal(err)
-	}
+	ch := openEscapee(ctx, t, c)
 	var tid [16]byte
 	var sid [8]byte
 	_, _ = rand.Read(tid[:])

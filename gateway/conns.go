@@ -109,6 +109,11 @@ func NewConnGuard(o GuardOptions) *ConnGuard {
 		o.Telemetry = otel.Noop()
 	}
 	g.evicted = o.Telemetry.Instruments.ConnsEvicted
+	// Exported from start at 0 for each reason: an alert's increase() then sees the first
+	// eviction, which a series born with it would hide.
+	for _, r := range []string{evictDescriptors, evictMaxPending, evictMaxPerAddr} {
+		g.evicted.Add(context.Background(), 0, otelmetric.WithAttributes(attribute.String(otel.AttrReason, r)))
+	}
 	g.openFDs = openFDCounter()
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < 1<<30 {

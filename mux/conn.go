@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/muxterm/muxterm/otel"
@@ -251,7 +254,8 @@ func Serve(ctx context.Context, ws Socket, opts ServerOptions) error {
 	}
 	tel := opts.Telemetry
 	// ws.connection lives as long as the socket; the gateway's HTTP tracing skips /ws.
-	ctx, span := tel.Tracer.Start(ctx, otel.SpanWSConnection, trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := tel.Tracer.Start(ctx, otel.SpanWSConnection, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(peerAttrs(ws)...))
 	defer span.End()
 	tel.Instruments.Sockets.Add(ctx, 1)
 	defer tel.Instruments.Sockets.Add(context.Background(), -1)
@@ -394,4 +398,20 @@ func (c *conn) resumeHoldMs() int64 {
 		return 0
 	}
 	return c.reg.Options().ResumeHold.Milliseconds()
+}
+
+// peerAttrs are ws.connection's network attributes (semantic conventions: network.*), from the
+// socket's addresses when it has them (a gorilla *websocket.Conn does).
+func peerAttrs(ws Socket) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{semconv.NetworkProtocolName("websocket")}
+	a, ok := ws.(interface{ RemoteAddr() net.Addr })
+	if !ok {
+		return attrs
+	}
+	tcp, ok := a.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return attrs
+	}
+	return append(attrs, semconv.NetworkTransportTCP, semconv.NetworkPeerAddress(tcp.IP.String()),
+		semconv.NetworkPeerPort(tcp.Port))
 }

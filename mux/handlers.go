@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -97,6 +98,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 	if c.confined(req.ID, "open sessions") {
 		return
 	}
+	start := time.Now()
 	p, e := proto.DecodeOpen(req.Params, c.opts.limits())
 	if e != nil {
 		c.replyErr(req.ID, e)
@@ -126,15 +128,16 @@ func (c *conn) handleOpen(req *proto.Request) {
 	spec := session.Spec{Argv: p.Cmd, Dir: p.Cwd, Env: env, Cols: p.Cols, Rows: p.Rows,
 		Name: p.Name, Owner: c.opts.Principal, Record: p.Record}
 	started := c.slow(req.ID, func() {
-		_, span := c.startSpan(otel.SpanSessionOpen, "session.open", p.Meta, ch.id)
+		ctx, span := c.startSpan(otel.SpanSessionOpen, "session.open", p.Meta, ch.id)
 		defer span.End()
+		defer func() { c.tel.Instruments.OpenDuration.Record(ctx, time.Since(start).Seconds()) }()
 		spec.Trace = span.SpanContext()
-		if c.opts.Remote != nil && c.openRemote(req, &p, ch) {
+		if c.opts.Remote != nil && c.openRemote(ctx, req, &p, ch) {
 			return
 		}
 		s, v, err := c.reg.Open(spec, c.opts.MaxSessions, func() { c.markReady(ch) })
 		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
+			spanError(span, err)
 			c.release(ch)
 			c.replyErr(req.ID, sessionError(err, ""))
 			return
@@ -166,6 +169,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 }
 
 func (c *conn) handleAttach(req *proto.Request) {
+	start := time.Now()
 	p, e := proto.DecodeAttach(req.Params, c.opts.limits())
 	if e != nil {
 		c.replyErr(req.ID, e)
@@ -197,31 +201,41 @@ func (c *conn) handleAttach(req *proto.Request) {
 		// A paint waits for the screen's catch-up (up to 50 ms and what the ring holds): off
 		// the read loop, so acks and input of the socket's other channels go on meanwhile.
 		// At most one such goroutine per reserved channel.
-		c.wg.Go(func() { c.attachLocal(req, &p, ch, o) })
+		c.wg.Go(func() { c.attachLocal(start, req, &p, ch, o) })
 		return
 	}
-	c.attachLocal(req, &p, ch, o)
+	c.attachLocal(start, req, &p, ch, o)
 }
 
 // attachLocal binds ch to a session of this node's registry, or, if the registry does not know
 // it, to another node's through the Remote; on the read loop, or on a goroutine of its own for
-// an attach that paints.
-func (c *conn) attachLocal(req *proto.Request, p *proto.AttachParams, ch *channel, o session.AttachOptions) {
-	_, span := c.startSpan(otel.SpanSessionAttach, "session.attach", p.Meta, ch.id)
-	defer span.End()
+// an attach that paints. start is when the request was read.
+func (c *conn) attachLocal(start time.Time, req *proto.Request, p *proto.AttachParams, ch *channel, o session.AttachOptions) {
+	ctx, span := c.startSpan(otel.SpanSessionAttach, "session.attach", p.Meta, ch.id)
 	span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
+	// done ends the span and counts the attach's latency, here or, for a relayed attach, on
+	// the goroutine that dials the owner.
+	done := func() {
+		c.tel.Instruments.AttachDuration.Record(ctx, time.Since(start).Seconds())
+		span.End()
+	}
 	// A read-only viewer is passive: it never holds the owner's program back; its size is
 	// ignored.
 	v, info, err := c.reg.AttachWith(p.Session, c.opts.Principal, o, func() { c.markReady(ch) })
 	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 		// Perhaps another node's: the relay dials it, off the read loop.
-		if !c.slow(req.ID, func() { c.attachRemote(req, p, ch) }) {
+		if !c.slow(req.ID, func() {
+			defer done()
+			c.attachRemote(ctx, req, p, ch)
+		}) {
+			span.End()
 			c.release(ch)
 		}
 		return
 	}
+	defer done()
 	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+		spanError(span, err)
 		c.release(ch)
 		c.replyErr(req.ID, sessionError(err, p.Session))
 		return
@@ -229,6 +243,10 @@ func (c *conn) attachLocal(req *proto.Request, p *proto.AttachParams, ch *channe
 	ch.sess, ch.v = v.Session(), v
 	span.SetAttributes(attribute.Int(otel.AttrScreenBytes, info.Screen))
 	span.SetAttributes(recordingAttrs(ch.sess)...)
+	if info.Lost > 0 {
+		// Asked for bytes the ring no longer holds: lost as a gap is.
+		c.tel.Instruments.GapBytes.Add(ctx, info.Lost)
+	}
 	size, gen := ch.sess.Size()
 	ch.sizeGen = gen
 	ch.ready.Store(true)
@@ -277,15 +295,19 @@ func (c *conn) handleResize(req *proto.Request) {
 		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot resize"))
 		return
 	}
+	ctx, span := c.startSpan(otel.SpanSessionResize, "session.resize", p.Meta, ch.id)
+	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()))
 	if ch.relay != nil {
-		c.slow(req.ID, func() {
-			res, err := ch.relay.Resize(c.ctx, p.Cols, p.Rows)
+		c.slowSpan(req.ID, span, func() {
+			res, err := ch.relay.Resize(ctx, p.Cols, p.Rows)
 			c.replyRemote(req.ID, ch.sessionID(), res, err)
 		})
 		return
 	}
+	defer span.End()
 	size, err := ch.v.Resize(p.Cols, p.Rows)
 	if err != nil {
+		spanError(span, err)
 		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
 		return
 	}
@@ -307,13 +329,17 @@ func (c *conn) handleSignal(req *proto.Request) {
 		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot signal"))
 		return
 	}
+	ctx, span := c.startSpan(otel.SpanSessionSignal, "session.signal", p.Meta, ch.id)
+	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()), attribute.String(otel.AttrSignal, name))
 	if ch.relay != nil {
-		c.slow(req.ID, func() {
-			c.replyRemote(req.ID, ch.sessionID(), struct{}{}, ch.relay.Signal(c.ctx, name))
+		c.slowSpan(req.ID, span, func() {
+			c.replyRemote(req.ID, ch.sessionID(), struct{}{}, ch.relay.Signal(ctx, name))
 		})
 		return
 	}
+	defer span.End()
 	if err := ch.sess.Signal(sig); err != nil {
+		spanError(span, err)
 		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
 		return
 	}
@@ -339,7 +365,16 @@ func (c *conn) handleKill(req *proto.Request) {
 		defer cancel()
 		res, err := c.reg.Kill(ctx, p.Session, c.opts.Principal)
 		if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
-			rres, rerr := c.opts.Remote.Kill(ctx, c.opts.Principal, p.Session)
+			// Another node's: this node's span of the request is the client side of the relay,
+			// and the owner's session.kill its child (the relay sends its trace context).
+			ctx, span := c.tel.Tracer.Start(ctx, otel.SpanSessionKill, trace.WithSpanKind(trace.SpanKindClient),
+				trace.WithAttributes(semconv.RPCSystemNameJSONRPC, semconv.RPCMethod("session.kill"),
+					attribute.String(otel.AttrSessionID, p.Session)))
+			defer span.End()
+			rres, rerr := c.opts.Remote.Kill(withRelayMeta(ctx), c.opts.Principal, p.Session)
+			if rerr != nil {
+				spanError(span, rerr)
+			}
 			c.replyRemote(req.ID, p.Session, rres, rerr)
 			return
 		}
@@ -352,10 +387,13 @@ func (c *conn) handleKill(req *proto.Request) {
 }
 
 func (c *conn) handleList(req *proto.Request) {
-	if _, e := proto.DecodeList(req.Params); e != nil {
+	p, e := proto.DecodeList(req.Params)
+	if e != nil {
 		c.replyErr(req.ID, e)
 		return
 	}
+	_, span := c.startSpan(otel.SpanSessionList, "session.list", p.Meta, 0)
+	defer span.End()
 	infos := c.reg.List(c.opts.Principal)
 	out := proto.ListResult{Sessions: make([]proto.SessionInfo, 0, len(infos))}
 	for _, in := range infos {
@@ -387,15 +425,19 @@ func (c *conn) handleLease(req *proto.Request) {
 		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot lease"))
 		return
 	}
+	ctx, span := c.startSpan(otel.SpanSessionLease, "session.lease", p.Meta, 0)
+	span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
 	until, err := c.reg.Lease(p.Session, c.opts.Principal, time.Duration(p.TTLMs)*time.Millisecond)
 	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
-		c.slow(req.ID, func() {
-			res, err := c.opts.Remote.Lease(c.ctx, c.opts.Principal, p.Session, p.TTLMs)
+		c.slowSpan(req.ID, span, func() {
+			res, err := c.opts.Remote.Lease(ctx, c.opts.Principal, p.Session, p.TTLMs)
 			c.replyRemote(req.ID, p.Session, res, err)
 		})
 		return
 	}
+	defer span.End()
 	if err != nil {
+		spanError(span, err)
 		c.replyErr(req.ID, sessionError(err, p.Session))
 		return
 	}
@@ -415,18 +457,18 @@ func (c *conn) handleCapture(req *proto.Request) {
 		return
 	}
 	c.slow(req.ID, func() {
-		_, span := c.startSpan(otel.SpanSessionCapture, "session.capture", p.Meta, 0)
+		ctx, span := c.startSpan(otel.SpanSessionCapture, "session.capture", p.Meta, 0)
 		defer span.End()
 		span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
 		snap, err := c.reg.Capture(p.Session, c.opts.Principal, p.Format == proto.CaptureANSI, p.Scrollback)
 		if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 			// Perhaps another node's: its owner holds the screen (we are on a slow goroutine).
-			res, err := c.opts.Remote.Capture(c.ctx, c.opts.Principal, c.opts.ReadOnly, p)
+			res, err := c.opts.Remote.Capture(ctx, c.opts.Principal, c.opts.ReadOnly, p)
 			c.replyRemote(req.ID, p.Session, res, err)
 			return
 		}
 		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
+			spanError(span, err)
 			c.replyErr(req.ID, sessionError(err, p.Session))
 			return
 		}
@@ -502,8 +544,43 @@ func (c *conn) parentCtx(m *proto.Meta) context.Context {
 	return ctx
 }
 
-// startSpan starts a request span under parentCtx.
+// startSpan starts a request span under parentCtx: the server side of a JSON-RPC call (RPC
+// semantic conventions: named by its method, rpc.system.name jsonrpc). The context it returns
+// carries the span's trace context for a relay (withRelayMeta).
 func (c *conn) startSpan(name, method string, m *proto.Meta, ch uint32) (context.Context, trace.Span) {
-	return c.tel.Tracer.Start(c.parentCtx(m), name, trace.WithAttributes(
-		semconv.RPCMethod(method), attribute.Int64(otel.AttrChannel, int64(ch))))
+	ctx, span := c.tel.Tracer.Start(c.parentCtx(m), name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		semconv.RPCSystemNameJSONRPC, semconv.RPCMethod(method), attribute.Int64(otel.AttrChannel, int64(ch))))
+	return withRelayMeta(ctx), span
+}
+
+// withRelayMeta returns ctx carrying its span's W3C trace context as a proto.Meta: the cluster's
+// relay (the Go client) sends it as params._meta to the owner, whose spans then continue this
+// node's trace. A ctx without a valid span context is returned as it is.
+func withRelayMeta(ctx context.Context) context.Context {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return proto.ContextWithMeta(ctx, proto.Meta{Traceparent: carrier.Get("traceparent"), Tracestate: carrier.Get("tracestate")})
+}
+
+// slowSpan is slow for a request whose span fn's end ends (or which ends at once if refused).
+func (c *conn) slowSpan(id json.RawMessage, span trace.Span, fn func()) {
+	if !c.slow(id, func() {
+		defer span.End()
+		fn()
+	}) {
+		span.End()
+	}
+}
+
+// spanError marks span failed with err, with the JSON-RPC error code as
+// rpc.response.status_code when err is a protocol error.
+func spanError(span trace.Span, err error) {
+	span.SetStatus(codes.Error, err.Error())
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		span.SetAttributes(semconv.RPCResponseStatusCode(strconv.Itoa(pe.Code)))
+	}
 }

@@ -87,8 +87,9 @@ func remoteError(err error, id string) *proto.Error {
 
 // attachRemote binds ch to a session another node owns, through a relay. It runs on a
 // slow-request goroutine (the relay dials the owner): the local registry did not know the id.
-func (c *conn) attachRemote(req *proto.Request, p *proto.AttachParams, ch *channel) {
-	r, res, err := c.opts.Remote.Attach(c.ctx, c.opts.Principal, c.opts.ReadOnly, *p, func() { c.markReady(ch) })
+// ctx carries the attach's span, whose trace context the relay passes on.
+func (c *conn) attachRemote(ctx context.Context, req *proto.Request, p *proto.AttachParams, ch *channel) {
+	r, res, err := c.opts.Remote.Attach(ctx, c.opts.Principal, c.opts.ReadOnly, *p, func() { c.markReady(ch) })
 	if err != nil {
 		c.release(ch)
 		c.replyErr(req.ID, remoteError(err, p.Session))
@@ -101,9 +102,10 @@ func (c *conn) attachRemote(req *proto.Request, p *proto.AttachParams, ch *chann
 }
 
 // openRemote opens the session on the node placement chose, if not this one; false: open it
-// here. It runs on the open's slow-request goroutine.
-func (c *conn) openRemote(req *proto.Request, p *proto.OpenParams, ch *channel) bool {
-	r, res, ok, err := c.opts.Remote.Open(c.ctx, c.opts.Principal, *p, func() { c.markReady(ch) })
+// here. It runs on the open's slow-request goroutine; ctx carries the open's span, whose trace
+// context the relay passes on.
+func (c *conn) openRemote(ctx context.Context, req *proto.Request, p *proto.OpenParams, ch *channel) bool {
+	r, res, ok, err := c.opts.Remote.Open(ctx, c.opts.Principal, *p, func() { c.markReady(ch) })
 	if !ok {
 		return false
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	upotel "go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	promexp "go.opentelemetry.io/otel/exporters/prometheus"
 	otelmetric "go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -37,6 +38,10 @@ const (
 	SpanSessionOpen   = "session.open"
 	SpanSessionAttach = "session.attach"
 	SpanSessionDetach = "session.detach"
+	SpanSessionResize = "session.resize"
+	SpanSessionSignal = "session.signal"
+	SpanSessionLease  = "session.lease"
+	SpanSessionList   = "session.list"
 	// SpanSessionCapture: a session.capture, from the request to the screen read.
 	SpanSessionCapture = "session.capture"
 	SpanSessionKill    = "session.kill"
@@ -78,6 +83,10 @@ const (
 	AttrRecordingID     = "muxterm.recording.id"
 	AttrRecordingOffset = "muxterm.recording.offset_s"
 	AttrClusterKind     = "muxterm.cluster.kind"
+	// AttrUpgradeOutcome: refused, failed or adopted, on muxterm.upgrades.
+	AttrUpgradeOutcome = "muxterm.upgrade.outcome"
+	// AttrNodeState: alive or lost, on muxterm.cluster.nodes.
+	AttrNodeState = "muxterm.node.state"
 )
 
 // Instrument names.
@@ -96,6 +105,34 @@ const (
 	MetricConnsEvicted      = "muxterm.conns.evicted"
 	MetricRecordDropped     = "muxterm.recording.dropped"
 	MetricClusterUnverified = "muxterm.cluster.unverified"
+	// MetricOpenDuration and MetricAttachDuration: from the request to its reply's being queued.
+	MetricOpenDuration   = "muxterm.session.open.duration"
+	MetricAttachDuration = "muxterm.session.attach.duration"
+	// MetricReaperErrors: reaps whose teardown left survivors, could not verify, or ran out of
+	// time, by reason.
+	MetricReaperErrors = "muxterm.reaper.errors"
+	// MetricFDReserveUsed: steps of kills run again on the descriptor reserve because the
+	// descriptor table was full.
+	MetricFDReserveUsed = "muxterm.fd.reserve.used"
+	// MetricUpgrades: upgrades in place by outcome (refused: nothing changed; failed: this
+	// image serves again; adopted: counted by the new image).
+	MetricUpgrades = "muxterm.upgrades"
+	// MetricClusterNodes: the other nodes of the cluster this node has heard of, by state
+	// (alive, lost).
+	MetricClusterNodes = "muxterm.cluster.nodes"
+)
+
+// Values of AttrReason on muxterm.reaper.errors, AttrUpgradeOutcome on muxterm.upgrades and AttrNodeState
+// on muxterm.cluster.nodes.
+const (
+	ReaperErrSurvivors  = "survivors"
+	ReaperErrUnverified = "unverified"
+	ReaperErrTimeout    = "timeout"
+	UpgradeRefused      = "refused"
+	UpgradeFailed       = "failed"
+	UpgradeAdopted      = "adopted"
+	NodeAlive           = "alive"
+	NodeLost            = "lost"
 )
 
 // Options configure Setup.
@@ -189,10 +226,12 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 			return nil, fmt.Errorf("otel prometheus exporter: %w", err)
 		}
 		readers = append(readers, exp)
-		t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+		// OpenMetrics when the scraper asks for it (Accept): the only exposition that carries
+		// the histograms' exemplars (trace ids).
+		t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 	}
 	if len(readers) > 0 {
-		mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithView(killHistogramView())}
+		mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithView(latencyViews()...)}
 		for _, r := range readers {
 			mopts = append(mopts, sdkmetric.WithReader(r))
 		}
@@ -208,12 +247,17 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	return t, nil
 }
 
-// killHistogramView gives kill latency buckets that resolve milliseconds.
-func killHistogramView() sdkmetric.View {
-	return sdkmetric.NewView(sdkmetric.Instrument{Name: MetricKillDuration},
-		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
-			Boundaries: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
-		}})
+// latencyViews give the kill, open and attach latency histograms buckets that resolve
+// milliseconds.
+func latencyViews() []sdkmetric.View {
+	var views []sdkmetric.View
+	for _, name := range []string{MetricKillDuration, MetricOpenDuration, MetricAttachDuration} {
+		views = append(views, sdkmetric.NewView(sdkmetric.Instrument{Name: name},
+			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
+				Boundaries: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+			}}))
+	}
+	return views
 }
 
 // Shutdown flushes and stops the exporters.
@@ -241,6 +285,10 @@ type Instruments struct {
 	ConnsEvicted      otelmetric.Int64Counter       // idle HTTP connections evicted, by reason
 	RecordDropped     otelmetric.Int64Counter       // bytes recordings dropped (a slow or full disk)
 	ClusterUnverified otelmetric.Int64Counter       // directory entries and heartbeats ignored, by kind
+	OpenDuration      otelmetric.Float64Histogram   // seconds, session.open served here
+	AttachDuration    otelmetric.Float64Histogram   // seconds, session.attach served here
+	ReaperErrors      otelmetric.Int64Counter       // reaps that went wrong, by reason
+	Upgrades          otelmetric.Int64Counter       // upgrades in place, by outcome
 }
 
 // NewInstruments creates the instruments on m.
@@ -268,7 +316,7 @@ func NewInstruments(m otelmetric.Meter) (*Instruments, error) {
 		otelmetric.WithDescription("Input bytes accepted for PTYs."))
 	add(err)
 	in.GapBytes, err = m.Int64Counter(MetricGapBytes, otelmetric.WithUnit("By"),
-		otelmetric.WithDescription("Bytes viewers lost because they fell behind the ring."))
+		otelmetric.WithDescription("Bytes viewers lost: they fell behind the ring, or attached from an offset it no longer held."))
 	add(err)
 	in.PauseDuration, err = m.Float64Counter(MetricPauseDuration, otelmetric.WithUnit("s"),
 		otelmetric.WithDescription("Time PTY readers spent paused by backpressure."))
@@ -287,13 +335,80 @@ func NewInstruments(m otelmetric.Meter) (*Instruments, error) {
 	add(err)
 	in.RecordDropped, err = m.Int64Counter(MetricRecordDropped, otelmetric.WithUnit("By"),
 		otelmetric.WithDescription("Output and input bytes left out of recordings because their disk was slow, stalled or full."))
+	add(err)
 	in.ClusterUnverified, err = m.Int64Counter(MetricClusterUnverified, otelmetric.WithUnit("{message}"),
 		otelmetric.WithDescription("Cluster directory entries and heartbeats ignored because their signature does not verify, by kind."))
+	add(err)
+	in.OpenDuration, err = m.Float64Histogram(MetricOpenDuration, otelmetric.WithUnit("s"),
+		otelmetric.WithDescription("Time from a session.open request to its reply (the spawn included)."))
+	add(err)
+	in.AttachDuration, err = m.Float64Histogram(MetricAttachDuration, otelmetric.WithUnit("s"),
+		otelmetric.WithDescription("Time from a session.attach request to its reply (a paint included)."))
+	add(err)
+	in.ReaperErrors, err = m.Int64Counter(MetricReaperErrors, otelmetric.WithUnit("{session}"),
+		otelmetric.WithDescription("Reaps whose teardown left survivors, could not check for them, or ran out of time, by reason."))
+	add(err)
+	in.Upgrades, err = m.Int64Counter(MetricUpgrades, otelmetric.WithUnit("{upgrade}"),
+		otelmetric.WithDescription("Upgrades in place, by outcome."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otel instruments: %w", err)
 	}
+	// The counters an alert or a panel watches for rare events start at 0 for each of their
+	// values, so a rate over them exists (and reads 0) before the first event rather than being
+	// absent.
+	ctx := context.Background()
+	in.ClaimsLost.Add(ctx, 0)
+	in.PauseDuration.Add(ctx, 0)
+	for _, r := range []string{ReaperErrSurvivors, ReaperErrUnverified, ReaperErrTimeout} {
+		in.ReaperErrors.Add(ctx, 0, otelmetric.WithAttributes(attribute.String(AttrReason, r)))
+	}
+	for _, o := range []string{UpgradeRefused, UpgradeFailed, UpgradeAdopted} {
+		in.Upgrades.Add(ctx, 0, otelmetric.WithAttributes(attribute.String(AttrUpgradeOutcome, o)))
+	}
 	return &in, nil
+}
+
+// Observed are values read when the metrics are collected rather than recorded as they change.
+type Observed struct {
+	// FDReserveUses counts the kills' steps run again on the descriptor reserve.
+	FDReserveUses func() int64
+	// Nodes returns how many other nodes of the cluster are alive and lost; nil outside a
+	// cluster.
+	Nodes func() (alive, lost int)
+}
+
+// Observe registers o's callbacks on t's meter.
+func (t *Telemetry) Observe(o Observed) error {
+	var insts []otelmetric.Observable
+	fd, err := t.Meter.Int64ObservableCounter(MetricFDReserveUsed, otelmetric.WithUnit("{step}"),
+		otelmetric.WithDescription("Steps of kills run again on the descriptor reserve because the descriptor table was full."))
+	if err != nil {
+		return fmt.Errorf("otel %s: %w", MetricFDReserveUsed, err)
+	}
+	insts = append(insts, fd)
+	var nodes otelmetric.Int64ObservableGauge
+	if o.Nodes != nil {
+		nodes, err = t.Meter.Int64ObservableGauge(MetricClusterNodes, otelmetric.WithUnit("{node}"),
+			otelmetric.WithDescription("The other nodes of the cluster, by state (alive, lost)."))
+		if err != nil {
+			return fmt.Errorf("otel %s: %w", MetricClusterNodes, err)
+		}
+		insts = append(insts, nodes)
+	}
+	_, err = t.Meter.RegisterCallback(func(_ context.Context, obs otelmetric.Observer) error {
+		obs.ObserveInt64(fd, o.FDReserveUses())
+		if o.Nodes != nil {
+			alive, lost := o.Nodes()
+			obs.ObserveInt64(nodes, int64(alive), otelmetric.WithAttributes(attribute.String(AttrNodeState, NodeAlive)))
+			obs.ObserveInt64(nodes, int64(lost), otelmetric.WithAttributes(attribute.String(AttrNodeState, NodeLost)))
+		}
+		return nil
+	}, insts...)
+	if err != nil {
+		return fmt.Errorf("otel callbacks: %w", err)
+	}
+	return nil
 }
 
 // Seconds converts a duration for the histograms.

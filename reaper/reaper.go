@@ -167,6 +167,9 @@ func (r *Reaper) Sweep(ctx context.Context) (res Result) {
 			defer cancel()
 			kr := r.opts.Registry.Teardown(kctx, v.Session)
 			tel.Instruments.Reaps.Add(kctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrReason, string(reason))))
+			if why := reapError(kctx, kr); why != "" {
+				tel.Instruments.ReaperErrors.Add(kctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrReason, why)))
+			}
 			r.opts.Logger.Info("reaped session", "session", v.ID, "reason", string(reason),
 				"duration", kr.Duration, "signals", kr.Signals, "escapees", kr.Escapees)
 			if r.opts.OnReap != nil {
@@ -176,4 +179,18 @@ func (r *Reaper) Sweep(ctx context.Context) (res Result) {
 	}
 	wg.Wait()
 	return res
+}
+
+// reapError names what went wrong with a reap's teardown (a survivor, a check that could not be
+// made, the kill's time running out), or "" when nothing did.
+func reapError(ctx context.Context, kr session.KillResult) string {
+	switch {
+	case kr.Survivors > 0:
+		return otel.ReaperErrSurvivors
+	case kr.Unverified > 0:
+		return otel.ReaperErrUnverified
+	case ctx.Err() != nil:
+		return otel.ReaperErrTimeout
+	}
+	return ""
 }

@@ -61,6 +61,7 @@ func withFDs(f func() error) error {
 	if !outOfFDs(err) {
 		return err
 	}
+	fdReserveUses.Add(1)
 	killFDs.mu.Lock()
 	defer killFDs.mu.Unlock()
 	for _, fd := range killFDs.fds {
@@ -71,6 +72,13 @@ func withFDs(f func() error) error {
 	killFDs.fillLocked()
 	return err
 }
+
+// fdReserveUses counts withFDs' steps that ran again on the released reserve.
+var fdReserveUses atomic.Int64
+
+// FDReserveUses returns how many steps of kills ran again on the descriptor reserve because
+// the descriptor table was full (the process's or the system's), since the process started.
+func FDReserveUses() int64 { return fdReserveUses.Load() }
 
 // testNoFDs makes every withFDs step fail with EMFILE, as a full table would even after the
 // reserve (a test of what the kill reports then).

@@ -25,6 +25,9 @@ import (
 	"github.com/muxterm/muxterm/otel"
 	"github.com/muxterm/muxterm/reaper"
 	"github.com/muxterm/muxterm/session"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelmetric "go.opentelemetry.io/otel/metric"
 )
 
 // version and commit are set by the Makefile with
@@ -189,6 +192,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		observer = node.Observe
 	}
+	obs := otel.Observed{FDReserveUses: session.FDReserveUses}
+	if node != nil {
+		obs.Nodes = node.NodeCounts
+	}
+	if err := tel.Observe(obs); err != nil {
+		ln.Close()
+		return err
+	}
 	reg = session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
 		NoScreen: !c.screen, ScreenScrollback: c.screenLines,
 		KillGrace: c.killGrace, ResumeHold: c.resumeHold, EchoHold: echoHold(c.echoHold), WindowSize: c.windowSize.WindowSize,
@@ -306,6 +317,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if ho != nil {
 		holdForTest(log) // upgrade_adopt.go; nothing unless built for that test
 		adoptHandover(ho, reg, log)
+		tel.Instruments.Upgrades.Add(ctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrUpgradeOutcome, otel.UpgradeAdopted)))
 		// What is still inheritable now was not handed over to be adopted: what an image older
 		// than cloexec.go inherited from its launcher and passed on unmarked. Nothing has been
 		// spawned yet (the gate holds every WebSocket).
@@ -424,8 +436,16 @@ wait:
 		case <-upgradeSignals:
 			// Returns if refused (nothing changed), failed (this image serves again) or aborted
 			// (shut down below).
-			if err := up.upgrade(time.Now()); errors.Is(err, errUpgradeAborted) {
+			err := up.upgrade(time.Now())
+			if errors.Is(err, errUpgradeAborted) {
 				break wait
+			}
+			if err != nil {
+				outcome := otel.UpgradeRefused
+				if errors.Is(err, errUpgradeFailed) {
+					outcome = otel.UpgradeFailed
+				}
+				tel.Instruments.Upgrades.Add(ctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrUpgradeOutcome, outcome)))
 			}
 		}
 	}
