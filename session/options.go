@@ -215,4 +215,8 @@ type Spec struct {
 	Owner string // the principal that owns the session
 	// Trace, when valid, is the parent of the session.reader span (the session.open span).
 	Trace trace.SpanContext
+	// Pipes runs the program without a terminal: its stdin, stdout and stderr are pipes
+	// (pipe.go), stderr is a stream of its own (Stderr), and the session has no screen. Cols and
+	// Rows may then be 0 (a nominal 80×24).
+	Pipes bool
 }
