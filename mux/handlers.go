@@ -73,7 +73,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 	}
 	slices.Sort(env)
 	spec := session.Spec{Argv: p.Cmd, Dir: p.Cwd, Env: env, Cols: p.Cols, Rows: p.Rows,
-		Name: p.Name, Owner: c.opts.Principal}
+		Name: p.Name, Owner: c.opts.Principal, Pipes: p.Pipes()}
 	started := c.slow(req.ID, func() {
 		_, span := c.startSpan(otel.SpanSessionOpen, "session.open", p.Meta, ch.id)
 		defer span.End()
@@ -184,7 +184,8 @@ func (c *conn) attachLocal(req *proto.Request, p *proto.AttachParams, ch *channe
 	queued := c.reply(req.ID, proto.AttachResult{Session: ch.sess.ID(), Channel: ch.id,
 		Offset: info.Offset, Live: info.End, Lost: info.Lost, End: info.End, Pid: in.Pid,
 		Cols: size.Cols, Rows: size.Rows, Exit: exitInfo(in.Exit),
-		Screen: info.Screen, ScreenLost: info.ScreenLost, ScreenCols: info.ScreenCols, ScreenRows: info.ScreenRows})
+		Screen: info.Screen, ScreenLost: info.ScreenLost, ScreenCols: info.ScreenCols, ScreenRows: info.ScreenRows,
+		TTY: ttyOf(in)})
 	c.activate(ch, queued, true)
 }
 
@@ -206,18 +207,37 @@ func (c *conn) handleDetach(req *proto.Request) {
 	c.reply(req.ID, proto.DetachResult{Session: ch.sessionID(), Channel: ch.id})
 }
 
+// handleCloseStdin closes the stdin of the pipe session bound to the channel, after the input
+// frames that came before the request (the read loop handles both in order).
+func (c *conn) handleCloseStdin(req *proto.Request) {
+	p, e := proto.DecodeDetach(req.Params)
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	ch := c.boundWritable(req.ID, p.Channel, "close stdin")
+	if ch == nil {
+		return
+	}
+	if ch.relay != nil {
+		c.replyErr(req.ID, proto.ErrInvalidRequest("session.closeStdin is not relayed to another node"))
+		return
+	}
+	if err := ch.sess.CloseStdin(); err != nil {
+		c.replyErr(req.ID, sessionError(err, ch.sessionID()))
+		return
+	}
+	c.reply(req.ID, proto.DetachResult{Session: ch.sessionID(), Channel: ch.id})
+}
+
 func (c *conn) handleResize(req *proto.Request) {
 	p, e := proto.DecodeResize(req.Params, c.opts.limits())
 	if e != nil {
 		c.replyErr(req.ID, e)
 		return
 	}
-	ch := c.bound(req.ID, p.Channel)
+	ch := c.boundWritable(req.ID, p.Channel, "resize")
 	if ch == nil {
-		return
-	}
-	if c.opts.ReadOnly {
-		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot resize"))
 		return
 	}
 	if ch.relay != nil {
@@ -242,12 +262,8 @@ func (c *conn) handleSignal(req *proto.Request) {
 		return
 	}
 	sig := signals[name]
-	ch := c.bound(req.ID, p.Channel)
+	ch := c.boundWritable(req.ID, p.Channel, "signal")
 	if ch == nil {
-		return
-	}
-	if c.opts.ReadOnly {
-		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot signal"))
 		return
 	}
 	if ch.relay != nil {
@@ -401,6 +417,12 @@ func sessionError(err error, id string) *proto.Error {
 		return proto.ErrLimitExceeded("maxSessions", err.Error())
 	case errors.Is(err, session.ErrBadOffset):
 		return proto.ErrInvalidParams("from", err.Error())
+	case errors.Is(err, session.ErrStdinClosed):
+		return proto.ErrStdinClosed(id)
+	case errors.Is(err, session.ErrNoPipes):
+		return proto.ErrInvalidRequest("the session has a terminal, not pipes: its program reads the terminal's end-of-file character (Ctrl-D) instead")
+	case errors.Is(err, session.ErrNoPipesScreen):
+		return proto.ErrInvalidRequest("the session runs on pipes, without a terminal: it has no screen to capture")
 	case errors.Is(err, session.ErrNoScreen):
 		return proto.ErrInvalidRequest("the gateway keeps no screens (--screen=false)")
 	case errors.Is(err, session.ErrBadSize):

@@ -1,0 +1,75 @@
+package mux
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/muxterm/muxterm/internal/testutil/rawmux"
+	"github.com/muxterm/muxterm/proto"
+	"github.com/muxterm/muxterm/session"
+)
+
+// TestPipeSessionStreamsOnTheWire: a client that declared capabilities.pipes gets a pipe
+// session's stdout in output frames and its stderr in stderr frames, then its exit.
+func TestPipeSessionStreamsOnTheWire(t *testing.T) {
+	_, url := newViewersServer(t, session.Options{})
+	c := rawmux.DialCaps(t, url, nil, map[string]any{proto.CapabilityPipes: true})
+	var open proto.OpenResult
+	c.Result("session.open", map[string]any{"channel": 1, "tty": false,
+		"cmd": []string{"sh", "-c", "echo out; echo err >&2; exit 3"}}, &open)
+	exit := c.NextNote("session.exit")
+	if exit["code"] != float64(3) {
+		t.Errorf("exit: got %v, want code 3", exit)
+	}
+	if out, errOut := string(c.Output(1)), string(c.Stderr(1)); out != "out\n" || errOut != "err\n" {
+		t.Errorf("stdout, stderr: got %q, %q, want %q, %q", out, errOut, "out\n", "err\n")
+	}
+	var list proto.ListResult
+	c.Result("session.list", map[string]any{}, &list)
+	if len(list.Sessions) != 1 || list.Sessions[0].TTY == nil || *list.Sessions[0].TTY {
+		t.Errorf("list: got %+v, want one entry with tty false", list)
+	}
+	if r := string(c.Call("session.capture", map[string]any{"session": open.Session})); !strings.Contains(r, `"invalid_request"`) || !strings.Contains(r, "pipes") {
+		t.Errorf("capture of a pipe session: got %s, want invalid_request naming pipes", r)
+	}
+}
+
+// TestPipeSessionWithoutCapability: a client that did not declare capabilities.pipes never sees
+// a stderr frame: stderr's bytes come in output frames.
+func TestPipeSessionWithoutCapability(t *testing.T) {
+	_, url := newViewersServer(t, session.Options{})
+	c := rawmux.Dial(t, url, nil)
+	c.Result("session.open", map[string]any{"channel": 1, "tty": false,
+		"cmd": []string{"sh", "-c", "echo out; sleep 0.1; echo err >&2"}}, nil)
+	c.NextNote("session.exit")
+	if out, errOut := string(c.Output(1)), c.Stderr(1); out != "out\nerr\n" || len(errOut) != 0 {
+		t.Errorf("output, stderr frames: got %q, %q, want %q, none", out, errOut, "out\nerr\n")
+	}
+}
+
+// TestCloseStdinOnTheWire: input, then session.closeStdin, reaches the program in that order:
+// cat prints its input and exits at its end.
+func TestCloseStdinOnTheWire(t *testing.T) {
+	_, url := newViewersServer(t, session.Options{})
+	c := rawmux.DialCaps(t, url, nil, map[string]any{proto.CapabilityPipes: true})
+	c.Result("session.open", map[string]any{"channel": 1, "tty": false, "cmd": []string{"cat"}}, nil)
+	c.Input(1, "hi\n")
+	c.Result("session.closeStdin", map[string]any{"channel": 1}, nil)
+	if exit := c.NextNote("session.exit"); exit["code"] != float64(0) {
+		t.Errorf("exit: got %v, want code 0", exit)
+	}
+	if out := string(c.Output(1)); out != "hi\n" {
+		t.Errorf("output: got %q, want %q", out, "hi\n")
+	}
+
+	c.Result("session.open", map[string]any{"channel": 2, "cols": 80, "rows": 24, "cmd": []string{"cat"}}, nil)
+	if r := string(c.Call("session.closeStdin", map[string]any{"channel": 2})); !strings.Contains(r, `"invalid_request"`) {
+		t.Errorf("closeStdin of a PTY session: got %s, want invalid_request", r)
+	}
+	if r := string(c.Call("session.open", map[string]any{"channel": 3, "tty": "no"})); !strings.Contains(r, `"tty"`) {
+		t.Errorf("open with a tty that is not a boolean: got %s, want invalid_params naming tty", r)
+	}
+	if r := string(c.Call("session.open", map[string]any{"channel": 3})); !strings.Contains(r, `"cols"`) {
+		t.Errorf("open of a PTY without a size: got %s, want invalid_params naming cols", r)
+	}
+}
