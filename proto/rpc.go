@@ -518,7 +518,7 @@ func DecodeInitialize(raw json.RawMessage) (InitializeParams, *Error) {
 
 // DecodeOpen decodes and validates the params of session.open: channel in
 // 1..4294967295; tty absent or a boolean; cols and rows in 1..lim.MaxCols and
-// 1..lim.MaxRows (with tty false both may be absent); cmd, if
+// 1..lim.MaxRows (with tty false both may be absent, or 0); cmd, if
 // given, a non-empty array of strings without NUL whose first element is not
 // empty; cwd without NUL; env names matching [A-Za-z_][A-Za-z0-9_]*, not
 // LD_*, BASH_ENV, ENV or IFS, with string values without NUL; name at most
@@ -540,9 +540,7 @@ func DecodeOpen(raw json.RawMessage, lim Limits) (OpenParams, *Error) {
 		}
 		p.TTY = &tty
 	}
-	_, hasCols := m["cols"]
-	_, hasRows := m["rows"]
-	if !p.Pipes() || hasCols || hasRows {
+	if !p.Pipes() || !zeroOrAbsent(m, "cols") || !zeroOrAbsent(m, "rows") {
 		if p.Cols, p.Rows, e = requiredSize(m, lim); e != nil {
 			return p, e
 		}
@@ -566,6 +564,12 @@ func DecodeOpen(raw json.RawMessage, lim Limits) (OpenParams, *Error) {
 		return p, ErrInvalidParams("name", fmt.Sprintf("name must be at most %d bytes", maxNameBytes))
 	}
 	return p, nil
+}
+
+// zeroOrAbsent reports whether member name is absent, null or the number 0.
+func zeroOrAbsent(m map[string]json.RawMessage, name string) bool {
+	v, ok := m[name]
+	return !ok || isJSONNull(v) || string(v) == "0"
 }
 
 // DecodeAttach decodes and validates the params of session.attach: channel

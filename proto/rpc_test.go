@@ -417,6 +417,7 @@ func TestDecodeOpen(t *testing.T) {
 			OpenParams{Channel: 1, Cols: 80, Rows: 24, Env: map[string]string{"ld_x": "1", "LDX": "1"}}, "", ""},
 
 		{"pipes without a size", `{"channel":1,"tty":false}`, OpenParams{Channel: 1, TTY: &no}, "", ""},
+		{"pipes with a zero size", `{"channel":1,"tty":false,"cols":0,"rows":0}`, OpenParams{Channel: 1, TTY: &no}, "", ""},
 		{"pipes with a size", `{"channel":1,"tty":false,"cols":80,"rows":24}`, OpenParams{Channel: 1, TTY: &no, Cols: 80, Rows: 24}, "", ""},
 		{"tty true", `{"channel":1,"tty":true,"cols":80,"rows":24}`, OpenParams{Channel: 1, TTY: &yes, Cols: 80, Rows: 24}, "", ""},
 		{"tty null is absent", `{"channel":1,"tty":null,"cols":80,"rows":24}`, OpenParams{Channel: 1, Cols: 80, Rows: 24}, "", ""},
