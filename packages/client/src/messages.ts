@@ -95,9 +95,16 @@ export interface SessionOpenParams {
   cmd?: string[];
   cwd?: string;
   env?: Record<string, string>;
+  /** With `tty` false, a nominal size (0 and 0: 80×24): no terminal applies it. */
   cols: number;
   rows: number;
   name?: string;
+  /**
+   * Protocol 1.4: false runs the program without a terminal: its stdin, stdout and stderr are
+   * pipes, its stderr arrives apart (ChannelListener.stderr), and `Channel.closeStdin` ends its
+   * input. Absent or true: a PTY.
+   */
+  tty?: boolean;
   _meta?: RequestMeta;
 }
 
@@ -157,6 +164,8 @@ export interface SessionAttachResult {
    */
   screenCols?: number;
   screenRows?: number;
+  /** Protocol 1.4: false for a session on pipes (absent for a PTY session). */
+  tty?: boolean;
 }
 
 export interface SessionCaptureParams {
@@ -286,6 +295,7 @@ export interface RequestMap {
   'session.open': [SessionOpenParams, SessionOpenResult];
   'session.attach': [SessionAttachParams, SessionAttachResult];
   'session.detach': [SessionDetachParams, SessionDetachResult];
+  'session.closeStdin': [SessionDetachParams, SessionDetachResult];
   'session.resize': [SessionResizeParams, SessionResizeResult];
   'session.signal': [SessionSignalParams, Record<string, never>];
   'session.kill': [SessionKillParams, SessionKillResult];
