@@ -52,7 +52,13 @@ func TestPipeSessionWithoutCapability(t *testing.T) {
 func TestCloseStdinOnTheWire(t *testing.T) {
 	_, url := newViewersServer(t, session.Options{})
 	c := rawmux.DialCaps(t, url, nil, map[string]any{proto.CapabilityPipes: true})
-	c.Result("session.open", map[string]any{"channel": 1, "tty": false, "cmd": []string{"cat"}}, nil)
+	var open proto.OpenResult
+	c.Result("session.open", map[string]any{"channel": 1, "tty": false, "cmd": []string{"cat"}}, &open)
+	ro := rawmux.DialCaps(t, url+"?ro=1", nil, map[string]any{proto.CapabilityPipes: true})
+	ro.Result("session.attach", map[string]any{"channel": 4, "session": open.Session}, nil)
+	if r := string(ro.Call("session.closeStdin", map[string]any{"channel": 4})); !strings.Contains(r, `"forbidden"`) {
+		t.Errorf("closeStdin from a read-only principal: got %s, want forbidden", r)
+	}
 	c.Input(1, "hi\n")
 	c.Result("session.closeStdin", map[string]any{"channel": 1}, nil)
 	if exit := c.NextNote("session.exit"); exit["code"] != float64(0) {
