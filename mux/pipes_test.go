@@ -24,6 +24,17 @@ func TestPipeSessionStreamsOnTheWire(t *testing.T) {
 	if out, errOut := string(c.Output(1)), string(c.Stderr(1)); out != "out\n" || errOut != "err\n" {
 		t.Errorf("stdout, stderr: got %q, %q, want %q, %q", out, errOut, "out\n", "err\n")
 	}
+	// An attach that asks for a paint gets none (a pipe session has no screen): the raw replay
+	// of both streams instead.
+	var att proto.AttachResult
+	c.Result("session.attach", map[string]any{"channel": 2, "session": open.Session, "from": 0, "screen": "always"}, &att)
+	if att.Screen != 0 || att.TTY == nil || *att.TTY || att.Offset != 0 {
+		t.Errorf("attach with screen always: got screen %d, tty %v, offset %d, want 0, false, 0", att.Screen, att.TTY, att.Offset)
+	}
+	c.NextNote("session.exit")
+	if out, errOut := string(c.Output(2)), string(c.Stderr(2)); out != "out\n" || errOut != "err\n" {
+		t.Errorf("replay: got %q, %q, want %q, %q", out, errOut, "out\n", "err\n")
+	}
 	var list proto.ListResult
 	c.Result("session.list", map[string]any{}, &list)
 	if len(list.Sessions) != 1 || list.Sessions[0].TTY == nil || *list.Sessions[0].TTY {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/cgroup"
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
@@ -213,4 +214,101 @@ func TestRingStreams(t *testing.T) {
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Errorf("reads: got %+v, want %+v", got, want)
 	}
+}
+
+// TestPipeSessionInItsCgroup: a pipe session runs in a cgroup of its own, and its kill ends
+// what the signals and the scan of the pipes' holders leave (a job that closed every pipe and
+// left the session) with cgroup.kill, and removes the cgroup.
+func TestPipeSessionInItsCgroup(t *testing.T) {
+	t.Parallel()
+	opts := cgroupOptions(t)
+	opts.KillGrace = 50 * time.Millisecond
+	r := NewRegistry(opts, nil)
+	s, v, wake := openPipesT(t, r, "/bin/sh", "-c",
+		`(setsid sleep 1000 </dev/null >/dev/null 2>&1 &); cat /proc/self/cgroup; exec sleep 1000`)
+	want := "0::" + cgroupRel(t, s.CgroupPath()) + "\n"
+	deadline := time.After(10 * time.Second)
+	var got []byte
+	buf := make([]byte, 4096)
+	for !bytes.Contains(got, []byte(want)) {
+		n, _, _, err := v.ReadStream(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("read: %v (got %q)", err, got)
+		}
+		if n == 0 {
+			select {
+			case <-wake:
+			case <-deadline:
+				t.Fatalf("no %q within 10s: got %q", want, got)
+			}
+		}
+	}
+	g := cgroup.Group(s.CgroupPath())
+	var pids []int
+	testutil.WaitFor(t, 5*time.Second, "two processes in the cgroup", func() bool {
+		pids, _ = g.Procs()
+		return len(pids) == 2
+	})
+	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
+		return r.Kill(ctx, s.ID(), "alice")
+	})
+	if res.Survivors != 0 || !res.Reaped {
+		t.Errorf("kill: got survivors %d, reaped %v, want 0, true (%+v)", res.Survivors, res.Reaped, res)
+	}
+	for _, pid := range pids {
+		if testutil.Alive(pid) {
+			t.Errorf("pid %d (%s) survived the kill", pid, comm(pid))
+		}
+	}
+	if _, err := os.Stat(s.CgroupPath()); !os.IsNotExist(err) {
+		t.Errorf("the session's cgroup outlived its kill: %v", err)
+	}
+}
+
+// TestPipeSessionReapedOnceExited: the reaper's predicate holds for a pipe session as for a
+// PTY session: exited, it is a victim whatever its viewers; running and watched, it is not.
+func TestPipeSessionReapedOnceExited(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry(testOptions(), nil)
+	s, v, _ := openPipesT(t, r, "cat")
+	if _, ok := s.ReapReason(time.Now().Add(time.Hour), time.Minute); ok {
+		t.Errorf("a watched running pipe session is a reap victim")
+	}
+	v.Close()
+	if reason, ok := s.ReapReason(time.Now().Add(time.Hour), time.Minute); !ok || reason != ReasonReaped {
+		t.Errorf("an unwatched pipe session past the grace: got %v, %v, want %v", reason, ok, ReasonReaped)
+	}
+	if err := s.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitClosed(t, s.Exited(), 5*time.Second, "cat's exit")
+	if reason, ok := r.Claim(s.ID(), s, time.Now(), time.Hour); !ok || reason != ReasonExited {
+		t.Fatalf("claim of the exited pipe session: got %v, %v, want %v", reason, ok, ReasonExited)
+	}
+	if res := r.Teardown(context.Background(), s); res.Status != "exited" {
+		t.Errorf("teardown: got %+v, want status exited", res)
+	}
+}
+
+// TestHandoverEndsPipeSessions: an upgrade in place hands the PTY sessions over and ends the
+// pipe sessions first (reason shutdown): their pipes are not handed to the next image.
+func TestHandoverEndsPipeSessions(t *testing.T) {
+	r := NewRegistry(testOptions(), nil)
+	pty, _ := openT(t, r, "alice", nil, "sleep", "1000")
+	p, _, _ := openPipesT(t, r, "sleep", "1000")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := r.Handover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.ResumeHandover(st)
+	if len(st.Sessions) != 1 || st.Sessions[0].ID != pty.ID() {
+		t.Errorf("handed sessions: got %d (%+v), want only the PTY session %s", len(st.Sessions), st.Sessions, pty.ID())
+	}
+	if reason, closing := p.Closing(); !closing || reason != ReasonShutdown {
+		t.Errorf("pipe session: got closing %v, reason %v, want true, %v", closing, reason, ReasonShutdown)
+	}
+	testutil.WaitClosed(t, p.Exited(), 5*time.Second, "the pipe session's child")
 }
