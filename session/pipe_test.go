@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muxterm/muxterm/internal/cgroup"
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
@@ -244,26 +243,7 @@ func TestPipeSessionInItsCgroup(t *testing.T) {
 			}
 		}
 	}
-	g := cgroup.Group(s.CgroupPath())
-	var pids []int
-	testutil.WaitFor(t, 5*time.Second, "two processes in the cgroup", func() bool {
-		pids, _ = g.Procs()
-		return len(pids) == 2
-	})
-	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
-		return r.Kill(ctx, s.ID(), "alice")
-	})
-	if res.Survivors != 0 || !res.Reaped {
-		t.Errorf("kill: got survivors %d, reaped %v, want 0, true (%+v)", res.Survivors, res.Reaped, res)
-	}
-	for _, pid := range pids {
-		if testutil.Alive(pid) {
-			t.Errorf("pid %d (%s) survived the kill", pid, comm(pid))
-		}
-	}
-	if _, err := os.Stat(s.CgroupPath()); !os.IsNotExist(err) {
-		t.Errorf("the session's cgroup outlived its kill: %v", err)
-	}
+	killEmptiesCgroup(t, r, s, 2)
 }
 
 // TestPipeSessionReapedOnceExited: the reaper's predicate holds for a pipe session as for a
