@@ -42,8 +42,8 @@ type pipeIO struct {
 	// paths are the /proc/PID/fd link targets of stdout and stderr ("pipe:[inode]"), by which
 	// a kill finds the processes that still hold them (escapees).
 	paths []string
-	// cond (on Session.mu) wakes readers that backpressure parked; open counts the readers
-	// still reading (guarded by Session.mu).
+	// cond (on Session.mu, made with the session) wakes readers that backpressure parked; open
+	// counts the readers still reading (guarded by Session.mu).
 	cond *sync.Cond
 	open int
 }
@@ -86,7 +86,6 @@ func openPipes() (p *pipeIO, child [3]*os.File, err error) {
 
 // startPipes starts the two readers of a pipe session. s.mu must be held.
 func (s *Session) startPipesLocked() {
-	s.pipe.cond = sync.NewCond(&s.mu)
 	s.pipe.open = 2
 	s.readState = readBusy
 	go s.readPipe(s.pipe.stdout, Stdout)

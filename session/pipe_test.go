@@ -292,3 +292,20 @@ func TestHandoverEndsPipeSessions(t *testing.T) {
 	}
 	testutil.WaitClosed(t, p.Exited(), 5*time.Second, "the pipe session's child")
 }
+
+// TestPipeSessionsThatExitAtOnce: a child may be reaped before its readers start; its exit
+// wakes them safely and is reported after its (empty) output.
+func TestPipeSessionsThatExitAtOnce(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry(testOptions(), nil)
+	for range 20 {
+		s, v, wake := openPipesT(t, r, "true")
+		if out, errOut := readStreams(t, v, wake, 10*time.Second); out != "" || errOut != "" {
+			t.Errorf("output of true: got %q, %q, want none", out, errOut)
+		}
+		testutil.WaitClosed(t, s.Exited(), 5*time.Second, "exit of true")
+		if e, _ := s.Exit(); e.Code != 0 {
+			t.Errorf("exit of true: got %+v, want 0", e)
+		}
+	}
+}

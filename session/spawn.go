@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -58,6 +59,8 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 			return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
 		}
 		s.pipe, s.ring = p, newTaggedRing(opts.ScrollbackBytes)
+		// Before the child can exit: reaped wakes the readers through it (wakeReaderLocked).
+		p.cond = sync.NewCond(&s.mu)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = child[0], child[1], child[2]
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		closeChild = func() {
