@@ -3,7 +3,10 @@ package mux
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil"
 	"github.com/muxterm/muxterm/internal/testutil/rawmux"
 	"github.com/muxterm/muxterm/proto"
 	"github.com/muxterm/muxterm/session"
@@ -88,5 +91,55 @@ func TestCloseStdinOnTheWire(t *testing.T) {
 	}
 	if r := string(c.Call("session.open", map[string]any{"channel": 3})); !strings.Contains(r, `"cols"`) {
 		t.Errorf("open of a PTY without a size: got %s, want invalid_params naming cols", r)
+	}
+}
+
+// TestPipeSessionCreditCountsBothStreams: a pipe session's stdout and stderr share the
+// channel's window: a channel that is never read receives exactly the window, of both streams
+// together, and a barrier on another channel shows the socket goes on meanwhile.
+func TestPipeSessionCreditCountsBothStreams(t *testing.T) {
+	const window = 64 << 10
+	s := newServer(t, ServerOptions{Window: window}, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	flood, err := c.Open(ctx, client.OpenOptions{Pipes: true, Cmd: []string{"sh", "-c", "while :; do echo out; echo err >&2; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo, err := c.Open(ctx, client.OpenOptions{Pipes: true, Cmd: []string{"cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the window to fill", func() bool { return flood.Buffered() >= window })
+	for i := range 5 {
+		tag := string(rune('a'+i)) + "!"
+		if _, err := echo.Write([]byte(tag)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := echo.ReadUntil(ctx, tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := flood.Buffered(); got != window {
+		t.Fatalf("unacknowledged bytes: got %d, want %d", got, window)
+	}
+	var outs, errs int
+	buf := make([]byte, window)
+	for outs+errs < window {
+		n, stderr, err := flood.ReadStream(ctx, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stderr {
+			errs += n
+		} else {
+			outs += n
+		}
+	}
+	if outs == 0 || errs == 0 {
+		t.Errorf("window's bytes: %d of stdout, %d of stderr, want some of each", outs, errs)
+	}
+	if _, err := c.Kill(ctx, flood.Session()); err != nil {
+		t.Fatal(err)
 	}
 }
