@@ -3,16 +3,21 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil"
 	"github.com/muxterm/muxterm/internal/testutil/rawmux"
 	"github.com/muxterm/muxterm/proto"
 )
@@ -133,4 +138,66 @@ func TestGoClientPipeSession(t *testing.T) {
 	if _, err := c.Kill(kctx, ch.Session()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCLIExecResumesBothStreamsAfterDrop: muxterm exec's socket is cut while its program runs;
+// it redials and resumes from the bytes of both streams it wrote out: stdout and stderr are each
+// whole, byte for byte, and the exit code is the program's.
+func TestCLIExecResumesBothStreamsAfterDrop(t *testing.T) {
+	px := newCutProxy(t, "127.0.0.1:0", "")
+	g := startGateway(t, "--allow-cmd", "*", "--allow-host", px.addr())
+	px.setTarget(strings.TrimPrefix(g.Base, "http://"))
+	env := cliEnv(t, g, "MUXTERM_URL=ws://"+px.addr()+"/ws")
+	dir := t.TempDir()
+	const half = 2000
+	script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo o$i; echo e$i >&2; i=$((i+1)); done; touch %s/a
+while [ ! -e %s/b ]; do sleep 0.01; done
+while [ $i -lt %d ]; do echo o$i; echo e$i >&2; i=$((i+1)); done; exit 5`, half, dir, dir, 2*half)
+	var wantOut, wantErr strings.Builder
+	for i := range 2 * half {
+		fmt.Fprintf(&wantOut, "o%d\n", i)
+		fmt.Fprintf(&wantErr, "e%d\n", i)
+	}
+	cmd := exec.Command(cliBinary(t), "exec", "--", "sh", "-c", script)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var err error
+	go func() {
+		err = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	testutil.WaitFor(t, 10*time.Second, "the first half printed", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "a"))
+		return err == nil
+	})
+	px.cut()
+	if werr := os.WriteFile(filepath.Join(dir, "b"), nil, 0o600); werr != nil {
+		t.Fatal(werr)
+	}
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("exec did not end within 30s of the drop")
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 5 {
+		t.Errorf("exit: got %v, want code 5", err)
+	}
+	if stdout.String() != wantOut.String() {
+		t.Errorf("stdout across the drop: %d bytes, want %d (first difference at %d)", stdout.Len(), wantOut.Len(), firstDiff(stdout.Bytes(), []byte(wantOut.String())))
+	}
+	// stderr holds the program's stderr, then nothing: exec says nothing of a drop it resumed.
+	if stderr.String() != wantErr.String() {
+		t.Errorf("stderr across the drop: %d bytes, want %d (first difference at %d; tail %q)", stderr.Len(), wantErr.Len(), firstDiff(stderr.Bytes(), []byte(wantErr.String())), tail(stderr.String()))
+	}
+	px.waitConns(t, 2) // the first socket and the redial
 }
