@@ -78,7 +78,9 @@ func (c *conn) handleOpen(req *proto.Request) {
 		_, span := c.startSpan(otel.SpanSessionOpen, "session.open", p.Meta, ch.id)
 		defer span.End()
 		spec.Trace = span.SpanContext()
-		if c.opts.Remote != nil && c.openRemote(req, &p, ch) {
+		// A pipe session stays on this node: a relay carries neither its stderr frames nor
+		// session.closeStdin.
+		if c.opts.Remote != nil && !spec.Pipes && c.openRemote(req, &p, ch) {
 			return
 		}
 		s, v, err := c.reg.Open(spec, c.opts.MaxSessions, func() { c.markReady(ch) })

@@ -143,3 +143,39 @@ func TestPipeSessionCreditCountsBothStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPipeSessionOpensOnThisNode: in a cluster, a pipe session is never placed on another node
+// (a relay carries neither its stderr frames nor session.closeStdin); a PTY session is offered
+// to the placement.
+func TestPipeSessionOpensOnThisNode(t *testing.T) {
+	rem := &fakeRemote{}
+	s := newServer(t, ServerOptions{Remote: rem, Node: "a"}, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	ch, err := c.Open(ctx, client.OpenOptions{Pipes: true, Cmd: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rem.mu.Lock()
+	opens := rem.opens
+	rem.mu.Unlock()
+	if opens != 0 {
+		t.Errorf("placement asked for a pipe session: %d times, want 0", opens)
+	}
+	if _, err := c.Kill(ctx, ch.Session()); err != nil {
+		t.Fatal(err)
+	}
+	pty, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rem.mu.Lock()
+	opens = rem.opens
+	rem.mu.Unlock()
+	if opens != 1 {
+		t.Errorf("placement asked for a PTY session: %d times, want 1", opens)
+	}
+	if _, err := c.Kill(ctx, pty.Session()); err != nil {
+		t.Fatal(err)
+	}
+}
