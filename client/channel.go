@@ -83,6 +83,8 @@ type segment struct {
 	buf   *[]byte
 	epoch int
 	paint bool // data is a paint of the screen: read, acknowledged, and no offsets
+	// stderr: data is a pipe session's stderr (stderr frames); a read never spans both streams.
+	stderr bool
 }
 
 // segBufs recycles segments' buffers, each room for one output frame.
@@ -332,9 +334,10 @@ func (ch *Channel) Reason() string {
 	return ch.reason
 }
 
-// push buffers output of the current binding. More unacknowledged output than window, or
-// output past MaxOffset, is a protocol violation, and nothing of it is kept.
-func (ch *Channel) push(p []byte, window int) error {
+// push buffers output of the current binding (stderr: of a pipe session's stderr). More
+// unacknowledged output than window, or output past MaxOffset, is a protocol violation, and
+// nothing of it is kept.
+func (ch *Channel) push(p []byte, window int, stderr bool) error {
 	ch.mu.Lock()
 	if ch.inflight+int64(len(p)) > int64(window) {
 		ch.mu.Unlock()
@@ -348,8 +351,8 @@ func (ch *Channel) push(p []byte, window int) error {
 	k := min(ch.paintIn, int64(len(p)))
 	ch.paintIn -= k
 	ch.next += int64(len(p)) - k
-	ch.appendData(p[:k], true)
-	ch.appendData(p[k:], false)
+	ch.appendData(p[:k], true, false)
+	ch.appendData(p[k:], false, stderr)
 	ch.cond.Broadcast()
 	f := ch.notify
 	ch.mu.Unlock()
@@ -359,18 +362,19 @@ func (ch *Channel) push(p []byte, window int) error {
 	return nil
 }
 
-// appendData queues output p (a paint's, or not) after what is queued. ch.mu must be held.
-func (ch *Channel) appendData(p []byte, paint bool) {
+// appendData queues output p (a paint's, or not; stderr's, or not) after what is queued. ch.mu
+// must be held.
+func (ch *Channel) appendData(p []byte, paint, stderr bool) {
 	if len(p) == 0 {
 		return
 	}
 	if n := len(ch.segs); n > 0 && ch.segs[n-1].gap == 0 && ch.segs[n-1].epoch == ch.epoch &&
-		ch.segs[n-1].paint == paint && cap(ch.segs[n-1].data)-len(ch.segs[n-1].data) >= len(p) {
+		ch.segs[n-1].paint == paint && ch.segs[n-1].stderr == stderr && cap(ch.segs[n-1].data)-len(ch.segs[n-1].data) >= len(p) {
 		ch.segs[n-1].data = append(ch.segs[n-1].data, p...) // room left in its buffer: no copy of the rest
 		return
 	}
 	seg := newSegment(p, ch.epoch)
-	seg.paint = paint
+	seg.paint, seg.stderr = paint, stderr
 	ch.segs = append(ch.segs, seg)
 }
 
@@ -472,6 +476,14 @@ func (ch *Channel) Read(p []byte) (int, error) {
 // ReadContext is Read that gives up when ctx ends, returning ctx's error; the channel stays
 // usable.
 func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
+	n, _, err := ch.ReadStream(ctx, p)
+	return n, err
+}
+
+// ReadStream is ReadContext that returns the bytes of one stream only and says which: stderr
+// is true for a pipe session's stderr (OpenOptions.Pipes), false for its stdout and for all of a
+// terminal's output. Read and ReadContext return both streams, in the order they came.
+func (ch *Channel) ReadStream(ctx context.Context, p []byte) (n int, stderr bool, err error) {
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() {
 			ch.mu.Lock()
@@ -494,7 +506,7 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 		}
 		if err := ctx.Err(); err != nil {
 			ch.mu.Unlock()
-			return 0, err
+			return 0, false, err
 		}
 		if ch.unacked > 0 && !ch.detaching {
 			// Idle before the ack goroutine got to it: acknowledge before waiting.
@@ -508,14 +520,14 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 	if len(ch.segs) == 0 {
 		err := ch.endErr
 		ch.mu.Unlock()
-		return 0, err
+		return 0, false, err
 	}
 	// As much as p takes of the data at the head, across segments of one binding (epoch), up to
 	// the next gap: what one segment held before segments were a frame's size each.
-	epoch := ch.segs[0].epoch
+	epoch, stderr := ch.segs[0].epoch, ch.segs[0].stderr
 	current := epoch == ch.epoch
-	n, painted := 0, 0
-	for n < len(p) && len(ch.segs) > 0 && ch.segs[0].gap == 0 && ch.segs[0].epoch == epoch {
+	painted := 0
+	for n < len(p) && len(ch.segs) > 0 && ch.segs[0].gap == 0 && ch.segs[0].epoch == epoch && ch.segs[0].stderr == stderr {
 		seg := &ch.segs[0]
 		m := copy(p[n:], seg.data)
 		n += m
@@ -548,7 +560,7 @@ func (ch *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 	if queue {
 		ch.c.queueAck(ch)
 	}
-	return n, nil
+	return n, stderr, nil
 }
 
 // flushAck acknowledges every byte of the current binding Read has returned and not yet
@@ -624,6 +636,13 @@ func (ch *Channel) Resize(ctx context.Context, cols, rows int) error {
 // Signal sends a signal ("INT", ...) to the foreground process group.
 func (ch *Channel) Signal(ctx context.Context, sig string) error {
 	return ch.c.Call(ctx, "session.signal", map[string]any{"channel": ch.ID, "signal": sig}, nil)
+}
+
+// CloseStdin closes the stdin of the pipe session bound to the channel (OpenOptions.Pipes) once
+// the input written before it has reached the program, which then reads the end of its input.
+// Input written after it is refused (stdin_closed).
+func (ch *Channel) CloseStdin(ctx context.Context) error {
+	return ch.c.Call(ctx, "session.closeStdin", map[string]any{"channel": ch.ID}, nil)
 }
 
 // Detach unbinds the channel; the session keeps running.

@@ -473,7 +473,7 @@ func (n *netConns) recording(dial dialFunc) dialFunc {
 }
 
 func (c *Client) initializeParams() map[string]any {
-	return map[string]any{"client": map[string]any{"name": c.opts.Name, "version": "1"}, "capabilities": map[string]any{proto.CapabilityScreen: true}}
+	return map[string]any{"client": map[string]any{"name": c.opts.Name, "version": "1"}, "capabilities": map[string]any{proto.CapabilityScreen: true, proto.CapabilityPipes: true}}
 }
 
 // DialError is a refused upgrade.
@@ -856,11 +856,19 @@ type OpenOptions struct {
 	// Record asks for a recording of the session (a gateway started with --record
 	// --record-on-request; with --record alone every session is recorded anyway).
 	Record bool
+	// Pipes runs the program without a terminal (session.open's tty false): its stdin, stdout
+	// and stderr are pipes, Channel.ReadStream tells stderr from stdout, and Channel.CloseStdin
+	// ends its input. Cols and Rows may then be 0.
+	Pipes bool
 }
 
 // params are session.open's params for o on channel.
 func (o OpenOptions) params(channel uint32) proto.OpenParams {
-	return proto.OpenParams{Channel: channel, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env, Cols: o.Cols, Rows: o.Rows, Name: o.Name, Record: o.Record}
+	p := proto.OpenParams{Channel: channel, Cmd: o.Cmd, Cwd: o.Cwd, Env: o.Env, Cols: o.Cols, Rows: o.Rows, Name: o.Name, Record: o.Record}
+	if o.Pipes {
+		p.TTY = new(bool) // false
+	}
+	return p
 }
 
 // Open starts a session and returns its channel. If ctx ends after the request went out, a
@@ -1046,13 +1054,13 @@ func (c *Client) readLoop(l *link) {
 	c.linkEnded(l, err)
 }
 
-// handleBinary hands an output frame to its channel. The server sends output frames only.
+// handleBinary hands an output or stderr frame to its channel. The server sends no other.
 func (c *Client) handleBinary(l *link, b []byte) error {
 	f, err := proto.ParseFrame(b)
 	if err != nil {
 		return violation("binary message: %v", err)
 	}
-	if f.Type != proto.FrameOutput {
+	if f.Type != proto.FrameOutput && f.Type != proto.FrameStderr {
 		return violation("a frame of type %d from the server", f.Type)
 	}
 	c.mu.Lock()
@@ -1061,7 +1069,7 @@ func (c *Client) handleBinary(l *link, b []byte) error {
 	if ch == nil {
 		return nil // a binding undone meanwhile (a given-up open or attach)
 	}
-	return ch.push(f.Payload, l.window)
+	return ch.push(f.Payload, l.window, f.Type == proto.FrameStderr)
 }
 
 // handleText handles one text message: a response or a notification.

@@ -1,6 +1,8 @@
-// Package client is the Go client of muxterm.v1 (docs/protocol.md): Dial or DialOpen a gateway,
-// then open, attach to, resize, signal, detach from and kill sessions, each bound to a Channel
-// whose Read returns the session's output in order and acknowledges it for flow control.
+// Package client is the Go client of muxterm.v1 (docs/protocol.md): Dial or DialOpen a
+// gateway, then open, attach to, resize, signal, detach from and kill sessions, each bound to a
+// Channel whose Read returns the session's output in order and acknowledges it for flow
+// control. A session opened with OpenOptions.Pipes runs without a terminal: Channel.ReadStream
+// tells its stderr from its stdout, and Channel.CloseStdin ends its input.
 // DialOptions.Reconnect redials a lost socket and re-attaches every bound channel from the offset
 // it received up to. violation.go holds what the client refuses from a server (ErrProtocol,
 // MaxOffset, MaxWindow, the checks of results), so that a hostile server ends the connection

@@ -65,15 +65,15 @@ func TestReadAcrossSegments(t *testing.T) {
 	fill := func(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
 	var want []byte
 	for _, f := range [][]byte{fill('a', 10), fill('b', proto.MaxOutputPayload), fill('c', 5)} {
-		_ = ch.push(f, MaxWindow)
+		_ = ch.push(f, MaxWindow, false)
 		want = append(want, f...)
 	}
 	_ = ch.gap(7)
-	_ = ch.push(fill('d', 3), MaxWindow)
+	_ = ch.push(fill('d', 3), MaxWindow, false)
 	ch.mu.Lock()
 	ch.epoch++ // a new binding (a reconnect's attach)
 	ch.mu.Unlock()
-	_ = ch.push(fill('e', 4), MaxWindow)
+	_ = ch.push(fill('e', 4), MaxWindow, false)
 
 	read := func(size int) string {
 		t.Helper()
@@ -101,5 +101,35 @@ func TestReadAcrossSegments(t *testing.T) {
 	}
 	if got := read(1 << 20); got != "eeee" {
 		t.Fatalf("the next binding: %q, want eeee", got)
+	}
+}
+
+// ReadStream returns one stream at a time, in the order the frames came, and the offset counts
+// both streams' bytes (a resume is byte-exact for each).
+func TestReadStreamSplitsStdoutAndStderr(t *testing.T) {
+	c := newClient("ws://127.0.0.1:1/unused", DialOptions{ManualAck: true})
+	defer c.Close()
+	ch := c.newChannel()
+	_ = ch.push([]byte("out1 "), MaxWindow, false)
+	_ = ch.push([]byte("out2 "), MaxWindow, false)
+	_ = ch.push([]byte("err1 "), MaxWindow, true)
+	_ = ch.push([]byte("out3"), MaxWindow, false)
+	type read struct {
+		s      string
+		stderr bool
+	}
+	want := []read{{"out1 out2 ", false}, {"err1 ", true}, {"out3", false}}
+	for i, w := range want {
+		p := make([]byte, 64)
+		n, stderr, err := ch.ReadStream(context.Background(), p)
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if got := (read{string(p[:n]), stderr}); got != w {
+			t.Errorf("read %d: got %+v, want %+v", i, got, w)
+		}
+	}
+	if got := ch.Offset(); got != 19 {
+		t.Errorf("offset: got %d, want 19 (both streams)", got)
 	}
 }

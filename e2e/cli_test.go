@@ -450,18 +450,20 @@ func TestCLIExec(t *testing.T) {
 	}
 	want := expectedSeq(20000)
 	out, errOut, code := runCLI(t, env, "exec", "--", "seq", "1", "20000")
-	if code != 0 || out != strings.ReplaceAll(string(want), "\n", "\r\n") {
-		t.Fatalf("exec seq: exit %d, %d bytes, want %d (the PTY's CR LF); stderr %q", code, len(out), len(want)+20000, errOut)
-	}
-	out, _, code = runCLI(t, env, "exec", "--lf", "--", "seq", "1", "20000")
 	if code != 0 || out != string(want) {
-		t.Fatalf("exec --lf seq: exit %d, %d bytes, want %d", code, len(out), len(want))
+		t.Fatalf("exec seq: exit %d, %d bytes, want %d (pipes: the program's bytes); stderr %q", code, len(out), len(want), errOut)
 	}
-	// exec removes its sessions.
-	list, err := g.dial(t).List(ctxT(t, 5*time.Second))
-	if err != nil || len(list) != 0 {
-		t.Fatalf("after exec: %+v %v, want no session", list, err)
+	for _, tty := range []string{"-t", "--tty"} {
+		out, errOut, code = runCLI(t, env, "exec", tty, "--", "seq", "1", "20000")
+		if code != 0 || out != strings.ReplaceAll(string(want), "\n", "\r\n") {
+			t.Fatalf("exec %s seq: exit %d, %d bytes, want %d (the PTY's CR LF); stderr %q", tty, code, len(out), len(want)+20000, errOut)
+		}
 	}
+	out, _, code = runCLI(t, env, "exec", "-t", "--lf", "--", "seq", "1", "20000")
+	if code != 0 || out != string(want) {
+		t.Fatalf("exec -t --lf seq: exit %d, %d bytes, want %d", code, len(out), len(want))
+	}
+	noSessionsLeft(t, g, "exec") // exec removes its sessions
 }
 
 func TestCLIExecSIGTERMKillsSession(t *testing.T) {
@@ -678,13 +680,13 @@ func TestCLIExecStdinAndBrokenPipe(t *testing.T) {
 	g := startGateway(t, "--allow-cmd", "*")
 	env := cliEnv(t, g)
 
-	// --stdin forwards stdin; the PTY echoes it, as a terminal would.
-	cmd := exec.Command(cliBinary(t), "exec", "--stdin", "--lf", "--", "sh", "-c", "read x; echo got-$x")
+	// -t --stdin forwards stdin to a PTY, which echoes it, as a terminal would.
+	cmd := exec.Command(cliBinary(t), "exec", "-t", "--stdin", "--lf", "--", "sh", "-c", "read x; echo got-$x")
 	cmd.Env = env
 	cmd.Stdin = strings.NewReader("abc\n")
 	out, err := cmd.Output()
 	if err != nil || string(out) != "abc\ngot-abc\n" {
-		t.Fatalf("exec --stdin: %v, stdout %q, want the echo then got-abc", err, out)
+		t.Fatalf("exec -t --stdin: %v, stdout %q, want the echo then got-abc", err, out)
 	}
 
 	// A reader that leaves early: exec exits 141 (as SIGPIPE would) and removes its session.
@@ -723,7 +725,7 @@ func TestCLIExecStdinAndBrokenPipe(t *testing.T) {
 		<-done
 		t.Fatal("exec did not exit when its reader left")
 	}
-	if headOut.String() != "1\r" {
+	if headOut.String() != "1\n" {
 		t.Fatalf("head read %q", headOut.String())
 	}
 	list, err := g.dial(t).List(ctxT(t, 5*time.Second))
@@ -841,4 +843,80 @@ func termMakeRaw(f *os.File) (*unix.Termios, error) {
 	raw := *tio
 	raw.Lflag &^= unix.ICANON | unix.ECHO
 	return tio, unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, &raw)
+}
+
+// runCLIStdin runs muxterm with stdin and returns stdout, stderr and the exit code.
+func runCLIStdin(t *testing.T, env []string, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(cliBinary(t), args...)
+	cmd.Env = env
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("muxterm %q: %v", args, err)
+		}
+		return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("muxterm %q did not end within 30s: stdout %q, stderr %q", args, stdout.String(), stderr.String())
+		return "", "", 0
+	}
+}
+
+// TestCLIExecWithoutATerminal: exec runs its command on pipes, as kubectl exec and docker exec
+// do: stdin forwarded with -i and closed at its end (or at once without -i), stdout and stderr
+// each to its own place, byte for byte, and the exit code kept.
+func TestCLIExecWithoutATerminal(t *testing.T) {
+	g := startGateway(t, "--allow-cmd", "*")
+	env := cliEnv(t, g)
+	for _, tc := range []struct {
+		name                string
+		stdin               string
+		args                []string
+		wantOut, wantErrOut string
+		code                int
+	}{
+		{"stdin forwarded, then its end", "hi\n", []string{"exec", "-i", "--", "cat"}, "hi\n", "", 0},
+		{"--stdin spelled out", "hi\n", []string{"exec", "--stdin", "--", "cat"}, "hi\n", "", 0},
+		{"each stream to its own place", "", []string{"exec", "--", "sh", "-c", "echo out; echo err >&2; exit 3"}, "out\n", "err\n", 3},
+		{"stdin not forwarded: the program reads its end at once", "ignored\n", []string{"exec", "--", "cat"}, "", "", 0},
+		{"the gateway's shell fed a script", "echo hi\n", []string{"exec", "--stdin"}, "hi\n", "", 0},
+		{"-it: a terminal that echoes the input forwarded", "hi\n", []string{"exec", "-it", "--lf", "--", "sh", "-c", "read x; echo got-$x"}, "hi\ngot-hi\n", "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, code := runCLIStdin(t, env, tc.stdin, tc.args...)
+			if out != tc.wantOut || errOut != tc.wantErrOut || code != tc.code {
+				t.Errorf("muxterm %q: got stdout %q, stderr %q, exit %d, want %q, %q, %d", tc.args, out, errOut, code, tc.wantOut, tc.wantErrOut, tc.code)
+			}
+		})
+	}
+	noSessionsLeft(t, g, "exec")
+	// bash as the gateway's shell, fed a script on stdin: it reads it to its end and exits
+	// (on a terminal, the end-of-file key could arrive before its line editor starts, and be lost).
+	if _, err := exec.LookPath("bash"); err == nil {
+		gb := startGateway(t, "--shell", "/bin/bash")
+		out, errOut, code := runCLIStdin(t, cliEnv(t, gb), "echo hi\n", "exec", "--stdin")
+		if out != "hi\n" || code != 0 {
+			t.Errorf("bash fed a script: got stdout %q, stderr %q, exit %d, want %q, exit 0", out, errOut, code, "hi\n")
+		}
+	}
+}
+
+// noSessionsLeft fails the test unless g holds no session after what ran.
+func noSessionsLeft(t *testing.T, g *gateway, what string) {
+	t.Helper()
+	list, err := g.dial(t).List(ctxT(t, 5*time.Second))
+	if err != nil || len(list) != 0 {
+		t.Fatalf("after %s: %+v %v, want no session", what, list, err)
+	}
 }

@@ -40,6 +40,7 @@ func TestBadFrameOnAKnownChannelNamesIt(t *testing.T) {
 		{"unknown type on a bound channel", proto.AppendFrame(nil, 9, 7, []byte("x")), float64(7)},
 		{"ack of 3 bytes on a bound channel", proto.AppendFrame(nil, proto.FrameAck, 7, []byte{0, 0, 1}), float64(7)},
 		{"output frame on a bound channel", proto.AppendFrame(nil, proto.FrameOutput, 7, []byte("x")), float64(7)},
+		{"stderr frame on a bound channel", proto.AppendFrame(nil, proto.FrameStderr, 7, []byte("x")), float64(7)},
 		{"unknown type on channel 0", proto.AppendFrame(nil, 9, 0, nil), nil},
 		{"unknown type on an unbound channel", proto.AppendFrame(nil, 9, 8, nil), nil},
 		{"short frame", []byte{proto.FrameAck, 0, 0}, nil},

@@ -124,6 +124,17 @@ func (c *conn) bound(id json.RawMessage, num uint32) *channel {
 	return ch
 }
 
+// boundWritable is bound for a request that a read-only principal may not make (what names it,
+// in the forbidden error).
+func (c *conn) boundWritable(id json.RawMessage, num uint32, what string) *channel {
+	ch := c.bound(id, num)
+	if ch != nil && c.opts.ReadOnly {
+		c.replyErr(id, proto.ErrForbidden("read-only principal cannot "+what))
+		return nil
+	}
+	return ch
+}
+
 // activate publishes a bound channel to the writer once its reply is queued, so no output
 // frame can precede the reply. If the reply could not be queued, or the socket ended before the
 // channel was published, the binding is undone: the viewer unsubscribes. For an attach

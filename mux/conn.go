@@ -239,6 +239,7 @@ type conn struct {
 	// owned by readLoop:
 	initialized bool
 	screens     bool // the client's initialize declared capabilities.screen
+	pipes       bool // the client's initialize declared capabilities.pipes: stderr frames
 }
 
 // Serve runs the multiplexer over ws until the socket fails, the client leaves, or ctx ends.

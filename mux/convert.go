@@ -39,7 +39,16 @@ func killResult(id string, res session.KillResult) proto.KillResult {
 func sessionInfo(in session.Info) proto.SessionInfo {
 	return proto.SessionInfo{Session: in.ID, Name: in.Name, Pid: in.Pid, Cmd: in.Argv,
 		Created: in.Created.UTC().Format(time.RFC3339Nano), Cols: in.Cols, Rows: in.Rows,
-		Viewers: in.Viewers, End: in.End, Exit: exitInfo(in.Exit)}
+		Viewers: in.Viewers, End: in.End, Exit: exitInfo(in.Exit), TTY: ttyOf(in)}
+}
+
+// ttyOf is a result's tty: false for a pipe session, absent (nil) for a PTY session.
+func ttyOf(in session.Info) *bool {
+	if !in.Pipes {
+		return nil
+	}
+	f := false
+	return &f
 }
 
 // signals maps each of proto.Signals to this platform's signal.

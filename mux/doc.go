@@ -8,7 +8,8 @@
 // linger (conn.go); a channel and its binding to a viewer or a relay: reserve, bound, activate,
 // unbind (channel.go); the one goroutine that reads the socket, bounds every message, runs
 // initialize and dispatches (read.go); the handler of each method, the slow-request pool, session
-// errors to wire errors and request spans (handlers.go); the one goroutine that writes it
+// errors to wire errors (handlers.go); request spans and the trace context a relayed request
+// carries (spans.go); the one goroutine that writes it
 // (write.go). Sessions of other nodes are reached through Remote and Relay (remote.go); an
 // upgrade in place ends a socket with restart.go's notification. recording.go serves
 // recording.list and recording.read (the owner's recordings, every one for an admin, none for a

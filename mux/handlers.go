@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -126,13 +123,15 @@ func (c *conn) handleOpen(req *proto.Request) {
 	}
 	slices.Sort(env)
 	spec := session.Spec{Argv: p.Cmd, Dir: p.Cwd, Env: env, Cols: p.Cols, Rows: p.Rows,
-		Name: p.Name, Owner: c.opts.Principal, Record: p.Record}
+		Name: p.Name, Owner: c.opts.Principal, Record: p.Record, Pipes: p.Pipes()}
 	started := c.slow(req.ID, func() {
 		ctx, span := c.startSpan(otel.SpanSessionOpen, "session.open", p.Meta, ch.id)
 		defer span.End()
 		defer func() { c.tel.Instruments.OpenDuration.Record(ctx, time.Since(start).Seconds()) }()
 		spec.Trace = span.SpanContext()
-		if c.opts.Remote != nil && c.openRemote(ctx, req, &p, ch) {
+		// A pipe session stays on this node: a relay carries neither its stderr frames nor
+		// session.closeStdin.
+		if c.opts.Remote != nil && !spec.Pipes && c.openRemote(ctx, req, &p, ch) {
 			return
 		}
 		s, v, err := c.reg.Open(spec, c.opts.MaxSessions, func() { c.markReady(ch) })
@@ -259,7 +258,8 @@ func (c *conn) attachLocal(start time.Time, req *proto.Request, p *proto.AttachP
 	queued := c.reply(req.ID, proto.AttachResult{Session: ch.sess.ID(), Channel: ch.id,
 		Offset: info.Offset, Live: info.End, Lost: info.Lost, End: info.End, Pid: in.Pid,
 		Cols: size.Cols, Rows: size.Rows, Exit: exitInfo(in.Exit),
-		Screen: info.Screen, ScreenLost: info.ScreenLost, ScreenCols: info.ScreenCols, ScreenRows: info.ScreenRows})
+		Screen: info.Screen, ScreenLost: info.ScreenLost, ScreenCols: info.ScreenCols, ScreenRows: info.ScreenRows,
+		TTY: ttyOf(in)})
 	c.activate(ch, queued, true)
 }
 
@@ -281,18 +281,37 @@ func (c *conn) handleDetach(req *proto.Request) {
 	c.reply(req.ID, proto.DetachResult{Session: ch.sessionID(), Channel: ch.id})
 }
 
+// handleCloseStdin closes the stdin of the pipe session bound to the channel, after the input
+// frames that came before the request (the read loop handles both in order).
+func (c *conn) handleCloseStdin(req *proto.Request) {
+	p, e := proto.DecodeDetach(req.Params)
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
+	}
+	ch := c.boundWritable(req.ID, p.Channel, "close stdin")
+	if ch == nil {
+		return
+	}
+	if ch.relay != nil {
+		c.replyErr(req.ID, proto.ErrInvalidRequest("session.closeStdin is not relayed to another node"))
+		return
+	}
+	if err := ch.sess.CloseStdin(); err != nil {
+		c.replyErr(req.ID, sessionError(err, ch.sessionID()))
+		return
+	}
+	c.reply(req.ID, proto.DetachResult{Session: ch.sessionID(), Channel: ch.id})
+}
+
 func (c *conn) handleResize(req *proto.Request) {
 	p, e := proto.DecodeResize(req.Params, c.opts.limits())
 	if e != nil {
 		c.replyErr(req.ID, e)
 		return
 	}
-	ch := c.bound(req.ID, p.Channel)
+	ch := c.boundWritable(req.ID, p.Channel, "resize")
 	if ch == nil {
-		return
-	}
-	if c.opts.ReadOnly {
-		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot resize"))
 		return
 	}
 	ctx, span := c.startSpan(otel.SpanSessionResize, "session.resize", p.Meta, ch.id)
@@ -321,12 +340,8 @@ func (c *conn) handleSignal(req *proto.Request) {
 		return
 	}
 	sig := signals[name]
-	ch := c.bound(req.ID, p.Channel)
+	ch := c.boundWritable(req.ID, p.Channel, "signal")
 	if ch == nil {
-		return
-	}
-	if c.opts.ReadOnly {
-		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot signal"))
 		return
 	}
 	ctx, span := c.startSpan(otel.SpanSessionSignal, "session.signal", p.Meta, ch.id)
@@ -515,6 +530,12 @@ func sessionError(err error, id string) *proto.Error {
 		return proto.ErrLimitExceeded("maxSessions", err.Error())
 	case errors.Is(err, session.ErrBadOffset):
 		return proto.ErrInvalidParams("from", err.Error())
+	case errors.Is(err, session.ErrStdinClosed):
+		return proto.ErrStdinClosed(id)
+	case errors.Is(err, session.ErrNoPipes):
+		return proto.ErrInvalidRequest("the session has a terminal, not pipes: its program reads the terminal's end-of-file character (Ctrl-D) instead")
+	case errors.Is(err, session.ErrNoPipesScreen):
+		return proto.ErrInvalidRequest("the session runs on pipes, without a terminal: it has no screen to capture")
 	case errors.Is(err, session.ErrNoScreen):
 		return proto.ErrInvalidRequest("the gateway keeps no screens (--screen=false)")
 	case errors.Is(err, session.ErrBadSize):
@@ -525,62 +546,4 @@ func sessionError(err error, id string) *proto.Error {
 		return proto.ErrSpawnFailed(err.Error())
 	}
 	return proto.ErrInternal(err.Error())
-}
-
-// parentCtx is the context a request's spans descend from: the client's W3C trace context
-// from params._meta when it sent one, else the socket's ws.connection span.
-func (c *conn) parentCtx(m *proto.Meta) context.Context {
-	if m == nil || m.Traceparent == "" {
-		return c.ctx
-	}
-	carrier := propagation.MapCarrier{"traceparent": m.Traceparent}
-	if m.Tracestate != "" {
-		carrier["tracestate"] = m.Tracestate
-	}
-	ctx := propagation.TraceContext{}.Extract(c.ctx, carrier)
-	if !trace.SpanContextFromContext(ctx).IsRemote() {
-		return c.ctx // malformed traceparent: ignored
-	}
-	return ctx
-}
-
-// startSpan starts a request span under parentCtx: the server side of a JSON-RPC call (RPC
-// semantic conventions: named by its method, rpc.system.name jsonrpc). The context it returns
-// carries the span's trace context for a relay (withRelayMeta).
-func (c *conn) startSpan(name, method string, m *proto.Meta, ch uint32) (context.Context, trace.Span) {
-	ctx, span := c.tel.Tracer.Start(c.parentCtx(m), name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		semconv.RPCSystemNameJSONRPC, semconv.RPCMethod(method), attribute.Int64(otel.AttrChannel, int64(ch))))
-	return withRelayMeta(ctx), span
-}
-
-// withRelayMeta returns ctx carrying its span's W3C trace context as a proto.Meta: the cluster's
-// relay (the Go client) sends it as params._meta to the owner, whose spans then continue this
-// node's trace. A ctx without a valid span context is returned as it is.
-func withRelayMeta(ctx context.Context) context.Context {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return ctx
-	}
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, carrier)
-	return proto.ContextWithMeta(ctx, proto.Meta{Traceparent: carrier.Get("traceparent"), Tracestate: carrier.Get("tracestate")})
-}
-
-// slowSpan is slow for a request whose span fn's end ends (or which ends at once if refused).
-func (c *conn) slowSpan(id json.RawMessage, span trace.Span, fn func()) {
-	if !c.slow(id, func() {
-		defer span.End()
-		fn()
-	}) {
-		span.End()
-	}
-}
-
-// spanError marks span failed with err, with the JSON-RPC error code as
-// rpc.response.status_code when err is a protocol error.
-func spanError(span trace.Span, err error) {
-	span.SetStatus(codes.Error, err.Error())
-	var pe *proto.Error
-	if errors.As(err, &pe) {
-		span.SetAttributes(semconv.RPCResponseStatusCode(strconv.Itoa(pe.Code)))
-	}
 }

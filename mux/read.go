@@ -127,13 +127,14 @@ func (c *conn) handleFirst(typ int, b []byte, over bool) {
 	}
 	c.initialized = true
 	c.screens = ip.Capabilities[proto.CapabilityScreen] == true
+	c.pipes = ip.Capabilities[proto.CapabilityPipes] == true
 	c.reply(req.ID, proto.InitializeResult{
 		Server:   proto.ServerInfo{Name: "muxterm", Version: c.opts.Version},
 		Protocol: proto.Subprotocol,
 		Limits:   c.opts.limits(),
 		Flow: proto.Flow{Window: c.opts.Window, AckBytes: ackBytes(c.opts.Window),
 			ResumeHoldMs: c.resumeHoldMs()},
-		Capabilities: proto.ServerCapabilities{Screen: c.reg.Screens()},
+		Capabilities: proto.ServerCapabilities{Screen: c.reg.Screens(), Pipes: true},
 	})
 }
 
@@ -161,6 +162,8 @@ func (c *conn) handleText(b []byte) {
 		c.handleAttach(req)
 	case "session.detach":
 		c.handleDetach(req)
+	case "session.closeStdin":
+		c.handleCloseStdin(req)
 	case "session.resize":
 		c.handleResize(req)
 	case "session.signal":
@@ -192,7 +195,7 @@ func (c *conn) handleBinary(b []byte) {
 		c.refuseFrame(b, payload, c.onKnownChannel(proto.ErrBadFrame(err.Error()), b))
 		return
 	}
-	if f.Type == proto.FrameOutput {
+	if f.Type == proto.FrameOutput || f.Type == proto.FrameStderr {
 		c.refuseFrame(b, payload, c.onKnownChannel(proto.ErrBadFrame("output frames go from server to client"), b))
 		return
 	}

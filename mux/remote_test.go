@@ -19,6 +19,7 @@ type fakeRemote struct {
 	mu    sync.Mutex
 	relay *fakeRelay
 	asked []string // principals Attach was called for
+	opens int      // Open calls (it places nothing: the session opens here)
 }
 
 func (f *fakeRemote) List(principal string) []proto.SessionInfo {
@@ -38,6 +39,9 @@ func (f *fakeRemote) Attach(_ context.Context, principal string, _ bool, p proto
 }
 
 func (f *fakeRemote) Open(context.Context, string, proto.OpenParams, func()) (Relay, proto.OpenResult, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opens++
 	return nil, proto.OpenResult{}, false, nil
 }
 

@@ -271,14 +271,18 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	if ch.sess.Held() {
 		n = min(n, heldFrame) // another session awaits an echo: small frames ahead of it
 	}
-	nr, lost, err := ch.v.Read(buf[proto.HeaderLen : proto.HeaderLen+n])
+	nr, lost, stream, err := ch.v.ReadStream(buf[proto.HeaderLen : proto.HeaderLen+n])
 	if errors.Is(err, session.ErrViewerClosed) {
 		return false, nil
 	}
 	// The viewer has moved past these bytes: count them in flight before any write can fail, so
 	// a socket that ends here leaves its resume hold where the client will resume.
 	ch.credit.take(int64(nr))
-	if wrote, err := c.writeOutput(ch, buf, nr, lost); wrote || err != nil {
+	typ := proto.FrameOutput
+	if stream == session.Stderr && c.pipes {
+		typ = proto.FrameStderr // a client without the capability gets stderr as output
+	}
+	if wrote, err := c.writeOutput(ch, buf, typ, nr, lost); wrote || err != nil {
 		return wrote, err
 	}
 	st := ch.v.State()
@@ -321,7 +325,7 @@ func (c *conn) serveRelay(ch *channel, buf []byte) (bool, error) {
 	n := int(min(max(ch.credit.available(), 0), proto.MaxOutputPayload))
 	nr, lost := ch.relay.Read(buf[proto.HeaderLen : proto.HeaderLen+n])
 	ch.credit.take(int64(nr))
-	if wrote, err := c.writeOutput(ch, buf, nr, lost); wrote || err != nil {
+	if wrote, err := c.writeOutput(ch, buf, proto.FrameOutput, nr, lost); wrote || err != nil {
 		return wrote, err
 	}
 	pending, exit, closed := ch.relay.State()
@@ -382,9 +386,10 @@ func exitNote(ch *channel, e *proto.ExitInfo) []byte {
 }
 
 // writeOutput writes what a channel's read gave: the gap notification for lost bytes, then the
-// nr bytes already read into buf after the frame header. It reports whether it wrote a frame;
+// nr bytes already read into buf after the frame header, in a frame of type typ (output, or a
+// pipe session's stderr). It reports whether it wrote a frame;
 // the channel is then marked ready again, since there may be more.
-func (c *conn) writeOutput(ch *channel, buf []byte, nr int, lost int64) (bool, error) {
+func (c *conn) writeOutput(ch *channel, buf []byte, typ byte, nr int, lost int64) (bool, error) {
 	if lost > 0 {
 		c.tel.Instruments.GapBytes.Add(c.ctx, lost)
 		if err := c.write(websocket.TextMessage, proto.MarshalNotification("session.gap",
@@ -395,7 +400,7 @@ func (c *conn) writeOutput(ch *channel, buf []byte, nr int, lost int64) (bool, e
 	if nr == 0 {
 		return false, nil
 	}
-	frame := proto.AppendFrame(buf[:0], proto.FrameOutput, ch.id, nil)
+	frame := proto.AppendFrame(buf[:0], typ, ch.id, nil)
 	frame = frame[:proto.HeaderLen+nr]
 	if err := c.write(websocket.BinaryMessage, frame); err != nil {
 		return false, fmt.Errorf("write output: %w", err)

@@ -11,6 +11,9 @@ const (
 	FrameOutput byte = 1 // server → client: terminal output of the session bound to the channel
 	FrameInput  byte = 2 // client → server: bytes for the session's PTY
 	FrameAck    byte = 3 // client → server: u32 big-endian count of output bytes consumed
+	// FrameStderr (server → client) is output of a pipe session's stderr, sent only to a client
+	// that declared CapabilityPipes; it shares the channel's offsets and credit with FrameOutput.
+	FrameStderr byte = 4
 )
 
 // HeaderLen is the size of a binary frame header: type u8, channel u32 BE.
@@ -43,7 +46,7 @@ type Frame struct {
 }
 
 // ParseFrame decodes b as a binary frame. It checks the header length, the
-// type (output, input or ack), that the channel is not 0, and that an ack
+// type (output, stderr, input or ack), that the channel is not 0, and that an ack
 // carries exactly 4 payload bytes. It does not check direction or size limits:
 // the caller refuses an input frame larger than maxInputBytes (limit_exceeded)
 // and an output frame larger than MaxOutputPayload.
@@ -60,7 +63,7 @@ func ParseFrame(b []byte) (Frame, error) {
 		Payload: b[HeaderLen:],
 	}
 	switch f.Type {
-	case FrameOutput, FrameInput:
+	case FrameOutput, FrameInput, FrameStderr:
 	case FrameAck:
 		if len(f.Payload) != ackPayloadLen {
 			return Frame{}, fmt.Errorf("%w: got %d bytes", ErrBadAck, len(f.Payload))

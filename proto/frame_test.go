@@ -29,7 +29,8 @@ func TestParseFrame(t *testing.T) {
 		{"type only", []byte{1}, Frame{}, ErrShortFrame},
 		{"4 bytes", []byte{2, 0, 0, 1}, Frame{}, ErrShortFrame},
 		{"type 0", []byte{0, 0, 0, 0, 1}, Frame{}, ErrUnknownFrameType},
-		{"type 4", []byte{4, 0, 0, 0, 1, 'x'}, Frame{}, ErrUnknownFrameType},
+		{"stderr", []byte{4, 0, 0, 0, 1, 'x'}, Frame{FrameStderr, 1, []byte("x")}, nil},
+		{"type 5", []byte{5, 0, 0, 0, 1, 'x'}, Frame{}, ErrUnknownFrameType},
 		{"type 255", []byte{255, 0, 0, 0, 1}, Frame{}, ErrUnknownFrameType},
 		{"zero channel output", []byte{1, 0, 0, 0, 0, 'x'}, Frame{}, ErrZeroChannel},
 		{"zero channel input", []byte{2, 0, 0, 0, 0}, Frame{}, ErrZeroChannel},
@@ -147,7 +148,8 @@ func FuzzParseFrame(f *testing.F) {
 	f.Add([]byte{2, 0, 0, 0, 0, 'x'})                            // zero channel
 	f.Add([]byte{3, 0, 0, 0, 1, 0, 0, 1})                        // short ack
 	f.Add([]byte{3, 0, 0, 0, 1, 0, 0, 0, 1, 0})                  // long ack
-	f.Add([]byte{4, 0, 0, 0, 1})                                 // unknown type
+	f.Add([]byte{4, 0, 0, 0, 1})                                 // stderr
+	f.Add([]byte{5, 0, 0, 0, 1})                                 // unknown type
 	f.Add(AppendFrame(nil, FrameOutput, 7, make([]byte, 1<<10))) // bigger payload
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := ParseFrame(b)
@@ -167,7 +169,7 @@ func FuzzParseFrame(f *testing.F) {
 				if !errors.Is(err, ErrShortFrame) {
 					t.Fatalf("ParseFrame(%x) error = %v, want %v", b, err, ErrShortFrame)
 				}
-			case b[0] < FrameOutput || b[0] > FrameAck:
+			case b[0] < FrameOutput || b[0] > FrameStderr:
 				if !errors.Is(err, ErrUnknownFrameType) {
 					t.Fatalf("ParseFrame(%x) error = %v, want %v", b, err, ErrUnknownFrameType)
 				}
@@ -178,7 +180,7 @@ func FuzzParseFrame(f *testing.F) {
 			t.Fatalf("ParseFrame(%x) accepted a short frame or channel 0: %+v", b, fr)
 		}
 		switch fr.Type {
-		case FrameOutput, FrameInput:
+		case FrameOutput, FrameInput, FrameStderr:
 		case FrameAck:
 			if len(fr.Payload) != 4 {
 				t.Fatalf("accepted ack with %d payload bytes, want 4", len(fr.Payload))

@@ -16,7 +16,14 @@ type InitializeResult struct {
 // sessions keep screens (session.attach's screen, session.capture).
 type ServerCapabilities struct {
 	Screen bool `json:"screen"`
+	// Pipes: sessions may run on pipes (session.open's tty false, session.closeStdin).
+	Pipes bool `json:"pipes"`
 }
+
+// CapabilityPipes is the client capability (initialize's capabilities.pipes: true) with which a
+// pipe session's stderr reaches the client in stderr frames (FrameStderr); without it, stderr's
+// bytes come in output frames, at the same offsets.
+const CapabilityPipes = "pipes"
 
 // CapabilityScreen is the client capability (initialize's capabilities.screen: true) that makes
 // session.attach's screen default to "auto" for that socket; without it the default is "never".
@@ -74,6 +81,8 @@ type AttachResult struct {
 	// applied after it, as this attach's own, comes as Cols×Rows).
 	ScreenCols int `json:"screenCols,omitempty"`
 	ScreenRows int `json:"screenRows,omitempty"`
+	// TTY is false for a session on pipes (absent for a PTY session).
+	TTY *bool `json:"tty,omitempty"`
 }
 
 // CaptureResult is session.capture's result: the screen as of output offset Offset, Cols×Rows,
@@ -135,6 +144,8 @@ type SessionInfo struct {
 	// session of another node carries only what the cluster's directory holds: session, name,
 	// created, node; the rest is zero.
 	Node string `json:"node,omitempty"`
+	// TTY is false for a session on pipes (absent for a PTY session).
+	TTY *bool `json:"tty,omitempty"`
 }
 
 // DetachResult is session.detach's result.

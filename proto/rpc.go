@@ -81,6 +81,7 @@ const (
 	CodeBadFrame       = -32006
 	CodeForbidden      = -32007
 	CodeSpawnFailed    = -32008
+	CodeStdinClosed    = -32009
 )
 
 // Error kinds, the data.kind a program switches on (protocol.md §5).
@@ -98,6 +99,7 @@ const (
 	KindBadFrame       = "bad_frame"
 	KindForbidden      = "forbidden"
 	KindSpawnFailed    = "spawn_failed"
+	KindStdinClosed    = "stdin_closed"
 )
 
 // Error is a JSON-RPC error object. Data always holds "kind" when built by the
@@ -201,6 +203,12 @@ func ErrForbidden(msg string) *Error { return newRPCError(CodeForbidden, KindFor
 // says why.
 func ErrSpawnFailed(reason string) *Error {
 	return newRPCError(CodeSpawnFailed, KindSpawnFailed, "spawn failed: "+reason, "reason", reason)
+}
+
+// ErrStdinClosed reports input for a pipe session whose stdin the client closed
+// (session.closeStdin); nothing of it was written.
+func ErrStdinClosed(session string) *Error {
+	return newRPCError(CodeStdinClosed, KindStdinClosed, "stdin of the session is closed; nothing was written", "session", session)
 }
 
 // ParseRequest parses one text message as a JSON-RPC 2.0 request. It refuses
@@ -369,9 +377,15 @@ type OpenParams struct {
 	Rows    int               `json:"rows"`
 	Name    string            `json:"name,omitempty"`
 	// Record asks for a recording of the session, where the gateway records on request.
-	Record bool  `json:"record,omitempty"`
-	Meta   *Meta `json:"_meta,omitempty"`
+	Record bool `json:"record,omitempty"`
+	// TTY false runs the program on pipes (stdin, stdout, stderr), without a terminal; nil or
+	// true on a PTY. Cols and Rows are optional with TTY false.
+	TTY  *bool `json:"tty,omitempty"`
+	Meta *Meta `json:"_meta,omitempty"`
 }
+
+// Pipes reports whether the params ask for a session on pipes (tty false).
+func (p OpenParams) Pipes() bool { return p.TTY != nil && !*p.TTY }
 
 // AttachParams are the params of session.attach. From is nil when absent
 // (replay from the oldest retained byte). Cols and Rows are the attaching
@@ -423,6 +437,9 @@ type DetachParams struct {
 	Channel uint32 `json:"channel"`
 	Meta    *Meta  `json:"_meta,omitempty"`
 }
+
+// CloseStdinParams are the params of session.closeStdin: the channel bound to a pipe session.
+type CloseStdinParams = DetachParams
 
 // ResizeParams are the params of session.resize.
 type ResizeParams struct {
@@ -502,7 +519,8 @@ func DecodeInitialize(raw json.RawMessage) (InitializeParams, *Error) {
 }
 
 // DecodeOpen decodes and validates the params of session.open: channel in
-// 1..4294967295; cols and rows in 1..lim.MaxCols and 1..lim.MaxRows; cmd, if
+// 1..4294967295; tty absent or a boolean; cols and rows in 1..lim.MaxCols and
+// 1..lim.MaxRows (with tty false both may be absent, or 0); cmd, if
 // given, a non-empty array of strings without NUL whose first element is not
 // empty; cwd without NUL; env names matching [A-Za-z_][A-Za-z0-9_]*, not
 // LD_*, BASH_ENV, ENV or IFS, with string values without NUL; name at most
@@ -517,8 +535,17 @@ func DecodeOpen(raw json.RawMessage, lim Limits) (OpenParams, *Error) {
 	if p.Channel, e = requiredChannel(m); e != nil {
 		return p, e
 	}
-	if p.Cols, p.Rows, e = requiredSize(m, lim); e != nil {
-		return p, e
+	if t, ok := m["tty"]; ok && !isJSONNull(t) {
+		var tty bool
+		if json.Unmarshal(t, &tty) != nil {
+			return p, ErrInvalidParams("tty", "tty must be a boolean")
+		}
+		p.TTY = &tty
+	}
+	if !p.Pipes() || !zeroOrAbsent(m, "cols") || !zeroOrAbsent(m, "rows") {
+		if p.Cols, p.Rows, e = requiredSize(m, lim); e != nil {
+			return p, e
+		}
 	}
 	if p.Cmd, e = decodeCmd(m); e != nil {
 		return p, e
@@ -542,6 +569,12 @@ func DecodeOpen(raw json.RawMessage, lim Limits) (OpenParams, *Error) {
 		return p, e
 	}
 	return p, nil
+}
+
+// zeroOrAbsent reports whether member name is absent, null or the number 0.
+func zeroOrAbsent(m map[string]json.RawMessage, name string) bool {
+	v, ok := m[name]
+	return !ok || isJSONNull(v) || string(v) == "0"
 }
 
 // DecodeAttach decodes and validates the params of session.attach: channel

@@ -252,8 +252,9 @@ func decodeByMethod(method string, raw json.RawMessage, lim Limits) *Error {
 	case "session.open":
 		var p OpenParams
 		p, e = DecodeOpen(raw, lim)
-		if e == nil && (p.Channel == 0 || p.Cols < 1 || p.Cols > min(lim.MaxCols, 65535) ||
-			p.Rows < 1 || p.Rows > min(lim.MaxRows, 65535) || len(p.Name) > 256 ||
+		unsized := p.Pipes() && p.Cols == 0 && p.Rows == 0 // a pipe session's size is optional
+		if e == nil && (p.Channel == 0 || !unsized && (p.Cols < 1 || p.Cols > min(lim.MaxCols, 65535) ||
+			p.Rows < 1 || p.Rows > min(lim.MaxRows, 65535)) || len(p.Name) > 256 ||
 			(p.Cmd != nil && (len(p.Cmd) == 0 || p.Cmd[0] == ""))) {
 			panic(fmt.Sprintf("DecodeOpen accepted out-of-range params %+v", p))
 		}
@@ -400,6 +401,7 @@ func TestDecodeResizeMeta(t *testing.T) {
 
 func TestDecodeOpen(t *testing.T) {
 	long := strings.Repeat("n", 256)
+	yes, no := true, false
 	tests := []struct {
 		name      string
 		params    string
@@ -414,6 +416,14 @@ func TestDecodeOpen(t *testing.T) {
 		{"lowercase ld is not the loader's", `{"channel":1,"cols":80,"rows":24,"env":{"ld_x":"1","LDX":"1"}}`,
 			OpenParams{Channel: 1, Cols: 80, Rows: 24, Env: map[string]string{"ld_x": "1", "LDX": "1"}}, "", ""},
 
+		{"pipes without a size", `{"channel":1,"tty":false}`, OpenParams{Channel: 1, TTY: &no}, "", ""},
+		{"pipes with a zero size", `{"channel":1,"tty":false,"cols":0,"rows":0}`, OpenParams{Channel: 1, TTY: &no}, "", ""},
+		{"pipes with a size", `{"channel":1,"tty":false,"cols":80,"rows":24}`, OpenParams{Channel: 1, TTY: &no, Cols: 80, Rows: 24}, "", ""},
+		{"tty true", `{"channel":1,"tty":true,"cols":80,"rows":24}`, OpenParams{Channel: 1, TTY: &yes, Cols: 80, Rows: 24}, "", ""},
+		{"tty null is absent", `{"channel":1,"tty":null,"cols":80,"rows":24}`, OpenParams{Channel: 1, Cols: 80, Rows: 24}, "", ""},
+		{"tty true needs a size", `{"channel":1,"tty":true}`, OpenParams{}, "invalid_params", "cols"},
+		{"tty string", `{"channel":1,"tty":"false","cols":80,"rows":24}`, OpenParams{}, "invalid_params", "tty"},
+		{"pipes with half a size", `{"channel":1,"tty":false,"cols":80}`, OpenParams{}, "invalid_params", "rows"},
 		{"missing params", ``, OpenParams{}, "invalid_params", "channel"},
 		{"channel 0", `{"channel":0,"cols":80,"rows":24}`, OpenParams{}, "invalid_params", "channel"},
 		{"channel too big", `{"channel":4294967296,"cols":80,"rows":24}`, OpenParams{}, "invalid_params", "channel"},

@@ -88,11 +88,18 @@ func TestCgroupKillEndsDetachedJobs(t *testing.T) {
 			`(setsid sleep 1000 </dev/null >/dev/null 2>&1 &); echo READY; exec sleep 1000`)
 	c := collect(t, v, wakeCh, nil)
 	c.waitOutput(t, "READY", 10*time.Second)
+	killEmptiesCgroup(t, r, s, 4)
+}
+
+// killEmptiesCgroup waits for n processes in s's cgroup, kills s (alice's) and checks that
+// none of them survived, the child was reaped, and the cgroup is gone.
+func killEmptiesCgroup(t *testing.T, r *Registry, s *Session, n int) {
+	t.Helper()
 	g := cgroup.Group(s.CgroupPath())
 	var pids []int
-	testutil.WaitFor(t, 5*time.Second, "four processes in the cgroup", func() bool {
+	testutil.WaitFor(t, 5*time.Second, strconv.Itoa(n)+" processes in the cgroup", func() bool {
 		pids, _ = g.Procs()
-		return len(pids) == 4
+		return len(pids) == n
 	})
 	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
 		return r.Kill(ctx, s.ID(), "alice")

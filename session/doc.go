@@ -18,7 +18,8 @@
 //     exit).
 //   - options.go: the errors (ErrSessionClosed, ClosedError, ...), the limits, Options and its
 //     defaults (withDefaults, batchSize, KeptBehind), Spec.
-//   - spawn.go: spawn, openPTY (the non-blocking master), the child's directory and environment
+//   - spawn.go: spawn (on a PTY, or on pipes with Spec.Pipes), openPTY (the non-blocking master),
+//     the child's directory and environment
 //     (checkDir, homeDir, childEnv, CheckEnvPattern), sizes (checkSize, setSize, Resize), Signal.
 //   - read.go: a reader's turn at a master (readState, readReady, readBatch), re-arming it after
 //     backpressure (wakeReaderLocked), the end of reading (failReading, endReading, closePTY,
@@ -33,10 +34,17 @@
 //   - hold.go: backpressure (minLagLocked, maybeResumeLocked), the resume holds (holdLocked,
 //     takeOverHoldLocked, dropHoldsLocked), waking viewers, the exit settle (armSettleLocked,
 //     settleExit).
-//   - input.go: input to the PTY: Write, writeNow, inputLoop.
-//   - ring.go: the scrollback ring addressed by 64-bit offsets.
+//   - input.go: input to the PTY (or a pipe session's stdin: inputFile): Write, writeNow,
+//     inputLoop.
+//   - pipe.go: a pipe session (Spec.Pipes, below): Stream (Stdout, Stderr), pipeIO (our ends of
+//     the three pipes, their pipe:[inode] names for the kill's scan of holders, the readers'
+//     cond), openPipes, the two readers (readPipe), CloseStdin, endStdin.
+//   - ring.go: the scrollback ring addressed by 64-bit offsets; a pipe session's ring
+//     (newTaggedRing) keeps each byte's stream beside it (tags), and readStream stops where the
+//     stream changes.
 //   - viewer.go: Viewer, a reader of the ring at its own offset, after the paint of the screen it
-//     may start with (Subscribe, Read, Close, CloseHolding).
+//     may start with (Subscribe, Read, ReadStream: one stream's bytes at a time, Close,
+//     CloseHolding).
 //   - screen.go: the session's screen (below): screen, screenFeeder, keepForScreenLocked,
 //     noteSizeLocked, Capture, the paint of an attach (paintLocked), its hand-over (handScreen,
 //     adoptScreen).
@@ -165,6 +173,26 @@
 // Each computation is fresh under resizeMu, so concurrent changes end with the size of the final
 // state. A socket's writer compares sizeGen (an atomic) with the generation its channel last
 // reported.
+//
+// # Pipe sessions
+//
+// A pipe session's child (Spec.Pipes; protocol.md §3 "Pipe sessions") has pipes for stdin,
+// stdout and stderr (os.Pipe: our ends non-blocking, served by the runtime poller; the child's
+// made blocking by the exec), leads its own session and process group without a controlling
+// terminal, and runs in its own cgroup, through the same spawn, waiter (pidfd), kill and reaper
+// as a PTY session. Two goroutines, not the readers' epoll workers, read stdout and stderr and
+// ingestStream each chunk with its stream into one ring: one offset space, each byte tagged
+// (ring.tags), so a resume from an offset is byte-exact for both streams, and credit, gaps,
+// backpressure (a reader waits on pipeIO.cond while Session.paused; wakeReaderLocked broadcasts)
+// and resume holds are unchanged. The socket's writer reads with Viewer.ReadStream and sends
+// stderr's bytes in stderr frames (type 4) to a socket whose client declared capabilities.pipes,
+// in output frames to any other. session.closeStdin (Session.CloseStdin, under Session.inMu)
+// closes the stdin pipe now, or after the queued input (inputLoop), and refuses later input
+// (ErrStdinClosed). A kill finds escapees by the pipe:[inode] of stdout and stderr in
+// /proc/PID/fd (as it finds a PTY's holders by the slave's path); closePTY closes both read ends
+// once both readers ended. No screen (no paint; Capture refuses with ErrNoPipesScreen), no
+// echo-first keystrokes, no fair share (they are about terminals' readers), and no handover:
+// Handover ends the pipe sessions first (endPipeSessions, reason shutdown).
 //
 // # Screens
 //

@@ -127,6 +127,9 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 		return nil, fmt.Errorf("handover: %w", ErrShuttingDown)
 	}
 	r.closed = true
+	r.mu.Unlock()
+	r.endPipeSessions(ctx)
+	r.mu.Lock()
 	ss := make([]*Session, 0, len(r.sessions))
 	for _, s := range r.sessions {
 		ss = append(ss, s)
@@ -721,4 +724,29 @@ func closeInherited(log interface{ Warn(string, ...any) }) {
 			log.Warn("handover teardown: close fd", "fd", fd, "err", err)
 		}
 	}
+}
+
+// endPipeSessions ends the pipe sessions (Spec.Pipes) before a handover, with reason shutdown:
+// their pipes and readers are not handed to the next image. r.closed must be set (no new
+// session). It waits for their teardowns, or ctx.
+func (r *Registry) endPipeSessions(ctx context.Context) {
+	r.mu.Lock()
+	var pipes []*Session
+	for _, s := range r.sessions {
+		if s.pipe == nil {
+			continue
+		}
+		s.mu.Lock()
+		if s.beginCloseLocked(ReasonShutdown) {
+			pipes = append(pipes, s)
+		}
+		s.mu.Unlock()
+		r.removeLocked(s, ReasonShutdown)
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range pipes {
+		wg.Go(func() { s.teardown(ctx) })
+	}
+	wg.Wait()
 }

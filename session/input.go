@@ -24,11 +24,14 @@ func (s *Session) Write(p []byte) (int, error) {
 	if closing {
 		return 0, fmt.Errorf("write: %w", &ClosedError{ID: s.id, Reason: reason})
 	}
-	if len(p) <= maxKeystroke {
-		s.keystroke()
+	if len(p) <= maxKeystroke && s.pipe == nil {
+		s.keystroke() // a pipe session's input is a script's, not a keystroke awaiting its echo
 	}
 	s.inMu.Lock()
 	defer s.inMu.Unlock()
+	if s.pipe != nil && s.pipe.stdinClosing {
+		return 0, fmt.Errorf("write %s: %w", s.id, ErrStdinClosed)
+	}
 	if s.inDraining {
 		if len(s.inQueue)+len(p) > maxInputQueue {
 			return 0, fmt.Errorf("write %s: %w", s.id, ErrInputFull)
@@ -53,7 +56,7 @@ func (s *Session) Write(p []byte) (int, error) {
 
 // writeNow writes what the PTY takes without waiting.
 func (s *Session) writeNow(p []byte) (int, error) {
-	rc, err := s.ptmx.SyscallConn()
+	rc, err := s.inputFile().SyscallConn()
 	if err != nil {
 		return 0, err
 	}
@@ -92,11 +95,14 @@ func (s *Session) inputLoop() {
 		s.inQueue = nil
 		if len(chunk) == 0 {
 			s.inDraining = false
+			if s.pipe != nil && s.pipe.stdinClosing {
+				s.closeStdinLocked() // CloseStdin came while input was queued
+			}
 			s.inMu.Unlock()
 			return
 		}
 		s.inMu.Unlock()
-		if _, err := s.ptmx.Write(chunk); err != nil {
+		if _, err := s.inputFile().Write(chunk); err != nil {
 			s.inMu.Lock()
 			s.inQueue, s.inDraining = nil, false
 			s.inMu.Unlock()

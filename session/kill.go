@@ -206,6 +206,7 @@ func (s *Session) teardown(ctx context.Context) (res KillResult) {
 	close(done)
 	s.wakeViewersLocked()
 	s.mu.Unlock()
+	s.endStdin() // a pipe session's: its input loop ends, and no descriptor outlives the session
 	return res
 }
 
@@ -230,7 +231,7 @@ func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Dura
 		return survivors, unverified
 	}
 	self := os.Getpid()
-	holders, unv, err := ptyHolders(s.ptsName)
+	holders, unv, err := ptyHolders(s.outputPaths())
 	if err != nil {
 		s.opts.Logger.Warn("kill: find the PTY's holders", "session", s.id, "err", err)
 		unv++
@@ -284,7 +285,7 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 		return 0, 0, 0, 0
 	}
 	self := os.Getpid()
-	holders, unverified, err := ptyHolders(s.ptsName)
+	holders, unverified, err := ptyHolders(s.outputPaths())
 	if err != nil {
 		s.opts.Logger.Warn("kill: find the PTY's holders", "session", s.id, "err", err)
 		unverified++
@@ -319,7 +320,7 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 			}
 			return err
 		})
-		if ok, err := h.still(s.ptsName); !ok {
+		if ok, err := h.still(s.outputPaths()); !ok {
 			if fd >= 0 {
 				unix.Close(fd)
 			}
@@ -339,7 +340,7 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 		for _, t := range targets {
 			if t.fd >= 0 {
 				_ = unix.PidfdSendSignal(t.fd, sig, nil, 0)
-			} else if ok, _ := t.still(s.ptsName); ok {
+			} else if ok, _ := t.still(s.outputPaths()); ok {
 				_ = unix.Kill(t.pid, sig)
 			}
 		}
@@ -357,7 +358,7 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 	}
 	for _, t := range targets {
 		if t.fd < 0 {
-			if _, err := t.still(s.ptsName); err != nil {
+			if _, err := t.still(s.outputPaths()); err != nil {
 				unverified++
 				continue
 			}
@@ -388,7 +389,7 @@ func (s *Session) waitTargets(targets []target, d time.Duration) []target {
 		fds = waitPidfds(fds, step)
 		alive := byPid[:0]
 		for _, t := range byPid {
-			if ok, err := t.still(s.ptsName); ok || err != nil {
+			if ok, err := t.still(s.outputPaths()); ok || err != nil {
 				alive = append(alive, t)
 			}
 		}
@@ -448,12 +449,12 @@ type holder struct {
 // still reports whether h still holds path, re-reading only the fd links found before (readlink
 // needs no descriptor). A process that exited, or closed them, no longer holds it; err is set
 // when no link could be read for another reason.
-func (h holder) still(path string) (bool, error) {
+func (h holder) still(paths []string) (bool, error) {
 	dir := "/proc/" + strconv.Itoa(h.pid) + "/fd/"
 	var first error
 	for _, fd := range h.fds {
 		target, err := os.Readlink(dir + fd)
-		if err == nil && target == path {
+		if err == nil && slices.Contains(paths, target) {
 			return true, nil
 		}
 		if err != nil && !gone(err) && first == nil {
@@ -463,16 +464,17 @@ func (h holder) still(path string) (bool, error) {
 	return false, first
 }
 
-// ptyHolders lists the processes (not us) with an open fd on the slave at path, and counts
+// ptyHolders lists the processes (not us) with an open fd on the slave at one of paths (a pipe
+// session's: its output pipes), and counts
 // those it could not inspect for want of a descriptor (or another error than the process being
 // gone or another user's). err is set when /proc itself could not be listed.
-func ptyHolders(path string) (holders []holder, unverified int, err error) {
+func ptyHolders(paths []string) (holders []holder, unverified int, err error) {
 	pids, err := procPids()
 	if err != nil {
 		return nil, 0, fmt.Errorf("list /proc: %w", err)
 	}
 	for _, pid := range pids {
-		fds, err := holderFDs(pid, path)
+		fds, err := holderFDs(pid, paths)
 		switch {
 		case err == nil:
 			if len(fds) > 0 {
@@ -487,8 +489,8 @@ func ptyHolders(path string) (holders []holder, unverified int, err error) {
 	return holders, unverified, nil
 }
 
-// holderFDs returns the names of pid's fds open on path.
-func holderFDs(pid int, path string) ([]string, error) {
+// holderFDs returns the names of pid's fds open on one of paths.
+func holderFDs(pid int, paths []string) ([]string, error) {
 	names, err := fdNames(pid)
 	if err != nil {
 		return nil, err
@@ -496,7 +498,7 @@ func holderFDs(pid int, path string) ([]string, error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
 	var fds []string
 	for _, fd := range names {
-		if target, err := os.Readlink(dir + fd); err == nil && target == path {
+		if target, err := os.Readlink(dir + fd); err == nil && slices.Contains(paths, target) {
 			fds = append(fds, fd)
 		}
 	}
@@ -593,10 +595,19 @@ func statOf(pid int) (procfs.Stat, error) {
 	return st, err
 }
 
-// masterHungUpLocked reports whether the master sees a hang-up: every slave fd is closed.
-// s.ptyMu must be held (so the master is open).
+// masterHungUpLocked reports whether the master sees a hang-up: every slave fd is closed (for a
+// pipe session: every write end of both output pipes). s.ptyMu must be held (so the master, or
+// the pipes, are open).
 func (s *Session) masterHungUpLocked() bool {
-	rc, err := s.ptmx.SyscallConn()
+	if s.pipe != nil {
+		return hungUp(s.pipe.stdout) && hungUp(s.pipe.stderr)
+	}
+	return hungUp(s.ptmx)
+}
+
+// hungUp reports whether f, a PTY master or a pipe's read end, polls POLLHUP.
+func hungUp(f *os.File) bool {
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return false
 	}

@@ -64,15 +64,7 @@ func openEscapee(t testing.TB, opts Options, late string, trap bool) (*Registry,
 	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", escapeeScript(pidfile, late, trap))
 	c := collect(t, v, wake, nil)
-	var pid int
-	testutil.WaitFor(t, 5*time.Second, "escapee pid file", func() bool {
-		b, err := os.ReadFile(pidfile)
-		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
-			return false
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil
-	})
+	pid := waitPidFile(t, pidfile)
 	if st, err := statOf(pid); err != nil || st.Session == s.pid {
 		t.Fatalf("escapee %d: got session %v (err %v), want a session other than %v", pid, st.Session, err, s.pid)
 	}
@@ -85,6 +77,21 @@ func openEscapee(t testing.TB, opts Options, late string, trap bool) (*Registry,
 		})
 	}
 	return r, s, c, pid
+}
+
+// waitPidFile waits for pidfile to hold a pid and a newline, and returns the pid.
+func waitPidFile(t testing.TB, pidfile string) int {
+	t.Helper()
+	var pid int
+	testutil.WaitFor(t, 5*time.Second, "escapee pid file", func() bool {
+		b, err := os.ReadFile(pidfile)
+		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	return pid
 }
 
 // masterClosed reports whether the reader closed the PTY master.

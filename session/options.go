@@ -219,4 +219,8 @@ type Spec struct {
 	Trace trace.SpanContext
 	// Record asks for a recording of the session (Options.Record.Dir must be set).
 	Record bool
+	// Pipes runs the program without a terminal: its stdin, stdout and stderr are pipes
+	// (pipe.go), stderr is a stream of its own (Stderr), and the session has no screen. Cols and
+	// Rows may then be 0 (a nominal 80×24).
+	Pipes bool
 }

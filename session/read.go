@@ -155,6 +155,10 @@ func (s *Session) readBatch(buf []byte) (int, error) {
 // owner's, the fair share) ends early (a kill, the program's exit, a keystroke into it). s.mu must
 // be held.
 func (s *Session) wakeReaderLocked() {
+	if s.pipe != nil {
+		s.pipe.cond.Broadcast() // a pipe session's readers wait on it (pipe.go)
+		return
+	}
 	if s.readState != readParked {
 		return // armed already, or a worker reads it and sees paused is over
 	}
@@ -180,7 +184,7 @@ func (s *Session) failReading(err error) {
 }
 
 // endReading ends the reading of the master: it unregisters and closes it, ends the output and
-// closes readerDone. Only the goroutine that set readBusy (or the one it hands off to) calls it,
+// closes readerDone (for a pipe session, once both its readers ended: closes its pipes). Only the goroutine that set readBusy (or the one it hands off to) calls it,
 // once.
 func (s *Session) endReading(err error) {
 	if !errors.Is(err, unix.EIO) && !errors.Is(err, io.EOF) {
@@ -205,11 +209,17 @@ func (s *Session) endReading(err error) {
 	s.endRecordingIfDone()
 }
 
+// closePTY closes the master, or a pipe session's output pipes (read ends).
 func (s *Session) closePTY() {
 	s.ptyMu.Lock()
 	defer s.ptyMu.Unlock()
 	if !s.ptmxClosed {
 		s.ptmxClosed = true
+		if s.pipe != nil {
+			s.pipe.stdout.Close()
+			s.pipe.stderr.Close()
+			return
+		}
 		s.ptmx.Close()
 	}
 }
@@ -218,7 +228,10 @@ func (s *Session) closePTY() {
 // are under the same lock as the kill's snapshot of the final offset, so a chunk read before the
 // kill but ingested after it is dropped. It reports whether a viewer is attached (which then
 // ends a keystroke's hold when it reads the chunk: Viewer.Read).
-func (s *Session) ingest(p []byte) (watched bool) {
+func (s *Session) ingest(p []byte) (watched bool) { return s.ingestStream(p, Stdout) }
+
+// ingestStream is ingest of bytes of stream tag (a pipe session's stdout or stderr).
+func (s *Session) ingestStream(p []byte, tag Stream) (watched bool) {
 	if h := s.testHookBeforeIngest; h != nil {
 		h(p)
 	}
@@ -229,7 +242,7 @@ func (s *Session) ingest(p []byte) (watched bool) {
 		return false
 	}
 	s.keepForScreenLocked(len(p))
-	s.ring.append(p)
+	s.ring.appendTagged(p, tag)
 	if s.rec != nil {
 		s.rec.Output(p)
 	}

@@ -297,3 +297,19 @@ func (r *Registry) ReadRecording(id, owner string, admin bool, off int64, n int)
 	}
 	return buf[:k], st.Size(), nil
 }
+
+// discardRecording ends and removes the recording of a session whose start failed: no session
+// of that id ever ran.
+func (s *Session) discardRecording() {
+	if s.rec == nil || !s.recEnded.CompareAndSwap(false, true) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recordCloseWait)
+	defer cancel()
+	if err := s.rec.Close(ctx); err != nil {
+		s.opts.Logger.Warn("recording: discard", "session", s.id, "err", err)
+	}
+	if err := os.Remove(s.rec.Path()); err != nil {
+		s.opts.Logger.Warn("recording: discard", "session", s.id, "err", err)
+	}
+}

@@ -248,6 +248,9 @@ type ScreenSnapshot struct {
 // true), with scrollback lines of history above it (up to what the model keeps).
 func (s *Session) Capture(ansi bool, scrollback int) (ScreenSnapshot, error) {
 	sc := s.scr
+	if s.pipe != nil {
+		return ScreenSnapshot{}, fmt.Errorf("capture %s: %w", s.id, ErrNoPipesScreen)
+	}
 	if sc == nil {
 		return ScreenSnapshot{}, fmt.Errorf("capture %s: %w", s.id, ErrNoScreen)
 	}

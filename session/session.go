@@ -62,7 +62,8 @@ func (e ExitStatus) SignalName() string {
 	return strings.TrimPrefix(unix.SignalName(e.Signal), "SIG")
 }
 
-// Session is one process on a PTY. All methods are safe for concurrent use.
+// Session is one process on a PTY, or on pipes (Spec.Pipes). All methods are safe for concurrent
+// use.
 type Session struct {
 	// immutable after spawn:
 	id      string
@@ -81,12 +82,15 @@ type Session struct {
 	// cgroup holds the child and everything it forks; "" when cgroups are off. Removed by the
 	// kill (killCgroup).
 	cgroup cgroup.Group
-	// scr is the session's screen (screen.go), nil when Options.NoScreen.
+	// scr is the session's screen (screen.go), nil when Options.NoScreen or for a pipe session.
 	scr *screen
 	// rec is the session's recording (record.go), nil when it is not recorded; set before its
 	// reader starts, then never changed. recEnded: endRecording ran.
 	rec      *record.Recorder
 	recEnded atomic.Bool
+	// pipe is a pipe session's stdin, stdout and stderr (pipe.go); nil for a PTY session, whose
+	// ptmx, masterFD and ptsName are then unset (ptmx nil).
+	pipe *pipeIO
 
 	// exited is closed by reaped once the child is reaped. exit is written before that;
 	// read exit only after <-exited.
@@ -243,6 +247,7 @@ type Info struct {
 	End     int64 // output end offset
 	Exit    *ExitStatus
 	State   State
+	Pipes   bool // the program runs on pipes, without a terminal (Spec.Pipes)
 }
 
 // Event is a session added to or removed from a Registry (Options.Observer).
@@ -257,7 +262,7 @@ func (s *Session) Info() Info {
 	s.mu.Lock()
 	in := Info{ID: s.id, Name: s.name, Pid: s.pid, Argv: s.argv, Created: s.created,
 		Cols: s.cols, Rows: s.rows, Viewers: len(s.viewers), Start: s.ring.start, End: s.ring.end,
-		State: s.state}
+		State: s.state, Pipes: s.pipe != nil}
 	s.mu.Unlock()
 	if e, ok := s.Exit(); ok {
 		in.Exit = &e

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,13 +22,17 @@ import (
 	"github.com/muxterm/muxterm/otel"
 )
 
-// spawn starts spec on a new PTY. The child leads its own session and process group, with the
-// PTY as its controlling terminal. The session joins echo, its owner's echo-first group
-// (echofirst.go); nil gives it a group of its own (a session spawned outside a registry).
+// spawn starts spec on a new PTY, or on pipes (Spec.Pipes). The child leads its own session and
+// process group, with the PTY as its controlling terminal (a pipe session's has none). The
+// session joins echo, its owner's echo-first group (echofirst.go); nil gives it a group of its
+// own (a session spawned outside a registry).
 func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time.Time) (*Session, error) {
 	argv := spec.Argv
 	if len(argv) == 0 {
 		argv = []string{opts.Shell}
+	}
+	if spec.Pipes && spec.Cols == 0 && spec.Rows == 0 {
+		spec.Cols, spec.Rows = 80, 24 // a nominal size: no terminal to apply it to
 	}
 	if err := checkSize(spec.Cols, spec.Rows); err != nil {
 		return nil, err
@@ -35,64 +40,97 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 	if echo == nil {
 		echo = new(echoGroup)
 	}
-	master, tty, err := openPTY()
-	if err != nil {
-		return nil, fmt.Errorf("%w: open pty: %w", ErrSpawn, err)
-	}
 	s := &Session{
 		id: id, owner: spec.Owner, name: spec.Name, argv: append([]string(nil), argv...),
-		created: now(), opts: opts, ptmx: master, ptsName: tty.Name(), now: now,
+		created: now(), opts: opts, now: now,
 		exited: make(chan struct{}), readerDone: make(chan struct{}),
 		ring: newRing(opts.ScrollbackBytes), viewers: make(map[*Viewer]struct{}),
 		cols: spec.Cols, rows: spec.Rows, testHookBeforeIngest: opts.testHookBeforeIngest,
 		echo: echo,
 	}
 	s.unwatchedSince = s.created
-	if !opts.NoScreen {
-		s.scr = newScreen(spec.Cols, spec.Rows, opts)
-	}
-	if err := s.setSize(spec.Cols, spec.Rows); err != nil {
-		master.Close()
-		tty.Close()
-		return nil, err
-	}
-	if s.rec, err = startRecording(id, spec, argv, opts, s.created); err != nil {
-		master.Close()
-		tty.Close()
-		return nil, err
-	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	// closeChild closes our copies of the child's ends, which must go after the start, or the
+	// master (the pipes' readers) never sees the hang-up; closeOurs closes our own ends.
+	var closeChild, closeOurs func()
+	if spec.Pipes {
+		p, child, err := openPipes()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+		}
+		s.pipe, s.ring = p, newTaggedRing(opts.ScrollbackBytes)
+		// Before the child can exit: reaped wakes the readers through it (wakeReaderLocked).
+		p.cond = sync.NewCond(&s.mu)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = child[0], child[1], child[2]
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		closeChild = func() {
+			for _, f := range child {
+				f.Close()
+			}
+		}
+		closeOurs = func() {
+			p.stdin.Close()
+			p.stdout.Close()
+			p.stderr.Close()
+		}
+	} else {
+		master, tty, err := openPTY()
+		if err != nil {
+			return nil, fmt.Errorf("%w: open pty: %w", ErrSpawn, err)
+		}
+		s.ptmx, s.ptsName = master, tty.Name()
+		if !opts.NoScreen {
+			s.scr = newScreen(spec.Cols, spec.Rows, opts)
+		}
+		closeChild = func() { tty.Close() }
+		closeOurs = func() { master.Close() }
+		if err := s.setSize(spec.Cols, spec.Rows); err != nil {
+			closeOurs()
+			closeChild()
+			return nil, err
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
 	cmd.Dir = spec.Dir
 	if cmd.Dir == "" {
 		cmd.Dir = homeDir()
 	}
 	if err := checkDir(cmd.Dir); err != nil {
-		master.Close()
-		tty.Close()
+		closeOurs()
+		closeChild()
 		return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
 	}
 	cmd.Env = childEnv(opts.Shell, opts.EnvDeny, spec.Env)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	cg, cgDir, err := newCgroup(opts, id, cmd.SysProcAttr)
 	if err != nil {
-		master.Close()
-		tty.Close()
+		closeOurs()
+		closeChild()
 		return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
 	}
 	s.cgroup = cg
+	// The recording starts last before the child, so its first byte is recorded and every
+	// earlier refusal leaves no file behind; a later one discards it (discardRecording).
+	if s.rec, err = startRecording(id, spec, argv, opts, s.created); err != nil {
+		if cgDir != nil {
+			cgDir.Close()
+		}
+		closeOurs()
+		closeChild()
+		removeCgroup(cg)
+		return nil, err
+	}
 	err = orphans.start(cmd)
 	if cgDir != nil {
 		cgDir.Close()
 	}
+	closeChild()
 	if err != nil {
-		master.Close()
-		tty.Close()
+		closeOurs()
 		removeCgroup(cg)
+		s.discardRecording()
 		return nil, fmt.Errorf("%w: start %s: %w", ErrSpawn, argv[0], err)
 	}
-	// Our copy of the slave must go, or the master never sees the hang-up.
-	tty.Close()
 	s.pid = cmd.Process.Pid
 	pidfd, err := unix.PidfdOpen(s.pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
@@ -100,8 +138,9 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 		orphans.reaped(s.pid)
-		master.Close()
+		closeOurs()
 		removeCgroup(cg)
+		s.discardRecording()
 		return nil, fmt.Errorf("pidfd_open %d: %w", s.pid, err)
 	}
 	// session.reader lives until the reader ends, often after the kill; the kill links to it.
@@ -119,6 +158,11 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 	}
 	// Under s.mu: the child may already have exited, and reaped looks at readState.
 	s.mu.Lock()
+	if s.pipe != nil {
+		s.startPipesLocked()
+		s.mu.Unlock()
+		return s, nil
+	}
 	s.readState = readArmed
 	err = rawFD(s.ptmx, &s.masterFD)
 	if err == nil {
@@ -141,6 +185,7 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 		s.closePTY()
 		s.readerSpan.End()
 		opts.Instruments.Sessions.Add(context.Background(), -1)
+		s.discardRecording()
 		return nil, fmt.Errorf("%w: read master: %w", ErrSpawn, err)
 	}
 	return s, nil
@@ -270,6 +315,9 @@ func checkSize(cols, rows int) error {
 func (s *Session) setSize(cols, rows int) error {
 	if err := checkSize(cols, rows); err != nil {
 		return err
+	}
+	if s.pipe != nil {
+		return nil // a nominal size: a pipe session has no terminal
 	}
 	rc, err := s.ptmx.SyscallConn()
 	if err != nil {

@@ -41,11 +41,19 @@ func (v *Viewer) Session() *Session { return v.s }
 // read it returns n == 0: io.EOF once the output is final and fully read, else nil (wait for a
 // wake). After Close it returns ErrViewerClosed.
 func (v *Viewer) Read(p []byte) (n int, lost int64, err error) {
+	n, lost, _, err = v.ReadStream(p)
+	return n, lost, err
+}
+
+// ReadStream is Read that also says which stream the bytes are of: it returns bytes of one
+// stream only (a pipe session's stdout or stderr; a PTY session's are all Stdout), so a read
+// stops where the stream changes.
+func (v *Viewer) ReadStream(p []byte) (n int, lost int64, stream Stream, err error) {
 	s := v.s
 	s.mu.Lock()
 	if v.closed {
 		s.mu.Unlock()
-		return 0, 0, ErrViewerClosed
+		return 0, 0, Stdout, ErrViewerClosed
 	}
 	if len(v.paint) > 0 {
 		n = copy(p, v.paint)
@@ -54,19 +62,19 @@ func (v *Viewer) Read(p []byte) (n int, lost int64, err error) {
 			v.paint = nil
 		}
 		s.mu.Unlock()
-		return n, 0, nil
+		return n, 0, Stdout, nil
 	}
-	n, lost, v.next = s.ring.readAt(p, v.next)
+	n, lost, v.next, stream = s.ring.readStream(p, v.next)
 	if n == 0 && lost == 0 && s.outputFinal && v.next >= s.ring.end {
 		s.mu.Unlock()
-		return 0, 0, io.EOF
+		return 0, 0, Stdout, io.EOF
 	}
 	s.maybeResumeLocked()
 	s.mu.Unlock()
 	if n > 0 {
 		s.echoed() // a keystroke's echo is on its way: the held masters go on
 	}
-	return n, lost, nil
+	return n, lost, stream, nil
 }
 
 // ViewerState is what a viewer still has to deliver, for its notifications.

@@ -349,13 +349,17 @@ func (a *app) cmdExec(args []string) (outcome, error) {
 	fs.Var(o.env, "env", "")
 	fs.IntVar(&o.cols, "cols", 0, "")
 	fs.IntVar(&o.rows, "rows", 0, "")
-	stdin := fs.Bool("stdin", false, "")
+	var stdin, tty bool
+	fs.BoolVar(&stdin, "stdin", false, "")
+	fs.BoolVar(&stdin, "i", false, "")
+	fs.BoolVar(&tty, "tty", false, "")
+	fs.BoolVar(&tty, "t", false, "")
 	lf := fs.Bool("lf", false, "")
-	cmd, err := a.parse(fs, args, false)
+	cmd, err := a.parse(fs, splitShortFlags(args), false)
 	if err != nil {
 		return outcome{}, err
 	}
-	if len(cmd) == 0 && !*stdin {
+	if len(cmd) == 0 && !stdin {
 		return outcome{}, usageError{"exec needs a command (muxterm exec -- CMD...), or --stdin to feed the gateway's shell"}
 	}
 	if err := a.setup(); err != nil {
@@ -377,8 +381,10 @@ func (a *app) cmdExec(args []string) (outcome, error) {
 		err error
 	}
 	done := make(chan opened, 1)
+	oo := a.openOptions(o, cmd)
+	oo.Pipes = !tty // as kubectl exec and docker exec: a terminal only when asked for
 	go func() {
-		c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), a.openOptions(o, cmd))
+		c, ch, err := client.DialOpen(ctx, a.cfg.url, a.cfg.dialOptions(), oo)
 		done <- opened{c, ch, err}
 	}()
 	var stopped os.Signal
@@ -411,9 +417,29 @@ func (a *app) cmdExec(args []string) (outcome, error) {
 		}
 		return outcome{}, a.cfg.explainDial(err)
 	}
-	lo := loopOpts{label: label(ch.Session(), o.name), sizeFd: -1, exec: true, lf: *lf, sigs: sigs}
-	if *stdin {
-		lo.stdin, lo.eof = a.stdin, []byte{4}
+	lo := loopOpts{label: label(ch.Session(), o.name), sizeFd: -1, exec: true, lf: *lf, sigs: sigs, pipes: !tty}
+	if stdin {
+		lo.stdin = a.stdin
+		if tty {
+			lo.eof = []byte{4} // the terminal's end of file
+		}
 	}
 	return a.loop(c, ch, ch.Session(), lo), nil
+}
+
+// splitShortFlags spells exec's combined short flags out: -it and -ti become -i -t, as docker
+// and kubectl take them. Arguments after the command's -- are left alone.
+func splitShortFlags(args []string) []string {
+	out := make([]string, 0, len(args)+1)
+	for i, arg := range args {
+		if arg == "--" {
+			return append(out, args[i:]...)
+		}
+		if arg == "-it" || arg == "-ti" {
+			out = append(out, "-i", "-t")
+			continue
+		}
+		out = append(out, arg)
+	}
+	return out
 }

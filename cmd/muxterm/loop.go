@@ -32,6 +32,9 @@ type loopOpts struct {
 	replayEnd int64      // the offset where the replay ends
 	exec      bool       // a stop signal kills the session, and so does the program's exit
 	lf        bool       // exec --lf
+	// pipes: exec without --tty; the session runs on pipes: its stderr goes to stderr, and its
+	// stdin is closed when o.stdin ends (at once without --stdin).
+	pipes bool
 	// sigs: stop signals caught since before the session was opened (exec: one that arrives
 	// between the open and the loop must still kill the session); nil: the loop catches them.
 	sigs chan os.Signal
@@ -52,6 +55,9 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pump{cfg: a.cfg, id: id, out: a.stdout, events: make(chan event), done: make(chan struct{}),
 		lf: o.lf, sentTo: -1, scr: o.scr}
+	if o.pipes {
+		p.errOut = a.stderr
+	}
 	var follow <-chan time.Time // a size can change while no output comes: look now and then
 	if o.scr != nil {
 		_ = o.scr.follow(a.stdout, ch, false) // before the pump writes: nothing holds the terminal
@@ -119,10 +125,27 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 			pending = append(pending, b...)
 		}
 	}
+	// stdinEnded: a pipe session's stdin is to be closed once the input before it is written;
+	// sent again on each new binding (closing twice does nothing), so a drop cannot lose it.
+	stdinEnded := false
+	closeStdin := func() {
+		stdinEnded = true
+		if cur == nil {
+			return // evBound sends it, after the pending input
+		}
+		ch := cur
+		go func() {
+			cctx, ccancel := context.WithTimeout(ctx, callTimeout)
+			defer ccancel()
+			_ = ch.CloseStdin(cctx) // a drop is retried on the next binding
+		}()
+	}
 	var stdin chan []byte
 	if o.stdin != nil {
 		stdin = make(chan []byte)
 		go readInput(ctx, o.stdin, stdin)
+	} else if o.pipes {
+		closeStdin() // no --stdin: the program reads the end of its input at once
 	}
 	sigs := o.sigs
 	if sigs == nil {
@@ -174,6 +197,10 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 		case b, ok := <-stdin:
 			if !ok {
 				stdin = nil
+				if o.pipes {
+					closeStdin()
+					continue
+				}
 				if o.eof != nil {
 					send(o.eof)
 					continue
@@ -229,6 +256,9 @@ func (a *app) loop(c *client.Client, ch *client.Channel, id string, o loopOpts) 
 				b := pending
 				pending = nil
 				send(b)
+				if stdinEnded {
+					closeStdin()
+				}
 			case evSentinel:
 				filter.sentinelSent(ev.queries)
 				if filter.armed {

@@ -265,14 +265,19 @@ Commands:
       --write                 the link's page may type and resize
   share ls ID|NAME            list a session's live links (id, mode, open pages, expiry)
   share revoke SHARE...       end links; the pages open with them close
-  exec [flags] -- CMD...      run CMD in a new session, stream its output to stdout, exit with its
-                              exit code, and remove the session; Ctrl-C or SIGTERM kills it
-                              and ends exec within a second, answered or not
+  exec [flags] -- CMD...      run CMD in a new session without a terminal, as kubectl exec and
+                              docker exec do: its stdout to stdout, its stderr to stderr; exit
+                              with its exit code, and remove the session; Ctrl-C or SIGTERM kills
+                              it and ends exec within a second, answered or not
                               (without CMD, --stdin feeds the gateway's shell)
       --name, --cwd, --env, --cols, --rows   as for new
-      --stdin                 forward stdin to the session; its end sends Ctrl-D (stdin is not read
-                              otherwise); for small inputs: the gateway refuses input beyond its
-                              limits (64 KiB the program has not read, --max-input-rate)
+      -i, --stdin             forward stdin to the program; its end closes the program's stdin
+                              (with --tty: sends Ctrl-D). Without it the program's stdin is
+                              closed at once (with --tty: stdin is not read). For small inputs:
+                              the gateway refuses input beyond its limits (64 KiB the program has
+                              not read, --max-input-rate)
+      -t, --tty               run CMD on a terminal (a PTY) instead: one stream, which the
+                              terminal echoes input into and ends lines with CR LF (-it: both)
       --lf                    write LF where the terminal wrote CR LF
   recordings [--json] [ID|NAME]
                               list the recordings of your sessions (a gateway run with --record)
@@ -311,5 +316,6 @@ Examples:
   muxterm send build C-c 'make test' Enter   # type into it from a script
   muxterm capture build                       # what its screen shows now
   muxterm exec -- sh -c 'go test ./...'       # in CI: output streamed, exit code kept
+  echo hi | muxterm exec -i -- cat            # prints hi: stdin piped, closed at its end
   muxterm kill build
 `

@@ -41,6 +41,7 @@ type pump struct {
 	cfg     *config
 	id      string
 	out     io.Writer
+	errOut  io.Writer     // a pipe session's stderr goes here; nil: with the rest to out
 	events  chan event    // unbuffered: an evLost is received before the redial starts
 	done    chan struct{} // closed when run returns
 	lf      bool          // exec --lf: CR LF becomes LF
@@ -73,7 +74,14 @@ func (p *pump) run(ctx context.Context, c *client.Client, ch *client.Channel) {
 		if ctx.Err() != nil {
 			return // the loop has ended (a stop signal): whatever Read would return next
 		}
-		n, err := ch.Read(buf)
+		n, stderr, err := ch.ReadStream(context.Background(), buf)
+		if n > 0 && stderr && p.errOut != nil {
+			if _, werr := p.errOut.Write(buf[:n]); werr != nil {
+				p.send(ctx, event{kind: evEnd, err: fmt.Errorf("write stderr: %w", werr)})
+				return
+			}
+			n = 0
+		}
 		if n > 0 {
 			if sentinelDue {
 				q.feed(buf[:n])

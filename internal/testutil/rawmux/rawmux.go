@@ -33,8 +33,9 @@ type Client struct {
 	notes   []Note
 	seen    int // notes consumed by NextNote
 	out     map[uint32][]byte
-	changed chan struct{} // capacity 1: something arrived
-	done    chan struct{} // closed when the reader ends
+	errOut  map[uint32][]byte // stderr frames' payloads (a pipe session's, with capabilities.pipes)
+	changed chan struct{}     // capacity 1: something arrived
+	done    chan struct{}     // closed when the reader ends
 }
 
 // Note is a notification as received.
@@ -46,16 +47,22 @@ type Note struct {
 // Dial connects to url with header (nil for none), starts the reader and calls initialize.
 func Dial(t testing.TB, url string, header http.Header) *Client {
 	t.Helper()
+	return DialCaps(t, url, header, map[string]any{})
+}
+
+// DialCaps is Dial whose initialize declares capabilities (as {"pipes": true}).
+func DialCaps(t testing.TB, url string, header http.Header, capabilities map[string]any) *Client {
+	t.Helper()
 	d := websocket.Dialer{Subprotocols: []string{proto.Subprotocol}, HandshakeTimeout: 5 * time.Second}
 	ws, _, err := d.Dial(url, header)
 	if err != nil {
 		t.Fatalf("dial %s: %v", url, err)
 	}
 	c := &Client{t: t, ws: ws, waiting: map[int]chan []byte{}, out: map[uint32][]byte{},
-		changed: make(chan struct{}, 1), done: make(chan struct{})}
+		errOut: map[uint32][]byte{}, changed: make(chan struct{}, 1), done: make(chan struct{})}
 	go c.readLoop()
 	t.Cleanup(c.Close)
-	c.Result("initialize", map[string]any{}, nil)
+	c.Result("initialize", map[string]any{"capabilities": capabilities}, nil)
 	return c
 }
 
@@ -73,9 +80,13 @@ func (c *Client) readLoop() {
 			return
 		}
 		if typ == websocket.BinaryMessage {
-			if f, err := proto.ParseFrame(b); err == nil && f.Type == proto.FrameOutput {
+			if f, err := proto.ParseFrame(b); err == nil && (f.Type == proto.FrameOutput || f.Type == proto.FrameStderr) {
 				c.mu.Lock()
-				c.out[f.Channel] = append(c.out[f.Channel], f.Payload...)
+				if f.Type == proto.FrameStderr {
+					c.errOut[f.Channel] = append(c.errOut[f.Channel], f.Payload...)
+				} else {
+					c.out[f.Channel] = append(c.out[f.Channel], f.Payload...)
+				}
 				c.mu.Unlock()
 				var n [4]byte
 				binary.BigEndian.PutUint32(n[:], uint32(len(f.Payload)))
@@ -162,6 +173,13 @@ func (c *Client) Output(channel uint32) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return bytes.Clone(c.out[channel])
+}
+
+// Stderr returns a copy of everything received on channel in stderr frames.
+func (c *Client) Stderr(channel uint32) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.errOut[channel])
 }
 
 // waitFor waits until cond (called with c.mu held) holds, woken by each message received.

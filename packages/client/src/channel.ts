@@ -35,6 +35,12 @@ export interface ChannelListener {
    * passes it.)
    */
   data?(bytes: Uint8Array<ArrayBuffer>, channel: Channel, replay?: boolean): void;
+  /**
+   * Protocol 1.4: bytes of a pipe session's stderr (a view, valid until the next event), in
+   * order with `data` (its stdout): they share the channel's offsets and window, so call
+   * `channel.consumed(n)` for them too. Without this handler they are delivered to `data`.
+   */
+  stderr?(bytes: Uint8Array<ArrayBuffer>, channel: Channel): void;
   /** `lost` bytes of the stream are gone (a session.gap, or an attach whose `from` was too old). */
   gap?(lost: number, channel: Channel): void;
   /** The process exited (delivered once, after the output that preceded the exit). */
@@ -58,7 +64,7 @@ export interface ChannelListener {
 }
 
 type ChannelEvent =
-  | { t: 'data'; bytes: Uint8Array<ArrayBuffer>; replay: boolean }
+  | { t: 'data'; bytes: Uint8Array<ArrayBuffer>; replay: boolean; stderr?: boolean }
   | { t: 'gap'; lost: number }
   | { t: 'exit'; status: ExitStatus }
   | { t: 'closed'; reason: string }
@@ -113,7 +119,7 @@ export class Channel {
   /** @internal This viewer's own size, sent with a re-attach after a reconnect. */
   _ownSize: { cols: number; rows: number } | null = null;
 
-  private early: Array<{ t: 'data'; bytes: Uint8Array<ArrayBuffer> } | { t: 'gap'; lost: number }> = [];
+  private early: Array<{ t: 'data'; bytes: Uint8Array<ArrayBuffer>; stderr: boolean } | { t: 'gap'; lost: number }> = [];
   private queuedInput: Uint8Array[] = [];
   private queuedInputBytes = 0;
   private listener: ChannelListener | null = null;
@@ -190,7 +196,8 @@ export class Channel {
     try {
       switch (ev.t) {
         case 'data':
-          l.data?.(ev.bytes, this, ev.replay);
+          if (ev.stderr && l.stderr) l.stderr(ev.bytes, this);
+          else l.data?.(ev.bytes, this, ev.replay);
           break;
         case 'gap':
           l.gap?.(ev.lost, this);
@@ -313,6 +320,21 @@ export class Channel {
     await this.client.request('session.signal', params);
   }
 
+  /**
+   * Protocol 1.4: session.closeStdin: the stdin of the pipe session on this channel (opened with
+   * `tty: false`) closes once the input written before it has reached the program, which then
+   * reads the end of its input. Input written after it is refused (`stdin_closed`).
+   */
+  async closeStdin(): Promise<void> {
+    const params = { channel: this.id };
+    if (this._state === 'bound' && this.client._ready) {
+      await this.client._sendRequestNow('session.closeStdin', params);
+      return;
+    }
+    await this.whenBound();
+    await this.client.request('session.closeStdin', params);
+  }
+
   /** session.kill of this channel's session. */
   kill(): Promise<SessionKillResult> {
     return this.client.kill(this._session);
@@ -431,7 +453,7 @@ export class Channel {
     this.early = [];
     this.earlyBytes = 0;
     for (const ev of early) {
-      if (ev.t === 'data') this._data(ev.bytes);
+      if (ev.t === 'data') this._data(ev.bytes, ev.stderr);
       else this._gap(ev.lost);
     }
     this.checkDeferredExit();
@@ -447,14 +469,14 @@ export class Channel {
   }
 
   /** @internal */
-  _data(bytes: Uint8Array<ArrayBuffer>): void {
+  _data(bytes: Uint8Array<ArrayBuffer>, stderr = false): void {
     const window = this.client.flow.window;
     if (this._state === 'binding') {
       // Output before the result that binds the channel: a gateway never sends it (§3), but it
       // is kept up to the window, not beyond.
       this.earlyBytes += bytes.length;
       if (this.earlyBytes > window) this.client._violate(`channel ${this.id}: ${this.earlyBytes} bytes before its binding, beyond the window of ${window}`);
-      else this.early.push({ t: 'data', bytes });
+      else this.early.push({ t: 'data', bytes, stderr });
       return;
     }
     if (this._state !== 'bound' && this._state !== 'detaching') return;
@@ -489,12 +511,12 @@ export class Channel {
     const at = this.offset;
     this.received += bytes.length;
     const replayBytes = Math.max(0, Math.min(bytes.length, this._live - at));
-    if (replayBytes === bytes.length) this.emit({ t: 'data', bytes, replay: true });
-    else if (replayBytes === 0) this.emit({ t: 'data', bytes, replay: false });
+    if (replayBytes === bytes.length) this.emit({ t: 'data', bytes, replay: true, stderr });
+    else if (replayBytes === 0) this.emit({ t: 'data', bytes, replay: false, stderr });
     else {
       // The frame straddles `live`.
-      this.emit({ t: 'data', bytes: bytes.subarray(0, replayBytes), replay: true });
-      this.emit({ t: 'data', bytes: bytes.subarray(replayBytes), replay: false });
+      this.emit({ t: 'data', bytes: bytes.subarray(0, replayBytes), replay: true, stderr });
+      this.emit({ t: 'data', bytes: bytes.subarray(replayBytes), replay: false, stderr });
     }
     this.checkDeferredExit();
   }

@@ -137,7 +137,7 @@ export class MuxClient {
     this.opts = {
       client: options.client ?? { name: 'muxterm-client', version: '0.1.0' },
       // screen: this client understands paints of the screen (protocol 1.3, Channel's `screen`).
-      capabilities: { screen: true, ...(options.capabilities ?? {}) },
+      capabilities: { screen: true, pipes: true, ...(options.capabilities ?? {}) },
       reconnect: options.reconnect ?? true,
       initializeTimeoutMs: options.initializeTimeoutMs ?? 10_000,
       ackIdleMs: options.ackIdleMs ?? 0,
@@ -674,11 +674,11 @@ export class MuxClient {
       this._violate('a binary message shorter than the 5-byte header');
       return;
     }
-    if (f.type !== FrameType.Output || f.channel === 0) {
-      this._violate(`a frame of type ${f.type} on channel ${f.channel} (the gateway sends output frames only)`);
+    if ((f.type !== FrameType.Output && f.type !== FrameType.Stderr) || f.channel === 0) {
+      this._violate(`a frame of type ${f.type} on channel ${f.channel} (the gateway sends output and stderr frames only)`);
       return;
     }
-    this.channels.get(f.channel)?._data(f.payload);
+    this.channels.get(f.channel)?._data(f.payload, f.type === FrameType.Stderr);
   }
 
   /**

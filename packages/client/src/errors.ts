@@ -22,7 +22,8 @@ export type ServerErrorKind =
   | 'unknown_channel'
   | 'bad_frame'
   | 'forbidden'
-  | 'spawn_failed';
+  | 'spawn_failed'
+  | 'stdin_closed';
 
 /** Kinds this client produces itself (never sent by a gateway). */
 export type ClientErrorKind =
@@ -57,6 +58,7 @@ export const ErrorCode = {
   BadFrame: -32006,
   Forbidden: -32007,
   SpawnFailed: -32008,
+  StdinClosed: -32009,
 } as const;
 
 /** A failed request. Switch on `kind` (= `data.kind`); `message` is for people. */

@@ -6,6 +6,8 @@ export const FrameType = {
   Output: 1,
   Input: 2,
   Ack: 3,
+  /** Protocol 1.4: a pipe session's stderr (server → client), to a client that declared `capabilities.pipes`. */
+  Stderr: 4,
 } as const;
 export type FrameType = (typeof FrameType)[keyof typeof FrameType];
 

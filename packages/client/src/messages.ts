@@ -95,11 +95,18 @@ export interface SessionOpenParams {
   cmd?: string[];
   cwd?: string;
   env?: Record<string, string>;
+  /** With `tty` false, a nominal size (0 and 0: 80×24): no terminal applies it. */
   cols: number;
   rows: number;
   name?: string;
   /** Ask for a recording (protocol 1.4: a gateway run with --record --record-on-request). */
   record?: boolean;
+  /**
+   * Protocol 1.4: false runs the program without a terminal: its stdin, stdout and stderr are
+   * pipes, its stderr arrives apart (ChannelListener.stderr), and `Channel.closeStdin` ends its
+   * input. Absent or true: a PTY.
+   */
+  tty?: boolean;
   _meta?: RequestMeta;
 }
 
@@ -159,6 +166,8 @@ export interface SessionAttachResult {
    */
   screenCols?: number;
   screenRows?: number;
+  /** Protocol 1.4: false for a session on pipes (absent for a PTY session). */
+  tty?: boolean;
 }
 
 export interface SessionCaptureParams {
@@ -327,6 +336,7 @@ export interface RequestMap {
   'session.open': [SessionOpenParams, SessionOpenResult];
   'session.attach': [SessionAttachParams, SessionAttachResult];
   'session.detach': [SessionDetachParams, SessionDetachResult];
+  'session.closeStdin': [SessionDetachParams, SessionDetachResult];
   'session.resize': [SessionResizeParams, SessionResizeResult];
   'session.signal': [SessionSignalParams, Record<string, never>];
   'session.kill': [SessionKillParams, SessionKillResult];

@@ -61,10 +61,10 @@ class FakeSocket implements WebSocketLike {
   text(msg: object): void {
     this.onmessage?.({ data: JSON.stringify(msg) });
   }
-  /** Sends an output frame; the payload sits at a non-zero offset of a larger buffer. */
-  output(channel: number, payload: string | Uint8Array): void {
+  /** Sends an output frame (or another type's); the payload sits at a non-zero offset of a larger buffer. */
+  output(channel: number, payload: string | Uint8Array, type: number = FrameType.Output): void {
     const bytes = typeof payload === 'string' ? new TextEncoder().encode(payload) : payload;
-    const frame = encodeFrame(FrameType.Output, channel, bytes);
+    const frame = encodeFrame(type, channel, bytes);
     const buf = new ArrayBuffer(frame.length);
     new Uint8Array(buf).set(frame);
     this.onmessage?.({ data: buf });
@@ -376,6 +376,50 @@ describe('offsets', () => {
     ]);
     assert.deepEqual(ch.exit, { code: 3, signal: null });
     h.client.close();
+  });
+});
+
+describe('pipe sessions (protocol 1.4)', () => {
+  it('declares capabilities.pipes; stderr frames reach the stderr listener in order, count in the offset, and are acknowledged', async () => {
+    const { client, sock, ch } = await opened();
+    const init = sock().request('initialize').params as { capabilities: Record<string, unknown> };
+    assert.equal(init.capabilities['pipes'], true);
+    const got: Array<[string, string]> = [];
+    ch.listen({
+      data: (b) => {
+        got.push(['out', new TextDecoder().decode(b)]);
+        ch.consumed(b.length);
+      },
+      stderr: (b) => {
+        got.push(['err', new TextDecoder().decode(b)]);
+        ch.consumed(b.length);
+      },
+    });
+    sock().output(1, 'out1 ');
+    sock().output(1, 'err1 ', FrameType.Stderr);
+    sock().output(1, 'out2');
+    assert.deepEqual(got, [
+      ['out', 'out1 '],
+      ['err', 'err1 '],
+      ['out', 'out2'],
+    ]);
+    assert.equal(ch.offset, 14, 'both streams count in the offset');
+    await until(() => sock().acks().reduce((a, b) => a + b, 0) === 14, 'acks of both streams');
+    assert.equal(client.state, 'connected', 'a stderr frame is no protocol violation');
+    const p = ch.closeStdin();
+    await tick();
+    assert.deepEqual(sock().request('session.closeStdin').params, { channel: 1 });
+    sock().respond('session.closeStdin', { session: 'S', channel: 1 });
+    await p;
+    client.close();
+  });
+
+  it('without a stderr listener, stderr goes to data', async () => {
+    const { client, sock, ch } = await opened();
+    const rec = record(ch);
+    sock().output(1, 'e', FrameType.Stderr);
+    assert.deepEqual(rec.events, [['data', 1]]);
+    client.close();
   });
 });
 

@@ -43,6 +43,38 @@ describe('@muxterm/client against the gateway binary', { skip: bin ? false : 'MU
     await ch.kill();
   });
 
+  it('runs a program on pipes: stdin closed, stdout and stderr apart, the exit (protocol 1.4)', async () => {
+    const { client } = await connect();
+    const ch = await client.open({ cols: 80, rows: 24, tty: false, cmd: ['sh', '-c', 'cat; echo err >&2; exit 4'] });
+    assert.equal(ch.state, 'bound');
+    const out: string[] = [];
+    const err: string[] = [];
+    let exit: { code: number; signal: string | null } | null = null;
+    const done = new Promise<void>((resolve) => {
+      ch.listen({
+        data: (b) => {
+          out.push(new TextDecoder().decode(b));
+          ch.consumed(b.length);
+        },
+        stderr: (b) => {
+          err.push(new TextDecoder().decode(b));
+          ch.consumed(b.length);
+        },
+        exit: (s) => {
+          exit = s;
+          resolve();
+        },
+      });
+    });
+    ch.write('abc');
+    await ch.closeStdin();
+    await done;
+    assert.equal(out.join(''), 'abc', 'stdout: cat printed its input, without an echo');
+    assert.equal(err.join(''), 'err\n');
+    assert.deepEqual(exit, { code: 4, signal: null });
+    await ch.kill();
+  });
+
   it('resizes the PTY: stty size follows', async () => {
     const { client } = await connect();
     const ch = await client.open({ cols: 80, rows: 24 });
