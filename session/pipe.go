@@ -96,7 +96,10 @@ func (s *Session) startPipesLocked() {
 // writer closed it) or is closed. Backpressure parks it on pipe.cond, as it leaves a PTY's master
 // disarmed; after the kill point it reads on and drops what it reads (ingest).
 func (s *Session) readPipe(f *os.File, tag Stream) {
-	buf := make([]byte, s.opts.batchSize())
+	// Half a batch each: the two readers may each ingest one read after the high-water mark is
+	// passed, and together they must stay within the one batch the ring keeps behind a paused
+	// reader (Options.KeptBehind), or a viewer at the mark would lose bytes.
+	buf := make([]byte, max(s.opts.batchSize()/2, 1))
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
