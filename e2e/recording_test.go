@@ -392,3 +392,36 @@ func TestCLIRecordingsExportPlay(t *testing.T) {
 		t.Fatalf("play with a billion-second pause: %d %q %q; want AB at once", code, out, errOut)
 	}
 }
+
+// Who sees a recording: its owner and an admin read it; a read-only viewer of the owner's
+// sessions gets forbidden (a recording may hold input it never sees live).
+func TestRecordingReadersByRole(t *testing.T) {
+	alice, admin, viewer := newToken(), newToken(), newToken()
+	file := writeTokensFile(t, 0o600,
+		tokenLine{"alice", "read-write", alice, ""},
+		tokenLine{"ops", "admin", admin, ""},
+		tokenLine{"carol", "read-only", viewer, "alice"})
+	g := launchGateway(t, alice, []string{"MUXTERM_TOKENS=" + file}, "--record", t.TempDir())
+	defer g.Stop(10 * time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	ch, err := dialAs(t, g, alice).Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := dialAs(t, g, admin).Recordings(ctx, "")
+	if err != nil || len(list) != 1 || list[0].Recording != ch.Session() {
+		t.Fatalf("the admin's recording.list: %+v, %v; want alice's recording", list, err)
+	}
+	if _, err := dialAs(t, g, admin).ReadRecording(ctx, ch.Session(), 0, 100); err != nil {
+		t.Fatalf("the admin's recording.read: %v", err)
+	}
+	var pe *proto.Error
+	_, err = dialAs(t, g, viewer).Recordings(ctx, "")
+	if !errors.As(err, &pe) || pe.Kind() != proto.KindForbidden {
+		t.Fatalf("a read-only viewer's recording.list: %v, want forbidden", err)
+	}
+	_, err = dialAs(t, g, viewer).ReadRecording(ctx, ch.Session(), 0, 100)
+	if !errors.As(err, &pe) || pe.Kind() != proto.KindForbidden {
+		t.Fatalf("a read-only viewer's recording.read: %v, want forbidden", err)
+	}
+}

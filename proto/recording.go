@@ -14,8 +14,9 @@ const (
 	MethodRecordingRead = "recording.read"
 )
 
-// MaxRecordingRead bounds recording.read's length.
-const MaxRecordingRead = 1 << 20
+// MaxRecordingRead bounds recording.read's length: its answer (base64 in JSON, a third larger)
+// goes ahead of the socket's output, so it is kept to what a frame of output is worth.
+const MaxRecordingRead = 64 << 10
 
 // RecordingListParams are the params of recording.list: Session, when set, lists only that
 // session's recording.

@@ -75,10 +75,12 @@ type HandedSession struct {
 	ScreenOffset           int64
 	ScreenCols, ScreenRows int
 	ScreenLost             int64
-	// Recording is the file of the session's recording, which the next image appends to, and
-	// RecordingStart the time its events count from; "" when it is not recorded.
-	Recording      string
-	RecordingStart time.Time
+	// Recording is the file of the session's recording, which the next image appends to ("" when
+	// it is not recorded), RecordingAt the recording's time when it was handed (the next image's
+	// events count on from it), RecordingUnwritten the bytes queued for it that were not written.
+	Recording          string
+	RecordingAt        time.Duration
+	RecordingUnwritten int64
 }
 
 // HandedHold is one resume hold and the time it had left.
@@ -164,6 +166,7 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 			return nil, fmt.Errorf("handover: reader of %s did not stop: %w", s.id, ctx.Err())
 		}
 	}
+	flushRecordings(ctx, ss)
 	// 2. The waiter gives up the pidfds of these sessions' children (it keeps waiting for
 	// those of sessions being torn down); a child it reaped just before publishes its status
 	// on a goroutine, which we wait for.
@@ -191,7 +194,7 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 		// 3. The snapshot, under the session's lock, and its screen.
 		h := s.handedLocked(pidfd, st.Taken)
 		s.handScreen(&h)
-		s.handRecording(ctx, &h)
+		s.handRecording(&h)
 		st.Sessions = append(st.Sessions, h)
 	}
 	return st, nil

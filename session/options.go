@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -137,6 +138,9 @@ type Options struct {
 	children *waiter
 	// feeder catches lagging screens up. Default: the process-wide one (screen.go).
 	feeder *screenFeeder
+	// recordings counts the ends of recordings still writing (endRecording), which
+	// Registry.Shutdown waits for. Default: one per registry (withDefaults).
+	recordings *sync.WaitGroup
 
 	// testHookBeforeIngest is copied into each session before its reader starts (tests only;
 	// nil in production).
@@ -202,6 +206,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.feeder == nil {
 		o.feeder = &feeder
+	}
+	if o.recordings == nil {
+		o.recordings = new(sync.WaitGroup)
 	}
 	return o
 }

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -46,8 +48,14 @@ type RecordOptions struct {
 // ErrRecordingOff is an open that asks for a recording on a registry that records nothing.
 var ErrRecordingOff = errors.New("recording is off on this gateway (--record)")
 
-// recordCloseWait bounds how long the end of a recording waits for its disk.
-const recordCloseWait = 5 * time.Second
+// recordCloseWait bounds how long the end of a recording waits for its disk; recordCreateWait
+// how long an open waits for its recording's file (a stalled disk refuses the open, naming it);
+// recordHandWait how long an upgrade waits for all its sessions' recordings together.
+const (
+	recordCloseWait  = 5 * time.Second
+	recordCreateWait = 2 * time.Second
+	recordHandWait   = time.Second
+)
 
 // startRecording creates id's recording if spec asks for one or every session is recorded; a
 // nil recorder and nil error when none is wanted.
@@ -65,11 +73,38 @@ func startRecording(id string, spec Spec, argv []string, opts *Options, now time
 	h := record.Header{Width: spec.Cols, Height: spec.Rows, Command: strings.Join(argv, " "),
 		Title: spec.Name, Env: map[string]string{"TERM": "xterm-256color", "SHELL": opts.Shell},
 		Muxterm: &record.Origin{Session: id, Owner: spec.Owner}}
-	rec, err := record.Create(RecordingPath(ro.Dir, id), h, now, opts.recordOptions())
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+	path := RecordingPath(ro.Dir, id)
+	type created struct {
+		rec *record.Recorder
+		err error
 	}
-	return rec, nil
+	// The file's creation on a goroutine of its own: an open(2) on a stalled mount does not
+	// return, and the open's request must. A creation that comes back late is undone there.
+	done := make(chan created, 1)
+	abandoned := make(chan struct{})
+	go func() {
+		rec, err := record.Create(path, h, now, opts.recordOptions())
+		select {
+		case done <- created{rec, err}:
+		case <-abandoned:
+			if rec != nil {
+				_ = rec.Close(context.Background())
+				_ = os.Remove(path)
+			}
+		}
+	}()
+	t := time.NewTimer(recordCreateWait)
+	defer t.Stop()
+	select {
+	case c := <-done:
+		if c.err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSpawn, c.err)
+		}
+		return c.rec, nil
+	case <-t.C:
+		close(abandoned)
+		return nil, fmt.Errorf("%w: record: the recordings' directory %s did not answer within %v", ErrSpawn, ro.Dir, recordCreateWait)
+	}
 }
 
 func (o *Options) recordOptions() record.Options {
@@ -105,7 +140,8 @@ func exitLabel(e ExitStatus) string {
 	return "exit " + strconv.Itoa(e.Code)
 }
 
-// endRecordingIfDone ends the recording once the program has exited and its output has ended.
+// endRecordingIfDone ends the recording once the program has exited and its output has ended:
+// the exit's marker then follows the program's last output.
 func (s *Session) endRecordingIfDone() {
 	if s.rec != nil && s.readEnded.Load() && isClosed(s.exited) {
 		s.endRecording()
@@ -122,28 +158,46 @@ func (s *Session) endRecording() {
 		return
 	}
 	rec := s.rec
-	go func() {
+	if e, ok := s.Exit(); ok {
+		rec.Marker(exitLabel(e))
+	}
+	s.opts.recordings.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), recordCloseWait)
 		defer cancel()
 		if err := rec.Close(ctx); err != nil {
 			s.opts.Logger.Warn("recording: end", "session", s.id, "err", err)
 		}
-	}()
+	})
 }
 
-// handRecording writes what the recording queued (the reader has stopped: nothing more comes)
-// for at most recordCloseWait and names it in h, for the next image to append to.
-func (s *Session) handRecording(ctx context.Context, h *HandedSession) {
+// handRecording names the recording in h, for the next image to append to: its file, where it
+// got to, and what flushRecordings could not write.
+func (s *Session) handRecording(h *HandedSession) {
 	if s.rec == nil || s.recEnded.Load() {
 		return // none, or it ended: the next image records nothing more
 	}
-	s.rec.Marker("upgrade in place")
-	ctx, cancel := context.WithTimeout(ctx, recordCloseWait)
+	h.Recording, h.RecordingAt, h.RecordingUnwritten = s.rec.Path(), s.rec.Offset(), s.rec.Pending()
+}
+
+// flushRecordings marks the upgrade in ss's recordings and writes what they queued, all at
+// once, for at most recordHandWait: the readers have stopped, so nothing more comes, and what a
+// stalled disk did not take by then is handed over as not recorded (handRecording).
+func flushRecordings(ctx context.Context, ss []*Session) {
+	ctx, cancel := context.WithTimeout(ctx, recordHandWait)
 	defer cancel()
-	if err := s.rec.Flush(ctx); err != nil {
-		s.opts.Logger.Warn("recording: handover", "session", s.id, "err", err)
+	var wg sync.WaitGroup
+	for _, s := range ss {
+		if s.rec == nil || s.recEnded.Load() {
+			continue
+		}
+		s.rec.Marker("upgrade in place")
+		wg.Go(func() {
+			if err := s.rec.Flush(ctx); err != nil {
+				s.opts.Logger.Warn("recording: handover", "session", s.id, "err", err)
+			}
+		})
 	}
-	h.Recording, h.RecordingStart = s.rec.Path(), s.rec.Start()
+	wg.Wait()
 }
 
 // adoptRecording continues the handed recording in its file.
@@ -151,7 +205,7 @@ func (s *Session) adoptRecording(h *HandedSession) {
 	if h.Recording == "" {
 		return
 	}
-	rec, err := record.Resume(h.Recording, h.RecordingStart, s.opts.recordOptions())
+	rec, err := record.Resume(h.Recording, h.RecordingAt, h.RecordingUnwritten, s.opts.recordOptions())
 	if err != nil {
 		s.opts.Logger.Warn("recording: not continued after the upgrade", "session", s.id, "err", err)
 		return
@@ -207,95 +261,114 @@ type RecordingInfo struct {
 // session id's when id is not "".
 func (r *Registry) Recordings(owner string, admin bool, id string) ([]RecordingInfo, error) {
 	dir := r.opts.Record.Dir
-	if dir == "" {
+	if dir == "" || (id != "" && !validID(id)) {
 		return nil, nil
 	}
-	var names []string
+	var ids []string
 	if id != "" {
-		names = []string{id + record.Ext}
+		ids = []string{id}
 	} else {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
-			return nil, fmt.Errorf("recordings: %w", err)
+			return nil, fmt.Errorf("list recordings: %w", err)
 		}
 		for _, e := range entries {
-			if e.Type().IsRegular() && strings.HasSuffix(e.Name(), record.Ext) {
-				names = append(names, e.Name())
+			if n, ok := strings.CutSuffix(e.Name(), record.Ext); ok && e.Type().IsRegular() && validID(n) {
+				ids = append(ids, n)
 			}
 		}
 	}
 	var out []RecordingInfo
-	for _, name := range names {
-		info, err := r.recordingInfo(filepath.Join(dir, name))
-		if err != nil || (!admin && info.Owner != owner) {
-			continue // gone meanwhile, not a recording of ours, or another principal's
+	for _, id := range ids {
+		f, info, err := r.openRecording(id)
+		if err != nil {
+			continue // gone meanwhile, or not a recording of this gateway's
 		}
-		out = append(out, info)
+		f.Close()
+		if admin || info.Owner == owner {
+			out = append(out, info)
+		}
 	}
 	slices.SortFunc(out, func(a, b RecordingInfo) int { return a.Started.Compare(b.Started) })
 	return out, nil
 }
 
-// recordingInfo reads a recording's header.
-func (r *Registry) recordingInfo(path string) (RecordingInfo, error) {
-	f, err := os.Open(path)
+// openRecording opens recording id's file (never through a symbolic link) and reads its header
+// from it. The caller closes the file.
+func (r *Registry) openRecording(id string) (*os.File, RecordingInfo, error) {
+	path := RecordingPath(r.opts.Record.Dir, id)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return RecordingInfo{}, err
+		return nil, RecordingInfo{}, err
 	}
-	defer f.Close()
 	st, err := f.Stat()
-	if err != nil {
-		return RecordingInfo{}, err
+	if err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, RecordingInfo{}, fmt.Errorf("%s: not a regular file (%v)", path, err)
 	}
-	p, err := record.NewParser(io.LimitReader(f, record.MaxLine))
+	p, err := record.NewParser(io.NewSectionReader(f, 0, record.MaxLine))
 	if err != nil {
-		return RecordingInfo{}, err
+		f.Close()
+		return nil, RecordingInfo{}, err
 	}
 	h := p.Header
-	if h.Muxterm == nil || h.Muxterm.Session+record.Ext != filepath.Base(path) {
-		return RecordingInfo{}, fmt.Errorf("%s: not a muxterm recording", path)
+	if h.Muxterm == nil || h.Muxterm.Session != id {
+		f.Close()
+		return nil, RecordingInfo{}, fmt.Errorf("%s: not a muxterm recording of session %s", path, id)
 	}
-	id := h.Muxterm.Session
+	size := st.Size()
+	active := false
 	r.mu.Lock()
 	s, ok := r.sessions[id]
 	r.mu.Unlock()
-	active := ok && s.rec != nil && !s.recEnded.Load()
-	return RecordingInfo{ID: id, Owner: h.Muxterm.Owner, Name: h.Title, Command: h.Command,
-		Started: time.Unix(h.Timestamp, 0), Cols: h.Width, Rows: h.Height, Bytes: st.Size(),
+	if ok && s.rec != nil && !s.recEnded.Load() {
+		// Still being written: only its complete lines are the recording's yet.
+		active, size = true, min(size, s.rec.Written())
+	}
+	return f, RecordingInfo{ID: id, Owner: h.Muxterm.Owner, Name: h.Title, Command: h.Command,
+		Started: time.Unix(h.Timestamp, 0), Cols: h.Width, Rows: h.Height, Bytes: size,
 		Active: active}, nil
 }
 
 // ReadRecording reads up to n bytes of recording id's file from off, for owner (any recording
-// for an admin): the bytes, the file's size, and ErrUnknownRecording for a recording that does
-// not exist or is another principal's.
+// for an admin): the bytes (none, not nil, at or past the end), the file's size (of a recording
+// still being written: up to its last complete line), and ErrUnknownRecording for a recording
+// that does not exist or is another principal's.
 func (r *Registry) ReadRecording(id, owner string, admin bool, off int64, n int) ([]byte, int64, error) {
-	dir := r.opts.Record.Dir
-	if dir == "" {
+	if r.opts.Record.Dir == "" || !validID(id) {
 		return nil, 0, fmt.Errorf("read recording %s: %w", id, ErrUnknownRecording)
 	}
-	path := RecordingPath(dir, id)
-	info, err := r.recordingInfo(path)
-	if err != nil || (!admin && info.Owner != owner) {
-		return nil, 0, fmt.Errorf("read recording %s: %w", id, ErrUnknownRecording)
-	}
-	f, err := os.Open(path)
+	f, info, err := r.openRecording(id)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read recording %s: %w", id, ErrUnknownRecording)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, 0, fmt.Errorf("read recording %s: %w", id, err)
+	if !admin && info.Owner != owner {
+		return nil, 0, fmt.Errorf("read recording %s: %w", id, ErrUnknownRecording)
 	}
-	if off >= st.Size() {
-		return nil, st.Size(), nil
+	if off >= info.Bytes {
+		return []byte{}, info.Bytes, nil
 	}
-	buf := make([]byte, min(int64(n), st.Size()-off))
+	buf := make([]byte, min(int64(n), info.Bytes-off))
 	k, err := f.ReadAt(buf, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, 0, fmt.Errorf("read recording %s: %w", id, err)
 	}
-	return buf[:k], st.Size(), nil
+	return buf[:k], info.Bytes, nil
+}
+
+// validID reports whether id is a session id (32 lowercase hex digits): the only names of
+// recordings this package opens.
+func validID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // discardRecording ends and removes the recording of a session whose start failed: no session

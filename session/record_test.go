@@ -143,3 +143,29 @@ func TestRecordingInputOnlyWhenAsked(t *testing.T) {
 		t.Fatal("a session that did not ask is recorded without RecordOptions.All")
 	}
 }
+
+// A read at or past a recording's end answers no bytes (never nil: the wire's "data" is ""),
+// and a read of another principal's recording, or of a malformed id, is an unknown recording.
+func TestReadRecordingEndsAndRefuses(t *testing.T) {
+	t.Parallel()
+	opts := testOptions()
+	opts.Record = RecordOptions{Dir: t.TempDir(), All: true}
+	r := NewRegistry(opts, nil)
+	s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "printf done; exec sleep 60")
+	_, size, err := r.ReadRecording(s.ID(), "alice", false, 0, 1)
+	if err != nil || size == 0 {
+		t.Fatalf("read: size %d, %v", size, err)
+	}
+	data, _, err := r.ReadRecording(s.ID(), "alice", false, size, 100)
+	if err != nil || data == nil || len(data) != 0 {
+		t.Fatalf("read at the end: %v (nil %v), %v; want no bytes, not nil", data, data == nil, err)
+	}
+	for _, c := range []struct{ id, owner string }{{s.ID(), "bob"}, {"../../etc/passwd", "alice"}, {strings.Repeat("A", 32), "alice"}} {
+		if _, _, err := r.ReadRecording(c.id, c.owner, false, 0, 10); !errors.Is(err, ErrUnknownRecording) {
+			t.Errorf("read %q as %s: %v, want ErrUnknownRecording", c.id, c.owner, err)
+		}
+	}
+	if _, _, err := r.ReadRecording(s.ID(), "bob", true, 0, 10); err != nil {
+		t.Errorf("an admin's read of alice's recording: %v", err)
+	}
+}

@@ -523,13 +523,24 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		if n := r.survivors.Load(); n > 0 {
-			return fmt.Errorf("shutdown: %d processes of %d sessions %w", n, r.survivorSessions.Load(), ErrSurvivors)
-		}
-		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("shutdown: kills still running: %w", ctx.Err())
 	}
+	// The recordings' ends: their last output and markers written (each within its own bound).
+	recorded := make(chan struct{})
+	go func() {
+		r.opts.recordings.Wait()
+		close(recorded)
+	}()
+	select {
+	case <-recorded:
+	case <-ctx.Done():
+		r.opts.Logger.Warn("shutdown: recordings still writing", "err", ctx.Err())
+	}
+	if n := r.survivors.Load(); n > 0 {
+		return fmt.Errorf("shutdown: %d processes of %d sessions %w", n, r.survivorSessions.Load(), ErrSurvivors)
+	}
+	return nil
 }
 
 func sortInfos(in []Info) {

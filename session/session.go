@@ -283,7 +283,6 @@ func (s *Session) reaped(ws unix.WaitStatus, err error) {
 	default:
 		s.exit = ExitStatus{Code: ws.ExitStatus()}
 	}
-	s.recordMarker(exitLabel(s.exit))
 	s.mu.Lock()
 	close(s.exited)
 	s.wakeViewersLocked()

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/muxterm/muxterm/internal/buildinfo"
 	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/internal/buildinfo"
 	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/session"
 )

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/muxterm/muxterm/internal/record"
@@ -58,8 +59,9 @@ func (rc *recordConfig) options() session.RecordOptions {
 		Retention: record.Retention{MaxAge: rc.maxAge, MaxBytes: int64(rc.maxBytes)}}
 }
 
-// prepare creates the directory (mode 0700) if it does not exist; one other users can list or
-// write into is used with a warning (each recording is mode 0600 in any case).
+// prepare creates the directory (mode 0700) if it does not exist. One another user owns or may
+// write into is refused (a file planted there could pose as a principal's recording); one other
+// users may list is used with a warning (each recording is mode 0600 in any case).
 func (rc *recordConfig) prepare(log *slog.Logger) error {
 	if rc.dir == "" {
 		return nil
@@ -74,8 +76,14 @@ func (rc *recordConfig) prepare(log *slog.Logger) error {
 	if !st.IsDir() {
 		return fmt.Errorf("--record %s: not a directory", rc.dir)
 	}
-	if st.Mode().Perm()&0o077 != 0 {
-		log.Warn("--record: other users can list the recordings' names (each file is mode 0600); chmod 700 the directory to hide them",
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
+		return fmt.Errorf("--record %s: owned by uid %d, not this user (%d): another user could plant recordings that claim a principal's name", rc.dir, sys.Uid, os.Geteuid())
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("--record %s: mode %v lets other users create files in it, which could pose as recordings: chmod go-w it", rc.dir, st.Mode().Perm())
+	}
+	if st.Mode().Perm()&0o055 != 0 {
+		log.Warn("--record: other users can list the recordings (session ids; each file is mode 0600); chmod 700 the directory to hide them",
 			"dir", rc.dir, "mode", st.Mode().Perm().String())
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -189,25 +191,52 @@ func (a *app) cmdPlay(args []string) error {
 	if *idle < 0 {
 		return usageError{"--idle-limit must not be negative"}
 	}
-	if st, err := os.Stat(pos[0]); err == nil && st.Mode().IsRegular() {
+	// Ctrl-C or SIGTERM stops the playback; the terminal is set back either way.
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
+	defer stop()
+	defer a.afterPlay()
+	if strings.HasSuffix(pos[0], record.Ext) {
 		f, err := os.Open(pos[0])
 		if err != nil {
 			return fmt.Errorf("play: %w", err)
 		}
 		defer f.Close()
-		return a.play(f, *speed, *idle)
+		return a.play(ctx, f, *speed, *idle)
 	}
 	return a.withRecording(pos[0], func(_ context.Context, c *client.Client, id string) error {
-		return a.play(&remoteRecording{c: c, id: id}, *speed, *idle)
+		return a.play(ctx, &remoteRecording{c: c, id: id}, *speed, *idle)
 	})
 }
 
+// playReset undoes what a recording's output may have left on: the alternate screen, mouse
+// tracking and its encodings, bracketed paste, application keys, a hidden cursor, attributes.
+const playReset = "\x1b[0m\x1b[?1049l\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l" +
+	"\x1b[?2004l\x1b[?1l\x1b>\x1b[?25h"
+
+// afterPlay sets a terminal back after a playback: its modes reset, and the input it received
+// meanwhile (answers to the recording's queries, keys typed) discarded rather than left for
+// the shell to run.
+func (a *app) afterPlay() {
+	if f, ok := a.stdout.(*os.File); ok && isTerminal(f) {
+		_, _ = io.WriteString(f, playReset)
+	}
+	if isTerminal(a.stdin) {
+		flushInput(int(a.stdin.Fd()))
+	}
+}
+
 // play writes r's output events to stdout at their times (divided by speed, each pause at most
-// idle; 0: as recorded), and says where the recording is broken.
-func (a *app) play(r io.Reader, speed float64, idle time.Duration) error {
+// idle; 0: as recorded), and says where the recording is broken. It ends early when ctx does.
+func (a *app) play(ctx context.Context, r io.Reader, speed float64, idle time.Duration) error {
 	p, err := record.NewParser(r)
 	if err != nil {
 		return fmt.Errorf("play: %w", err)
+	}
+	if f, ok := a.stdout.(*os.File); ok && isTerminal(f) {
+		if w, h, err := termSize(int(f.Fd())); err == nil && (w < p.Header.Width || h < p.Header.Height) {
+			fmt.Fprintf(a.stderr, "muxterm: the recording is %dx%d, this terminal %dx%d: lines may wrap\n",
+				p.Header.Width, p.Header.Height, w, h)
+		}
 	}
 	start := time.Now()
 	var at, played time.Duration // the recording's time of the last event, and on our clock
@@ -229,7 +258,13 @@ func (a *app) play(r io.Reader, speed float64, idle time.Duration) error {
 		}
 		played += gap
 		if wait := time.Until(start.Add(played)); wait > 0 {
-			time.Sleep(wait) // playback: the recording's own timing
+			t := time.NewTimer(wait) // playback: the recording's own timing
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return errors.New("play: stopped")
+			}
 		}
 		if _, err := io.WriteString(a.stdout, e.Data); err != nil {
 			return err

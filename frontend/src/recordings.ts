@@ -9,8 +9,17 @@ import { themes, webSocketUrl } from './config';
 
 /** A pause longer than this plays as this long (asciinema's idle_time_limit). */
 const IDLE_LIMIT_MS = 5000;
-/** Larger recordings are for `muxterm play`: the page would hold them whole. */
-const MAX_PLAYABLE_BYTES = 64 << 20;
+/**
+ * Larger recordings are for `muxterm play`: the page holds them whole, and a seek writes up to
+ * all of their output at once, which must stay below xterm.js's 50 MB discard mark.
+ */
+const MAX_PLAYABLE_BYTES = 32 << 20;
+/** A size from a recording is clamped to this, as a hostile one could ask for anything. */
+const MAX_DIM = 1000;
+
+function dim(n: number): number {
+  return Math.max(1, Math.min(MAX_DIM, Math.floor(n)));
+}
 
 function el<T extends HTMLElement>(id: string): T {
   const e = document.getElementById(id);
@@ -57,8 +66,8 @@ export class Player {
 
   load(cast: Cast): void {
     this.pause();
-    this.cols = cast.header.width;
-    this.rows = cast.header.height;
+    this.cols = dim(cast.header.width);
+    this.rows = dim(cast.header.height);
     this.steps = [];
     this.markers = [];
     this.atToT = [];
@@ -75,13 +84,18 @@ export class Player {
     this.seek(0);
   }
 
-  /** Shows the recording as it was at play time t: from a fresh terminal, every step up to t. */
+  /**
+   * Shows the recording as it was at play time t: from a fresh terminal, every step up to t.
+   * xterm.js queues writes but resizes at once, so the reset and every size go through the
+   * write queue (a write's callback), in order with the output around them: output still
+   * queued from before the seek lands before the reset, never on top of its result.
+   */
   seek(t: number): void {
     const wasPlaying = this.playing;
     this.pause();
     t = Math.max(0, Math.min(t, this.duration));
-    this.term.reset();
-    this.term.resize(this.cols, this.rows);
+    const { cols, rows } = this;
+    this.term.write('\x1bc', () => this.term.resize(cols, rows)); // RIS, in band
     this.next = 0;
     this.flushTo(t);
     this.clock = t;
@@ -89,7 +103,7 @@ export class Player {
     if (wasPlaying) this.play();
   }
 
-  /** Writes the steps up to play time t, output runs batched into one write. */
+  /** Writes the steps up to play time t: output runs batched into one write, sizes in order. */
   private flushTo(t: number): void {
     let out = '';
     while (this.next < this.steps.length && this.steps[this.next]!.t <= t) {
@@ -100,9 +114,10 @@ export class Player {
       }
       const m = /^(\d+)x(\d+)$/.exec(s.data);
       if (m) {
-        if (out) this.term.write(out);
+        const c = dim(Number(m[1]));
+        const r = dim(Number(m[2]));
+        this.term.write(out, () => this.term.resize(c, r));
         out = '';
-        this.term.resize(Math.max(1, Math.min(1000, Number(m[1]))), Math.max(1, Math.min(1000, Number(m[2]))));
       }
     }
     if (out) this.term.write(out);
@@ -233,7 +248,15 @@ async function start(): Promise<void> {
   };
   play.addEventListener('click', () => (player.playing ? player.pause() : player.play()));
   el<HTMLSelectElement>('pspeed').addEventListener('change', (e) => player.setSpeed(Number((e.target as HTMLSelectElement).value)));
-  timeline.addEventListener('input', () => player.seek(Number(timeline.value)));
+  // A drag fires input for every pixel: seek once per frame, to where the thumb is then.
+  let seekFrame = 0;
+  timeline.addEventListener('input', () => {
+    if (seekFrame) return;
+    seekFrame = requestAnimationFrame(() => {
+      seekFrame = 0;
+      player.seek(Number(timeline.value));
+    });
+  });
   el('pprev').addEventListener('click', () => player.jump(-1));
   el('pnext').addEventListener('click', () => player.jump(1));
   document.addEventListener('keydown', (e) => {

@@ -10,6 +10,10 @@ import (
 	"math"
 )
 
+// MaxTime bounds an event's time, in seconds (about 31 years): a player's durations stay in
+// range.
+const MaxTime = 1e9
+
 // MaxLine bounds one line of a recording that Parse reads: a longer one is an error, not a
 // buffer that grows without end.
 const MaxLine = 4 << 20
@@ -74,8 +78,8 @@ func (p *Parser) Next() (Event, error) {
 		}
 		copy(raw[:], all)
 		var e Event
-		if err := json.Unmarshal(raw[0], &e.At); err != nil || math.IsNaN(e.At) || e.At < 0 {
-			return Event{}, p.errf("time %s is not a number of seconds", raw[0])
+		if err := json.Unmarshal(raw[0], &e.At); err != nil || math.IsNaN(e.At) || e.At < 0 || e.At > MaxTime {
+			return Event{}, p.errf("time %s is not a number of seconds from 0 to %g", raw[0], float64(MaxTime))
 		}
 		if e.At < p.last {
 			return Event{}, p.errf("time %.6f goes back from %.6f", e.At, p.last)

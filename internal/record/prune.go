@@ -18,6 +18,10 @@ type Retention struct {
 	MaxBytes int64
 }
 
+// recentlyWritten: a recording written to this recently is never removed, whatever active
+// says (one being created, or one whose end is still being written).
+const recentlyWritten = time.Minute
+
 // Pruned is what Prune removed.
 type Pruned struct {
 	Files int
@@ -26,7 +30,7 @@ type Pruned struct {
 
 // Prune removes the recordings of dir (files ending in Ext) that Retention bounds out, oldest
 // (by modification time) first, never one for which active reports true (a recording being
-// written). now is the time ages count to.
+// written), nor one written to in the last minute. now is the time ages count to.
 func Prune(dir string, ret Retention, now time.Time, active func(path string) bool) (Pruned, error) {
 	var done Pruned
 	if ret.MaxAge <= 0 && ret.MaxBytes <= 0 {
@@ -62,7 +66,7 @@ func Prune(dir string, ret Retention, now time.Time, active func(path string) bo
 		if !old && !over {
 			continue
 		}
-		if active != nil && active(f.path) {
+		if (active != nil && active(f.path)) || now.Sub(f.mod) < recentlyWritten {
 			continue
 		}
 		if err := os.Remove(f.path); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -94,8 +94,10 @@ type Recorder struct {
 	qBytes  int
 	writing bool          // a drain goroutine runs
 	idle    chan struct{} // closed when the drain ends; a new one per drain
-	closed  bool
-	dropped int64 // bytes dropped, ever
+	closed  bool          // Close began: nothing more is queued
+	dropped int64         // bytes dropped, ever
+	lastAt  time.Duration // the latest event's time: times never go back
+	written int64         // the file's size after the last complete write (good, under mu)
 
 	// The drain's own state: only the one drain goroutine at a time touches these.
 	good    int64 // the file's size after the last complete write
@@ -129,25 +131,63 @@ func Create(path string, h Header, start time.Time, o Options) (*Recorder, error
 		return nil, fmt.Errorf("record: header of %s: %w", path, err)
 	}
 	r := newRecorder(path, f, start, o)
-	r.file, r.good = f, int64(n)
+	r.file, r.good, r.written = f, int64(n), int64(n)
 	return r, nil
 }
 
 // Resume continues the recording at path (after an upgrade in place): events are appended to
-// it, counted from start, the recording's original start.
-func Resume(path string, start time.Time, o Options) (*Recorder, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+// it, their times counted on from elapsed, the recording's time when it was handed over (this
+// process's clock then starts at elapsed, whatever the wall clock did meanwhile), and unwritten
+// bytes (what the handing image could not write) are marked as not recorded. A last line the
+// file holds only part of (a write cut short) is cut off and marked too.
+func Resume(path string, elapsed time.Duration, unwritten int64, o Options) (*Recorder, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|oNoFollow, 0)
 	if err != nil {
 		return nil, fmt.Errorf("record: resume %s: %w", path, err)
 	}
-	st, err := f.Stat()
+	size, cut, err := wholeLines(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("record: resume %s: %w", path, err)
 	}
-	r := newRecorder(path, f, start, o)
-	r.file, r.good = f, st.Size()
+	if cut > 0 {
+		if err := f.Truncate(size); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("record: resume %s: cut a partial line: %w", path, err)
+		}
+	}
+	r := newRecorder(path, f, time.Now().Add(-elapsed), o)
+	r.file, r.good, r.written, r.lastAt = f, size, size, elapsed
+	if n := unwritten + cut; n > 0 {
+		r.mu.Lock()
+		r.markDropLocked(0, n)
+		r.mu.Unlock()
+	}
 	return r, nil
+}
+
+// wholeLines is the size of f up to its last newline, and how many bytes follow it.
+func wholeLines(f *os.File) (size, cut int64, err error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	end := st.Size()
+	buf := make([]byte, 4096)
+	for at := end; at > 0; {
+		n := int64(len(buf))
+		if n > at {
+			n = at
+		}
+		at -= n
+		if _, err := f.ReadAt(buf[:n], at); err != nil {
+			return 0, 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			return at + int64(i) + 1, end - (at + int64(i) + 1), nil
+		}
+	}
+	return 0, end, nil
 }
 
 // New records into w, whose header the caller writes; for tests and other sinks.
@@ -172,8 +212,43 @@ func (r *Recorder) Path() string { return r.path }
 func (r *Recorder) Start() time.Time { return r.start }
 
 // Offset is the time since the recording's start: where in the recording something happening
-// now is (a span's attribute).
-func (r *Recorder) Offset() time.Duration { return time.Since(r.start) }
+// now is (a span's attribute). It never goes back.
+func (r *Recorder) Offset() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nowLocked()
+}
+
+// nowLocked is the recording's time now, never before the latest event's.
+func (r *Recorder) nowLocked() time.Duration {
+	at := time.Since(r.start)
+	if at < r.lastAt {
+		at = r.lastAt
+	}
+	r.lastAt = at
+	return at
+}
+
+// Written is the size of the file's complete lines: what a reader of a recording still being
+// written may read without meeting half a line.
+func (r *Recorder) Written() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.written
+}
+
+// Pending is the output and input bytes queued and not yet taken by the writer.
+func (r *Recorder) Pending() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, e := range r.q {
+		if e.code == codeOutput || e.code == codeInput {
+			n += int64(len(e.data))
+		}
+	}
+	return n
+}
 
 // Dropped is the output and input bytes the recording lacks.
 func (r *Recorder) Dropped() int64 {
@@ -209,18 +284,27 @@ func (r *Recorder) data(code byte, p []byte) {
 		r.dropLocked(int64(len(p)))
 		return
 	}
-	r.pushLocked(event{at: time.Since(r.start), code: code, data: bytes.Clone(p)})
+	r.pushLocked(event{at: r.nowLocked(), code: code, data: bytes.Clone(p)})
 }
 
-// push queues a small event (a marker, a size); it is queued even when the queue is
-// full (they are few), except after Close.
+// push queues a small event (a marker, a size). The queue's bound holds for them too: beyond
+// it a size replaces a size queued last, and anything else is dropped and marked as the bytes of
+// its label, so a flood of resizes or attaches at a stalled disk costs no memory.
 func (r *Recorder) push(e event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return
 	}
-	e.at = time.Since(r.start)
+	e.at = r.nowLocked()
+	if r.qBytes+len(e.data) > r.opts.QueueBytes {
+		if k := len(r.q); e.code == codeResize && k > 0 && r.q[k-1].code == codeResize {
+			r.q[k-1] = e
+			return
+		}
+		r.dropLocked(int64(len(e.data)))
+		return
+	}
 	r.pushLocked(e)
 }
 
@@ -252,7 +336,7 @@ func (r *Recorder) markDropLocked(n, marked int64) {
 		r.q[k-1].n += marked
 		return
 	}
-	r.pushLocked(event{at: time.Since(r.start), code: codeDrop, n: marked})
+	r.pushLocked(event{at: r.nowLocked(), code: codeDrop, n: marked})
 }
 
 // DropLabel is the marker's label for n bytes the recording lacks at its point.
@@ -280,7 +364,8 @@ func (r *Recorder) drain() {
 // stands for them and for the markers it lost.
 func (r *Recorder) write(q []event) {
 	r.enc.Reset()
-	var data, marked int64 // output and input bytes in q; bytes its drop markers stand for
+	var data, marked int64                          // output and input bytes in q; bytes its drop markers stand for
+	data = int64(len(r.carry[0]) + len(r.carry[1])) // prefixed to this batch's first output, input
 	for _, e := range q {
 		r.encode(e)
 		switch e.code {
@@ -290,9 +375,13 @@ func (r *Recorder) write(q []event) {
 			marked += e.n
 		}
 	}
+	data -= int64(len(r.carry[0]) + len(r.carry[1])) // carried on to the next batch: not its
 	n, err := r.w.Write(r.enc.Bytes())
 	if err == nil {
 		r.good += int64(n)
+		r.mu.Lock()
+		r.written = r.good
+		r.mu.Unlock()
 		if r.failing {
 			r.failing = false
 			r.opts.Log.Info("recording: writing again", "path", r.path)
@@ -300,13 +389,22 @@ func (r *Recorder) write(q []event) {
 		return
 	}
 	if r.file != nil && n > 0 {
-		_ = r.file.Truncate(r.good)
+		if terr := r.file.Truncate(r.good); terr != nil {
+			// Half a line stays: the next write starts on a line of its own, and a reader
+			// meets one line that is no event, there.
+			r.good += int64(n)
+			r.opts.Log.Warn("recording: cut back a failed write", "path", r.path, "err", terr)
+			if _, err := r.w.Write([]byte("\n")); err == nil {
+				r.good++
+			}
+		}
 	}
 	if !r.failing {
 		r.failing = true
 		r.opts.Log.Warn("recording: write failed; output is dropped until a write succeeds",
 			"path", r.path, "err", err)
 	}
+	data += int64(len(r.carry[0]) + len(r.carry[1])) // the carry goes with the failed write
 	r.carry = [2][]byte{}
 	r.mu.Lock()
 	if data+marked > 0 {
@@ -337,7 +435,18 @@ func (r *Recorder) encode(e event) {
 		}
 		text = strings.ToValidUTF8(string(p), "\uFFFD")
 	case codeDrop:
-		r.carry = [2][]byte{}
+		// An unfinished character before the gap never finishes: its bytes are among those
+		// not recorded.
+		if c := int64(len(r.carry[0]) + len(r.carry[1])); c > 0 {
+			e.n += c
+			r.mu.Lock()
+			r.dropped += c
+			if r.opts.OnDrop != nil {
+				r.opts.OnDrop(c)
+			}
+			r.mu.Unlock()
+			r.carry = [2][]byte{}
+		}
 		text = DropLabel(e.n)
 	default:
 		text = string(e.data)
@@ -351,9 +460,17 @@ func (r *Recorder) encode(e event) {
 	r.enc.WriteString(`, "`)
 	r.enc.WriteByte(code)
 	r.enc.WriteString(`", `)
-	s, _ := json.Marshal(text) // a valid UTF-8 string always marshals
-	r.enc.Write(s)
+	r.writeJSONString(text)
 	r.enc.WriteString("]\n")
+}
+
+// writeJSONString appends text as a JSON string, without escaping <, > and & (json.Marshal's
+// HTML escaping would triple a terminal's output).
+func (r *Recorder) writeJSONString(text string) {
+	je := json.NewEncoder(&r.enc)
+	je.SetEscapeHTML(false)
+	_ = je.Encode(text) // a valid UTF-8 string always encodes; Encode adds a newline
+	r.enc.Truncate(r.enc.Len() - 1)
 }
 
 // incompleteTail is the length of an unfinished UTF-8 sequence at the end of p (0 to 3).
@@ -371,6 +488,23 @@ func incompleteTail(p []byte) int {
 		}
 	}
 	return 0
+}
+
+// finishCarry writes an unfinished character left at the end of the output or input as U+FFFD,
+// once the writer is idle and nothing more can be queued (Close).
+func (r *Recorder) finishCarry() {
+	r.mu.Lock()
+	at := r.nowLocked()
+	r.mu.Unlock()
+	var q []event
+	for i, code := range []byte{codeOutput, codeInput} {
+		if len(r.carry[i]) > 0 {
+			q = append(q, event{at: at, code: code, data: []byte{0xff}}) // encodes as U+FFFD
+		}
+	}
+	if len(q) > 0 {
+		r.write(q)
+	}
 }
 
 // Flush waits until every queued event is written, or ctx ends.
@@ -397,10 +531,13 @@ func (r *Recorder) Close(ctx context.Context) error {
 		r.mu.Unlock()
 		return nil
 	}
+	r.closed = true // nothing more is queued: the writer only drains what is
 	r.mu.Unlock()
 	err := r.Flush(ctx)
+	if err == nil {
+		r.finishCarry()
+	}
 	r.mu.Lock()
-	r.closed = true
 	if err != nil {
 		var n int64
 		for _, e := range r.q {

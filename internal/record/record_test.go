@@ -163,13 +163,16 @@ func TestStalledWriterDropsAndSaysHowMuch(t *testing.T) {
 		t.Fatalf("dropped %d, counted %d: want some, equal", r.Dropped(), counted.Load())
 	}
 	// Now the reader reads: everything queued is written.
-	read := make(chan cast, 1)
-	go func() { read <- parseCast(t, pr, false) }()
+	read := make(chan []byte, 1)
+	go func() { // only reads: the test's goroutine parses
+		b, _ := io.ReadAll(pr)
+		read <- b
+	}()
 	if err := r.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	pw.Close()
-	c := <-read
+	c := parseCast(t, bytes.NewReader(<-read), false)
 	if got, dropped := int64(len(c.output())), c.dropped(t); got+dropped != chunks*int64(len(chunk)) || dropped != r.Dropped() {
 		t.Fatalf("recorded %d + dropped markers %d (Dropped %d), want %d in all", got, dropped, r.Dropped(), chunks*len(chunk))
 	}
@@ -279,15 +282,7 @@ func TestFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Output([]byte("after\r\n"))
-	if err := r.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	c := parseCast(t, f, true)
+	c := closeAndRead(t, r, path)
 	out := c.output()
 	if !strings.HasSuffix(out, "after\r\n") {
 		t.Fatalf("output after space came back is missing: ends %q", out[max(0, len(out)-20):])
@@ -323,4 +318,100 @@ func TestParserRefusesBrokenRecordings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Resume cuts a last line the file holds only part of (a write cut short), marks it, and goes
+// on from the recording's handed time: one valid recording whose times never go back.
+func TestResumeCutsAPartialLineAndKeepsTime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s"+Ext)
+	r, err := Create(path, Header{Width: 80, Height: 24}, time.Now(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Output([]byte("before"))
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := `[9.5, "o", "half a li`
+	if _, err := f.WriteString(partial); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r, err = Resume(path, 10*time.Second, 7, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Output([]byte("after"))
+	c := closeAndRead(t, r, path)
+	if got := c.output(); got != "beforeafter" {
+		t.Fatalf("output %q", got)
+	}
+	if d := c.dropped(t); d != int64(len(partial))+7 {
+		t.Fatalf("marked %d bytes not recorded, want the cut line's %d and the 7 unwritten", d, len(partial))
+	}
+	last := c.events[len(c.events)-1]
+	if last.At < 10 {
+		t.Fatalf("the resumed recording's time %f, want on from the handed 10 s", last.At)
+	}
+}
+
+// Sizes and markers obey the queue's bound at a stalled writer: a flood of them keeps the
+// queue small (a size replaces the size queued last; a marker beyond the bound is counted).
+func TestMarkersAndSizesAreBounded(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(pw, time.Now(), Options{QueueBytes: 4 << 10})
+	r.Output(bytes.Repeat([]byte("x"), 3<<10)) // the writer takes it and blocks: the pipe is full soon
+	for i := range 200000 {
+		r.Resize(80+i%7, 24)
+		r.Marker("attach")
+	}
+	r.mu.Lock()
+	n, qb := len(r.q), r.qBytes
+	r.mu.Unlock()
+	if qb > 4<<10 || n > 4<<10 {
+		t.Fatalf("queue holds %d events, %d bytes, past its 4 KiB bound", n, qb)
+	}
+	if r.Dropped() == 0 {
+		t.Fatal("nothing counted as dropped")
+	}
+	pr.Close() // the blocked write fails: the writer ends
+	if err := r.Close(context.Background()); err != nil && !strings.Contains(err.Error(), "closed") {
+		t.Log(err)
+	}
+	pw.Close()
+}
+
+// An unfinished UTF-8 sequence at the end is written as U+FFFD when the recording ends, not
+// left out silently.
+func TestCarryWrittenAtClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s"+Ext)
+	r, err := Create(path, Header{Width: 80, Height: 24}, time.Now(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Output([]byte("abc\xe4\xb8"))
+	if got := closeAndRead(t, r, path).output(); got != "abc\uFFFD" {
+		t.Fatalf("output %q, want abc and U+FFFD", got)
+	}
+}
+
+// closeAndRead closes r and parses the recording it wrote at path.
+func closeAndRead(t *testing.T, r *Recorder, path string) cast {
+	t.Helper()
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return parseCast(t, f, true)
 }

@@ -3,7 +3,7 @@
 // for players and exports. No DOM.
 
 /** recording.read's largest length. */
-export const MAX_RECORDING_READ = 1 << 20;
+export const MAX_RECORDING_READ = 64 << 10;
 
 /** A line longer than this is refused, not buffered. */
 export const MAX_CAST_LINE = 4 << 20;
