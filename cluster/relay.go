@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -76,23 +77,27 @@ func (n *Node) owner(ctx context.Context, principal, id string) (node, url strin
 	}
 }
 
-// dial opens a socket to a node's /ws acting for principal, with the cluster token.
-func (n *Node) dial(ctx context.Context, url, principal string, readOnly bool, onErr func(*proto.Error)) (*client.Client, error) {
+// dial opens a socket to a node's /ws acting for principal, with the cluster token, under a
+// lease (relaySock): the owner takes what the socket carries only while the lease holds.
+func (n *Node) dial(ctx context.Context, url, principal string, readOnly bool, onErr func(*proto.Error)) (*client.Client, *relaySock, error) {
+	s := &relaySock{d: n.relayLease()}
 	h := http.Header{}
 	h.Set(proto.HeaderOnBehalfOf, principal)
 	if readOnly {
 		h.Set(proto.HeaderReadOnly, "1")
 	}
+	h.Set(proto.HeaderRelayLease, strconv.FormatInt(s.d.Milliseconds(), 10))
 	var d *websocket.Dialer
 	if n.cfg.RelayTLS != nil {
 		d = &websocket.Dialer{TLSClientConfig: n.cfg.RelayTLS, HandshakeTimeout: opTimeout}
 	}
 	c, err := client.Dial(ctx, url, client.DialOptions{Token: n.cfg.Token, Header: h, Dialer: d,
-		Name: "muxterm-relay/" + n.cfg.Name, ManualAck: true, OnServerError: onErr})
+		Name: "muxterm-relay/" + n.cfg.Name, ManualAck: true, OnServerError: onErr,
+		OnPing: s.pinged, OnNotification: s.notified})
 	if err != nil {
-		return nil, fmt.Errorf("relay: dial %s: %w", url, err)
+		return nil, nil, fmt.Errorf("relay: dial %s: %w", url, err)
 	}
-	return c, nil
+	return c, s, nil
 }
 
 // Attach implements mux.Remote: a relay bound to the owner's session.
@@ -102,7 +107,7 @@ func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p pr
 		return nil, proto.AttachResult{}, err
 	}
 	r := &relay{n: n, notify: notify, principal: principal, readOnly: readOnly}
-	c, err := n.dial(ctx, url, principal, readOnly, r.onServerError)
+	c, sock, err := n.dial(ctx, url, principal, readOnly, r.onServerError)
 	if err != nil {
 		return nil, proto.AttachResult{}, n.dialErr(node, p.Session, err)
 	}
@@ -117,7 +122,7 @@ func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p pr
 		c.Close()
 		return nil, res, err // the owner's error, e.g. unknown_session for another principal
 	}
-	rl, err := n.startRelay(r, node, p.Session, c, ch)
+	rl, err := n.startRelay(r, node, p.Session, &binding{c: c, sock: sock, ch: ch})
 	if err != nil {
 		return nil, res, err
 	}
@@ -130,7 +135,7 @@ func (n *Node) Capture(ctx context.Context, principal string, readOnly bool, p p
 	if err != nil {
 		return proto.CaptureResult{}, err
 	}
-	c, err := n.dial(ctx, url, principal, readOnly, nil)
+	c, _, err := n.dial(ctx, url, principal, readOnly, nil)
 	if err != nil {
 		return proto.CaptureResult{}, n.dialErr(node, p.Session, err)
 	}
@@ -177,7 +182,7 @@ func (n *Node) Open(ctx context.Context, principal string, p proto.OpenParams, n
 		return nil, proto.OpenResult{}, false, nil
 	}
 	r := &relay{n: n, notify: notify, principal: principal}
-	c, err := n.dial(ctx, bestURL, principal, false, r.onServerError)
+	c, sock, err := n.dial(ctx, bestURL, principal, false, r.onServerError)
 	if err != nil {
 		return nil, proto.OpenResult{}, false, nil // placement is a preference: open here
 	}
@@ -186,7 +191,7 @@ func (n *Node) Open(ctx context.Context, principal string, p proto.OpenParams, n
 		c.Close()
 		return nil, proto.OpenResult{}, true, err
 	}
-	rl, err := n.startRelay(r, best, ch.Session(), c, ch)
+	rl, err := n.startRelay(r, best, ch.Session(), &binding{c: c, sock: sock, ch: ch})
 	if err != nil {
 		return nil, proto.OpenResult{}, true, err
 	}
@@ -199,7 +204,7 @@ func (n *Node) Kill(ctx context.Context, principal, id string) (proto.KillResult
 	if err != nil {
 		return proto.KillResult{}, err
 	}
-	c, err := n.dial(ctx, url, principal, false, nil)
+	c, _, err := n.dial(ctx, url, principal, false, nil)
 	if err != nil {
 		return proto.KillResult{}, n.dialErr(node, id, err)
 	}
@@ -213,7 +218,7 @@ func (n *Node) Lease(ctx context.Context, principal, id string, ttlMs int64) (pr
 	if err != nil {
 		return proto.LeaseResult{}, err
 	}
-	c, err := n.dial(ctx, url, principal, false, nil)
+	c, _, err := n.dial(ctx, url, principal, false, nil)
 	if err != nil {
 		return proto.LeaseResult{}, n.dialErr(node, id, err)
 	}

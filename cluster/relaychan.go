@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -44,6 +48,9 @@ type relay struct {
 	errs    []*proto.Error // id-less errors from the owner, not yet passed on
 	// cancelResume ends a resume in progress (nil when none runs).
 	cancelResume context.CancelFunc
+	// fenceTimer wakes the writer when a node_lost held back for the owner's lease may be
+	// answered (nil until needed).
+	fenceTimer *time.Timer
 	// ackDebt is what the client will still acknowledge of bindings that ended: those acks
 	// are not passed on (the new binding never sent those bytes).
 	ackDebt int
@@ -55,27 +62,117 @@ type relay struct {
 	// owner that stops reading must not stall the other channels of that socket).
 	ackDue     int      // acknowledged bytes not yet passed on (acks merge: bounded by the window)
 	input      [][]byte // input frames' payloads, copied, in order
-	inputBytes int      // sum of len(input): at most maxRelayInput
+	inputBytes int      // sum of len(input); with cur's in-flight input at most maxRelayInput
 
 	wake    chan struct{} // capacity 1: the queue has something for the flusher
 	stopped chan struct{} // closed by Close: the flusher writes what is queued and ends
 	flushed chan struct{} // closed when the flusher has ended
 }
 
-// binding is one socket to the owner and the relayed channel on it. read and acked are
-// guarded by relay.mu.
+// binding is one socket to the owner and the relayed channel on it. read, acked and written
+// are guarded by relay.mu.
 type binding struct {
-	c     *client.Client
-	ch    *client.Channel
-	read  int   // output bytes Read returned from ch
-	acked int   // acks passed on to ch (queued or written)
-	skip  int64 // offsets lost between the binding before and this one: reported with its first bytes
+	c       *client.Client
+	sock    *relaySock
+	ch      *client.Channel
+	read    int   // output bytes Read returned from ch
+	acked   int   // acks passed on to ch (queued or written)
+	written int64 // input bytes written to ch; the owner has taken sock.taken() of them
+	skip    int64 // offsets lost between the binding before and this one: reported with its first bytes
 }
 
-// maxRelayInput bounds the input a relay holds for an owner that has not taken it yet: the
-// same bound a session's input queue has (session.InputQueueBytes). An input that does not fit
-// is refused whole, as the owner refuses input its program does not read: limit_exceeded
-// inputQueue (docs/protocol.md §2).
+// relaySock is what a relay knows of its socket's lease on the owner (docs/protocol.md §1,
+// "At most once"). The owner takes the socket's messages only within d of the send time of a
+// lease ping whose pong it read; the relay answers each ping as it reads it, after the owner
+// sent it, so the owner takes nothing from the socket after the relay's receipt of its latest
+// ping + d. Until then the relay does not answer node_lost for a binding it ended itself (the
+// owner stopped, the socket stuck): what it wrote may still be taken. A binding the owner's
+// side ended (its close frame, end of stream or reset) takes nothing more at once.
+//
+// mu guards until and takenBytes; the client's reader sets them, the relay reads them.
+type relaySock struct {
+	d          time.Duration // immutable
+	mu         sync.Mutex
+	until      time.Time // this node's clock: the owner takes nothing from the socket after it
+	takenBytes int64     // input bytes the owner reported taking off the socket (relay.input)
+}
+
+// leaseMargin covers the difference of two hosts' clock rates over one lease (NTP slews by at
+// most 500 ppm; this is 1 %).
+func leaseMargin(d time.Duration) time.Duration { return d / 100 }
+
+// relayLease is the lease a relay asks of an owner: the heartbeat silence, so that a stopped
+// owner's lease lapses about when its heartbeat is missed and node_lost is not later than before.
+func (n *Node) relayLease() time.Duration { return n.silence() }
+
+// pinged: the owner's lease ping arrived now (client reader; before its pong is written).
+func (s *relaySock) pinged(data string) {
+	if !strings.HasPrefix(data, proto.LeasePing) {
+		return // a keepalive ping: it grants nothing
+	}
+	until := time.Now().Add(s.d + leaseMargin(s.d))
+	s.mu.Lock()
+	s.until = until
+	s.mu.Unlock()
+}
+
+// notified handles the owner's relay.input notifications (client reader).
+func (s *relaySock) notified(method string, params json.RawMessage) {
+	if method != proto.MethodRelayInput {
+		return
+	}
+	var p struct {
+		Bytes int64 `json:"bytes"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.Bytes < 0 {
+		return
+	}
+	s.mu.Lock()
+	s.takenBytes += p.Bytes
+	s.mu.Unlock()
+}
+
+func (s *relaySock) taken() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.takenBytes
+}
+
+// fenceWait is how long, from now, the owner may still take what b's socket carries: 0 once
+// the lease has lapsed or the owner's side ended the socket.
+func (b *binding) fenceWait(now time.Time) time.Duration {
+	if ownerEnded(b.c) {
+		return 0
+	}
+	b.sock.mu.Lock()
+	until := b.sock.until
+	b.sock.mu.Unlock()
+	return max(until.Sub(now), 0)
+}
+
+// ownerEnded reports whether c's socket was ended by the owner's side: a close frame, the end
+// of the stream or a reset. Its owner then reads nothing more of it.
+func ownerEnded(c *client.Client) bool {
+	select {
+	case <-c.Done():
+	default:
+		return false
+	}
+	err := c.Err()
+	var ce *websocket.CloseError
+	return errors.As(err, &ce) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// inFlightLocked is the input written to b that the owner has not reported taking.
+func (b *binding) inFlightLocked() int {
+	return int(max(b.written-b.sock.taken(), 0))
+}
+
+// maxRelayInput bounds the input a relay holds for an owner that has not taken it yet, queued
+// here or written to the socket and not reported taken (relay.input): the same bound a
+// session's input queue has (session.InputQueueBytes). An input that does not fit is refused
+// whole, as the owner refuses input its program does not read: limit_exceeded inputQueue
+// (docs/protocol.md §2).
 const maxRelayInput = session.InputQueueBytes
 
 // errRelayInputFull is Write's refusal when the queue is full.
@@ -126,8 +223,9 @@ var errNodeClosed = errors.New("the cluster node is closing")
 // startRelay completes r (made before the dial, for its error hook) and registers it. Once the
 // node is closing it refuses it and closes c: close has taken its snapshot of the relays and
 // may be waiting for its goroutines, so a new flusher could be neither closed nor counted.
-func (n *Node) startRelay(r *relay, node, id string, c *client.Client, ch *client.Channel) (*relay, error) {
-	r.node, r.id, r.cur = node, id, &binding{c: c, ch: ch}
+func (n *Node) startRelay(r *relay, node, id string, b *binding) (*relay, error) {
+	c, ch := b.c, b.ch
+	r.node, r.id, r.cur = node, id, b
 	r.wake, r.stopped, r.flushed = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	ch.SetNotify(r.notify)
 	n.mu.Lock()
@@ -213,8 +311,27 @@ func (r *relay) State() (bool, *proto.ExitInfo, string) {
 	reason := ch.Reason()
 	if r.lost || reason == "" {
 		reason = ReasonNodeLost // the owner's socket ended without session.closed
+		if r.holdNodeLostLocked() {
+			return false, ch.ExitInfo(), ""
+		}
 	}
 	return false, ch.ExitInfo(), reason
+}
+
+// holdNodeLostLocked reports whether node_lost must not be answered yet: the owner may still
+// take what cur's socket carries (its lease has not lapsed). It then has the writer woken when
+// it may. r.mu must be held.
+func (r *relay) holdNodeLostLocked() bool {
+	wait := r.cur.fenceWait(time.Now())
+	if wait <= 0 {
+		return false
+	}
+	if r.fenceTimer == nil {
+		r.fenceTimer = time.AfterFunc(wait, r.wakeWriter)
+	} else {
+		r.fenceTimer.Reset(wait)
+	}
+	return true
 }
 
 func (r *relay) Size() (int, int, uint64) {
@@ -248,21 +365,28 @@ func (r *relay) Ack(n int) {
 func (r *relay) Write(p []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.lost || r.closing {
+	if r.closing {
 		return proto.ErrSessionClosed(r.id, ReasonNodeLost)
 	}
-	select {
-	case <-r.cur.ch.Closed():
-		if !r.resumableLocked(r.cur) {
-			reason := r.cur.ch.Reason()
-			if reason == "" {
-				reason = ReasonNodeLost
+	ended := r.lost
+	if !ended {
+		select {
+		case <-r.cur.ch.Closed():
+			if !r.resumableLocked(r.cur) {
+				if reason := r.cur.ch.Reason(); reason != "" {
+					return proto.ErrSessionClosed(r.id, reason)
+				}
+				ended = true
 			}
-			return proto.ErrSessionClosed(r.id, reason)
+		default:
 		}
-	default:
 	}
-	if r.inputBytes+len(p) > maxRelayInput {
+	// An owner that may still take what the socket carries is not answered node_lost yet:
+	// this input waits with the rest, and none of it is sent.
+	if ended && !r.holdNodeLostLocked() {
+		return proto.ErrSessionClosed(r.id, ReasonNodeLost)
+	}
+	if r.inputBytes+r.cur.inFlightLocked()+len(p) > maxRelayInput {
 		return errRelayInputFull()
 	}
 	r.input = append(r.input, append([]byte(nil), p...))
@@ -334,6 +458,7 @@ func (r *relay) flushQueue(b *binding) {
 		r.mu.Lock()
 		r.input = r.input[1:]
 		r.inputBytes -= len(p)
+		b.written += int64(len(p))
 		r.mu.Unlock()
 	}
 }
@@ -386,7 +511,7 @@ func (r *relay) resume(old *binding) bool {
 		if !alive {
 			return fail("the owner is lost", nil)
 		}
-		c, err := r.n.dial(ctx, url, r.principal, r.readOnly, r.onServerError)
+		c, sock, err := r.n.dial(ctx, url, r.principal, r.readOnly, r.onServerError)
 		if err != nil {
 			continue // not serving yet
 		}
@@ -399,7 +524,7 @@ func (r *relay) resume(old *binding) bool {
 			}
 			continue
 		}
-		nb := &binding{c: c, ch: ch, skip: max(res.Offset-from, 0)}
+		nb := &binding{c: c, sock: sock, ch: ch, skip: max(res.Offset-from, 0)}
 		r.mu.Lock()
 		if r.closing || r.lost {
 			r.mu.Unlock()
@@ -455,6 +580,9 @@ func (r *relay) Close(detach bool) {
 	r.closing = true
 	if r.cancelResume != nil {
 		r.cancelResume()
+	}
+	if r.fenceTimer != nil {
+		r.fenceTimer.Stop()
 	}
 	r.mu.Unlock()
 	close(r.stopped)
