@@ -68,10 +68,10 @@ type config struct {
 const sectionTimeout = 30 * time.Minute
 
 // sectionNames in run order.
-var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume", "upgrade", "cluster", "echotrace"}
+var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume", "upgrade", "cluster", "clusterpool", "echotrace"}
 
 // namedOnlySections run only when -only names them: never in the default or -short runs.
-var namedOnlySections = []string{"echotrace"}
+var namedOnlySections = []string{"clusterpool", "echotrace"}
 
 func parseFlags(args []string) (config, error) {
 	var c config
@@ -362,6 +362,8 @@ func (b *bench) section(ctx context.Context, name string) error {
 		return b.runUpgrade(ctx) // upgrade.go
 	case "cluster":
 		return b.runCluster(ctx) // cluster.go
+	case "clusterpool":
+		return b.runClusterPool(ctx) // clusterpool.go
 	case "echotrace":
 		return b.runEchotrace(ctx) // echotrace.go
 	}
