@@ -142,6 +142,8 @@ type Node struct {
 	waiting bool // close waits on wg: relay.Close runs its teardown outside wg
 	started time.Time
 
+	pool relayPool // the sockets relays share (relaypool.go)
+
 	// natsUser and natsPassword are set by SetNATSAuth before Start, and read by it.
 	natsUser, natsPassword string
 

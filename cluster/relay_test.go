@@ -92,10 +92,11 @@ func TestRelayUpstreamNeverBlocks(t *testing.T) {
 		default:
 		}
 	}}
-	c, sock, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	sock, err := n.acquire(ctx, url, "alice", false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := sock.c
 	ch, _, err := c.Attach(ctx, id1, nil)
 	if err != nil {
 		t.Fatalf("attach: %v", err)
@@ -299,10 +300,11 @@ func relayToOwner(t *testing.T, url string) (*relay, *client.Channel, context.Co
 		default:
 		}
 	}}
-	c, sock, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	sock, err := n.acquire(ctx, url, "alice", false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := sock.c
 	ch, _, err := c.Attach(ctx, id1, nil)
 	if err != nil {
 		t.Fatalf("attach: %v", err)
@@ -477,10 +479,11 @@ func TestRelayRefusedOnceTheNodeCloses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r := &relay{n: n, principal: "alice"}
-	c, sock, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	sock, err := n.acquire(ctx, url, "alice", false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := sock.c
 	ch, _, err := c.Attach(ctx, id1, nil)
 	if err != nil {
 		t.Fatalf("attach: %v", err)
@@ -525,10 +528,11 @@ func TestRelayResumeGivesUpWhenClosing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r := &relay{n: n, node: "owner", id: id1, principal: "alice", stopped: make(chan struct{})}
-	c, sock, err := n.dial(ctx, url, "alice", false, r.onServerError)
+	sock, err := n.acquire(ctx, url, "alice", false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := sock.c
 	defer c.Close()
 	ch, _, err := c.Attach(ctx, id1, nil)
 	if err != nil {

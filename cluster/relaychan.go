@@ -81,20 +81,29 @@ type binding struct {
 	skip    int64 // offsets lost between the binding before and this one: reported with its first bytes
 }
 
-// relaySock is what a relay knows of its socket's lease on the owner (docs/protocol.md §1,
-// "At most once"). The owner takes the socket's messages only within d of the send time of a
+// relaySock is a socket to an owner that relays share (relayPool), with what they know of its
+// lease on the owner (docs/protocol.md §1, "At most once"). The owner takes the socket's messages only within d of the send time of a
 // lease ping whose pong it read; the relay answers each ping as it reads it, after the owner
 // sent it, so the owner takes nothing from the socket after the relay's receipt of its latest
 // ping + d. Until then the relay does not answer node_lost for a binding it ended itself (the
 // owner stopped, the socket stuck): what it wrote may still be taken. A binding the owner's
 // side ended (its close frame, end of stream or reset) takes nothing more at once.
 //
-// mu guards until and takenBytes; the client's reader sets them, the relay reads them.
+// mu guards until, takenBytes and relays; the client's reader sets until and takenBytes, the
+// relays read them. It is a leaf.
 type relaySock struct {
-	d          time.Duration // immutable
+	// immutable once dialled:
+	d           time.Duration
+	c           *client.Client
+	key         poolKey
+	maxChannels int // the owner's limits.maxChannels: channels this socket may carry
+
+	users int // relays holding the socket (bound, or an attach in progress); guarded by relayPool.mu
+
 	mu         sync.Mutex
-	until      time.Time // this node's clock: the owner takes nothing from the socket after it
-	takenBytes int64     // input bytes the owner reported taking off the socket (relay.input)
+	until      time.Time         // this node's clock: the owner takes nothing from the socket after it
+	takenBytes map[uint32]int64  // per channel: input bytes the owner reported taking (relay.input)
+	relays     map[uint32]*relay // the channels bound on the socket: their owner errors go there
 }
 
 // leaseMargin covers the difference of two hosts' clock rates over one lease (NTP slews by at
@@ -122,20 +131,24 @@ func (s *relaySock) notified(method string, params json.RawMessage) {
 		return
 	}
 	var p struct {
-		Bytes int64 `json:"bytes"`
+		Channel uint32 `json:"channel"`
+		Bytes   int64  `json:"bytes"`
 	}
 	if json.Unmarshal(params, &p) != nil || p.Bytes < 0 {
 		return
 	}
 	s.mu.Lock()
-	s.takenBytes += p.Bytes
+	if s.relays[p.Channel] != nil {
+		s.takenBytes[p.Channel] += p.Bytes
+	}
 	s.mu.Unlock()
 }
 
-func (s *relaySock) taken() int64 {
+// taken is the input the owner reported taking of channel num.
+func (s *relaySock) taken(num uint32) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.takenBytes
+	return s.takenBytes[num]
 }
 
 // fenceWait is how long, from now, the owner may still take what b's socket carries: 0 once
@@ -165,7 +178,7 @@ func ownerEnded(c *client.Client) bool {
 
 // inFlightLocked is the input written to b that the owner has not reported taking.
 func (b *binding) inFlightLocked() int {
-	return int(max(b.written-b.sock.taken(), 0))
+	return int(max(b.written-b.sock.taken(b.ch.ID), 0))
 }
 
 // maxRelayInput bounds the input a relay holds for an owner that has not taken it yet, queued
@@ -224,14 +237,16 @@ var errNodeClosed = errors.New("the cluster node is closing")
 // node is closing it refuses it and closes c: close has taken its snapshot of the relays and
 // may be waiting for its goroutines, so a new flusher could be neither closed nor counted.
 func (n *Node) startRelay(r *relay, node, id string, b *binding) (*relay, error) {
-	c, ch := b.c, b.ch
+	ch := b.ch
 	r.node, r.id, r.cur = node, id, b
 	r.wake, r.stopped, r.flushed = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	ch.SetNotify(r.notify)
+	b.sock.bind(ch.ID, r)
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		c.Close()
+		b.c.Close() // the node closes: so do all its relays' sockets
+		n.release(b.sock, ch.ID)
 		return nil, fmt.Errorf("relay session %s to node %s: %w", id, node, errNodeClosed)
 	}
 	n.relays[r] = struct{}{}
@@ -511,13 +526,14 @@ func (r *relay) resume(old *binding) bool {
 		if !alive {
 			return fail("the owner is lost", nil)
 		}
-		c, sock, err := r.n.dial(ctx, url, r.principal, r.readOnly, r.onServerError)
+		sock, err := r.n.acquire(ctx, url, r.principal, r.readOnly)
 		if err != nil {
 			continue // not serving yet
 		}
+		c := sock.c
 		ch, res, err := c.Attach(ctx, r.id, &from)
 		if err != nil {
-			c.Close()
+			r.n.release(sock, 0)
 			var pe *proto.Error
 			if errors.As(err, &pe) {
 				return fail("the owner refused the attach", err) // the session did not cross the upgrade
@@ -525,10 +541,11 @@ func (r *relay) resume(old *binding) bool {
 			continue
 		}
 		nb := &binding{c: c, sock: sock, ch: ch, skip: max(res.Offset-from, 0)}
+		sock.bind(ch.ID, r)
 		r.mu.Lock()
 		if r.closing || r.lost {
 			r.mu.Unlock()
-			c.Close()
+			detachAndRelease(r.n, nb, false)
 			return false
 		}
 		// The client will still acknowledge what old delivered and it did not acknowledge
@@ -544,6 +561,7 @@ func (r *relay) resume(old *binding) bool {
 		}
 		r.cur = nb
 		r.mu.Unlock()
+		r.n.release(old.sock, old.ch.ID) // its socket ended; its buffered output stays readable
 		ch.SetNotify(r.notify)
 		r.n.log.Info("relay: resumed", "owner", r.node, "session", r.id, "from", from, "offset", res.Offset,
 			"took", time.Since(start).Round(time.Millisecond), "attempts", attempt+1)
@@ -591,17 +609,7 @@ func (r *relay) Close(detach bool) {
 		r.mu.Lock()
 		b := r.cur
 		r.mu.Unlock()
-		select {
-		case <-b.ch.Closed():
-			detach = false // the owner already ended the binding
-		default:
-		}
-		if detach {
-			ctx, cancel := context.WithTimeout(r.n.ctx, opTimeout) // Close cuts it short
-			_ = b.ch.Detach(ctx)
-			cancel()
-		}
-		b.c.Close()
+		detachAndRelease(r.n, b, !detach)
 	}
 	// Counted in the node's group unless the node's close is already waiting on it (an Add then
 	// would be WaitGroup misuse): that close has cancelled n.ctx, which bounds the detach.
@@ -615,6 +623,24 @@ func (r *relay) Close(detach bool) {
 	if untracked {
 		go teardown()
 	}
+}
+
+// detachAndRelease detaches b's channel from the owner unless the owner already ended it (the
+// socket may carry other channels: closing it is not a detach), with hold as a client's socket
+// that dropped (the owner's session holds its output for a resume), and lets b's socket go.
+func detachAndRelease(n *Node, b *binding, hold bool) {
+	select {
+	case <-b.ch.Closed():
+	default:
+		ctx, cancel := context.WithTimeout(n.ctx, opTimeout) // Node.Close cuts it short
+		if hold {
+			_ = b.ch.DetachHolding(ctx)
+		} else {
+			_ = b.ch.Detach(ctx)
+		}
+		cancel()
+	}
+	n.release(b.sock, b.ch.ID)
 }
 
 // nodeLost ends the relay's socket: its client is told session.closed {reason: node_lost}
