@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -39,11 +40,7 @@ func TestClusterInputNeverRunsAfterNodeLost(t *testing.T) {
 	typeUntil(ctx, t, relayed, "echo RELAYED-$((40+3))\r", "RELAYED-43")
 
 	marker := filepath.Join(t.TempDir(), "LATE")
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := time.Now()
-	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+	stopped := stopProcess(t, a.cmd.Process.Pid)
 	if _, err := relayed.Write([]byte("touch " + marker + "\r")); err != nil {
 		t.Fatalf("type through b while a is stopped: %v", err)
 	}
@@ -98,10 +95,7 @@ func TestClusterRelayInputToAStoppedOwnerIsBounded(t *testing.T) {
 	catEchoes(ctx, t, relayed, "through-b")
 	catEchoes(ctx, t, cat, "on-a")
 
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+	stopProcess(t, a.cmd.Process.Pid)
 	const total = 4 << 20
 	frame := []byte(strings.Repeat("x", 4096))
 	for sent := 0; sent < total; sent += len(frame) {
@@ -143,4 +137,46 @@ func TestClusterRelayInputToAStoppedOwnerIsBounded(t *testing.T) {
 	if strings.Contains(out, "x") {
 		t.Fatalf("input held for the stopped owner reached its program after node_lost: %q…", out[:min(len(out), 80)])
 	}
+}
+
+// stopProcess sends SIGSTOP to pid and returns once every one of its threads is stopped: kill
+// returns when the signal is queued, and under load the other threads run on until the one
+// that took the signal is scheduled and stops them all. SIGCONT follows in cleanup.
+func stopProcess(t *testing.T, pid int) time.Time {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	deadline := time.Now().Add(10 * time.Second)
+	for tick := time.NewTicker(time.Millisecond); ; <-tick.C {
+		if allStopped(t, pid) {
+			tick.Stop()
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d: not every thread stopped 10 s after SIGSTOP", pid)
+		}
+	}
+}
+
+// allStopped reports whether every thread of pid is in state T (stopped).
+func allStopped(t *testing.T, pid int) bool {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false // a thread that just ended: look again
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses; the state follows the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
