@@ -646,11 +646,22 @@ func (ch *Channel) CloseStdin(ctx context.Context) error {
 }
 
 // Detach unbinds the channel; the session keeps running.
-func (ch *Channel) Detach(ctx context.Context) error {
+func (ch *Channel) Detach(ctx context.Context) error { return ch.detach(ctx, false) }
+
+// DetachHolding is Detach as a dropped socket detaches: the session holds its output for a
+// resume (session.detach's hold). A relay sharing its socket uses it when its own client's
+// socket dropped.
+func (ch *Channel) DetachHolding(ctx context.Context) error { return ch.detach(ctx, true) }
+
+func (ch *Channel) detach(ctx context.Context, hold bool) error {
 	ch.mu.Lock()
 	ch.detaching = true // from here on flushAck sends nothing (see there)
 	ch.mu.Unlock()
-	err := ch.c.Call(ctx, "session.detach", map[string]any{"channel": ch.ID}, nil)
+	params := map[string]any{"channel": ch.ID}
+	if hold {
+		params["hold"] = true
+	}
+	err := ch.c.Call(ctx, "session.detach", params, nil)
 	ch.c.dropChannel(ch)
 	ch.end(io.EOF)
 	return err

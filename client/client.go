@@ -49,6 +49,12 @@ type DialOptions struct {
 	// binary frame or a message it could not parse; docs/protocol.md §5). It runs on the
 	// client's reader goroutine and must not block.
 	OnServerError func(*proto.Error)
+	// OnPing, if set, is called with the payload of each ping the server sends, as it is read
+	// and before its pong is written; OnNotification with each notification whose method the
+	// client does not handle itself. Both run on the client's reader goroutine and must not
+	// block. A cluster's relay uses them for its lease (docs/protocol.md §1, "At most once").
+	OnPing         func(data string)
+	OnNotification func(method string, params json.RawMessage)
 	// Reconnect, if set, makes the client survive a dropped connection: it redials, calls
 	// initialize and re-attaches every bound channel from the offset it received up to, so a
 	// Channel's Read goes on byte-exact (or with a gap it reports, if the gateway no longer had
@@ -397,10 +403,27 @@ func (c *Client) dialLink(ctx context.Context) (*link, error) {
 		return nil, fmt.Errorf("dial %s: %w", c.url, err)
 	}
 	ws.SetReadLimit(c.opts.MaxMessageBytes)
+	if on := c.opts.OnPing; on != nil {
+		ws.SetPingHandler(func(data string) error {
+			on(data)
+			return pong(ws, data)
+		})
+	}
 	l := &link{ws: ws, done: make(chan struct{}), window: defaultWindow}
 	c.readers.Add(1)
 	go c.readLoop(l)
 	return l, nil
+}
+
+// pong answers a ping as gorilla's default handler does: a pong that cannot be written because
+// the connection is closing or broken is not the reader's error.
+func pong(ws *websocket.Conn, data string) error {
+	err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+	var ne net.Error
+	if errors.Is(err, websocket.ErrCloseSent) || errors.As(err, &ne) {
+		return nil
+	}
+	return err
 }
 
 // errDialGivenUp is a dial's connection closed because its ctx ended meanwhile.
@@ -1171,6 +1194,9 @@ func (c *Client) notification(method string, raw json.RawMessage) error {
 	switch method {
 	case "session.size", "session.gap", "session.exit", "session.closed":
 	default:
+		if c.opts.OnNotification != nil {
+			c.opts.OnNotification(method, raw)
+		}
 		return nil
 	}
 	var p struct {

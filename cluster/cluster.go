@@ -147,6 +147,8 @@ type Node struct {
 	started time.Time
 	warned  map[string]bool // kind and source of the unverified messages logged (unverified)
 
+	pool relayPool // the sockets relays share (relaypool.go)
+
 	// natsUser and natsPassword are set by SetNATSAuth before Start, and read by it.
 	natsUser, natsPassword string
 

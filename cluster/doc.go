@@ -28,8 +28,26 @@
 //
 //	client ──socket──▶ node B: mux conn ──Relay (client.Client, ManualAck)──socket──▶ node A: mux conn ──▶ Session
 //	           acks ──▶ B credit.give + relay.Ack (queued) ──relay flusher──────▶ A credit.give
-//	           input ──▶ B relay.Write (queued, ≤ 64 KiB) ──relay flusher──────────▶ A session input
+//	           input ──▶ B relay.Write (queued + in flight ≤ 64 KiB) ──relay flusher──▶ A: lease holds? ──▶ session input
+//	                                                  B relaySock ◀── relay.input {channel, bytes} ── A
+//	           lease: A leaseLoop ping "muxterm-lease <t>" every lease/5 ──▶ B client reader: until = arrival + lease ──pong──▶ A: expiry = t + lease
 //	           output ◀── B writer: relay.Read (≤ B's credit) ◀── client buffer ◀── A writer (≤ A's credit)
+//
+// Relays are pooled (relaypool.go): the Go client sockets to an owner are shared per owner URL,
+// principal and access mode (another past the owner's maxChannels), a channel on a shared socket
+// detaches on its own (with hold when its client's socket dropped), and the last relay to leave
+// closes the socket. A placed open keeps a socket of its own.
+//
+// At most once (docs/protocol.md §1): a relay's socket is leased (Muxterm-Relay-Lease, 3/4
+// TTL). A's conn (mux/lease.go) sends a lease ping before its loops start and every lease/5 from
+// leaseLoop; its pong handler extends the lease to the ping's send time + the lease, and the read
+// loop checks the lease before it dispatches each message (fenced): once it has lapsed, the
+// message and everything behind it are discarded and the socket closed. B's relaySock records
+// each lease ping's arrival (the client's OnPing) and the input A reports taken
+// (OnNotification); the queue and what was written and not reported taken hold at most 64 KiB.
+// A relay whose binding B ended itself (node lost, a write that failed) holds back node_lost
+// until the lease has surely lapsed on A (holdNodeLostLocked); a binding A's side ended (close
+// frame, EOF, reset) is answered at once.
 //
 // In detail:
 //
@@ -104,9 +122,11 @@
 //     a heartbeat and ends its relays; ends with Node.Close.
 //   - NATS client callbacks (nats.go's, one per subscription): onHeartbeat (peers) and the hello
 //     answer (one heartbeat now); they end when the connection closes.
-//   - A relay's client goroutines (client.Client's readLoop and ackLoop, per relayed channel,
-//     from Node.Attach and Node.Open): the socket to the owner, until the relay closes (detach,
-//     socket end, node lost).
+//   - A relay socket's client goroutines (client.Client's readLoop and ackLoop, per pooled socket:
+//     one per owner node, principal and access mode, another past the owner's maxChannels; per
+//     placed open), from relayPool.acquire (Node.Attach, a resume) and Node.Open: the socket to
+//     the owner, shared by its relays, until its last relay lets it go (detach, socket end, node
+//     lost).
 //   - The relay flusher (one per relayed channel, startRelay): the relay's upstream queue (the
 //     acks and input B's read loop queued, written to the owner's socket); resumes the relay when
 //     the owner closes it with 1012; ends when the relay closes (after writing what was queued),
@@ -139,4 +159,11 @@
 //     channel with data buffered (never blocks); taken before the Go client's Channel.mu and
 //     Client.mu, never under them (the client calls the relay's notify and error hooks with none
 //     held).
+//   - relayPool.mu: socks (the pooled sockets by owner URL, principal, access mode), dialing (a
+//     dial in progress per key: other acquires wait for it), each socket's users; a leaf, no I/O
+//     under it (the last release closes the socket after it).
+//   - relaySock.mu: until (when the owner stops taking the socket's messages, on this node's
+//     clock), takenBytes (input the owner reported taking, per channel) and relays (the channels
+//     bound on the socket, to which the owner's id-less errors are routed by data.channel); set by
+//     the client's reader (OnPing, OnNotification); a leaf, taken under relay.mu.
 package cluster

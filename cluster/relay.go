@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -76,23 +77,31 @@ func (n *Node) owner(ctx context.Context, principal, id string) (node, url strin
 	}
 }
 
-// dial opens a socket to a node's /ws acting for principal, with the cluster token.
-func (n *Node) dial(ctx context.Context, url, principal string, readOnly bool, onErr func(*proto.Error)) (*client.Client, error) {
+// dial opens a socket to a node's /ws acting for principal, with the cluster token, under a
+// lease (relaySock): the owner takes what the socket carries only while the lease holds.
+func (n *Node) dial(ctx context.Context, url, principal string, readOnly bool) (*relaySock, error) {
+	s := &relaySock{d: n.relayLease(), takenBytes: make(map[uint32]int64), relays: make(map[uint32]*relay)}
 	h := http.Header{}
 	h.Set(proto.HeaderOnBehalfOf, principal)
 	if readOnly {
 		h.Set(proto.HeaderReadOnly, "1")
 	}
+	h.Set(proto.HeaderRelayLease, strconv.FormatInt(s.d.Milliseconds(), 10))
 	var d *websocket.Dialer
 	if n.cfg.RelayTLS != nil {
 		d = &websocket.Dialer{TLSClientConfig: n.cfg.RelayTLS, HandshakeTimeout: opTimeout}
 	}
 	c, err := client.Dial(ctx, url, client.DialOptions{Token: n.cfg.Token, Header: h, Dialer: d,
-		Name: "muxterm-relay/" + n.cfg.Name, ManualAck: true, OnServerError: onErr})
+		Name: "muxterm-relay/" + n.cfg.Name, ManualAck: true, OnServerError: s.onServerError,
+		OnPing: s.pinged, OnNotification: s.notified})
 	if err != nil {
 		return nil, fmt.Errorf("relay: dial %s: %w", url, err)
 	}
-	return c, nil
+	s.c, s.maxChannels = c, c.Init().Limits.MaxChannels
+	if s.maxChannels <= 0 {
+		s.maxChannels = maxPooledChannels
+	}
+	return s, nil
 }
 
 // Attach implements mux.Remote: a relay bound to the owner's session.
@@ -102,7 +111,7 @@ func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p pr
 		return nil, proto.AttachResult{}, err
 	}
 	r := &relay{n: n, notify: notify, principal: principal, readOnly: readOnly}
-	c, err := n.dial(ctx, url, principal, readOnly, r.onServerError)
+	sock, err := n.acquire(ctx, url, principal, readOnly)
 	if err != nil {
 		return nil, proto.AttachResult{}, n.dialErr(node, p.Session, err)
 	}
@@ -112,12 +121,12 @@ func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p pr
 	if !readOnly {
 		o.Cols, o.Rows = p.Cols, p.Rows
 	}
-	ch, res, err := c.AttachWith(ctx, p.Session, o)
+	ch, res, err := sock.c.AttachWith(ctx, p.Session, o)
 	if err != nil {
-		c.Close()
+		n.release(sock, 0)
 		return nil, res, err // the owner's error, e.g. unknown_session for another principal
 	}
-	rl, err := n.startRelay(r, node, p.Session, c, ch)
+	rl, err := n.startRelay(r, node, p.Session, &binding{c: sock.c, sock: sock, ch: ch})
 	if err != nil {
 		return nil, res, err
 	}
@@ -130,12 +139,12 @@ func (n *Node) Capture(ctx context.Context, principal string, readOnly bool, p p
 	if err != nil {
 		return proto.CaptureResult{}, err
 	}
-	c, err := n.dial(ctx, url, principal, readOnly, nil)
+	s, err := n.dial(ctx, url, principal, readOnly)
 	if err != nil {
 		return proto.CaptureResult{}, n.dialErr(node, p.Session, err)
 	}
-	defer c.Close()
-	return c.Capture(ctx, p.Session, client.CaptureOptions{ANSI: p.Format == proto.CaptureANSI, Scrollback: p.Scrollback})
+	defer s.c.Close()
+	return s.c.Capture(ctx, p.Session, client.CaptureOptions{ANSI: p.Format == proto.CaptureANSI, Scrollback: p.Scrollback})
 }
 
 // dialErr: an owner that cannot be reached is reported as lost; one whose TLS certificate this
@@ -177,16 +186,19 @@ func (n *Node) Open(ctx context.Context, principal string, p proto.OpenParams, n
 		return nil, proto.OpenResult{}, false, nil
 	}
 	r := &relay{n: n, notify: notify, principal: principal}
-	c, err := n.dial(ctx, bestURL, principal, false, r.onServerError)
+	// Its own socket, not a pooled one: an open is a slow request on the owner, bounded per
+	// socket (pendingRequests), and many clients' opens must not share that bound.
+	sock, err := n.dial(ctx, bestURL, principal, false)
 	if err != nil {
 		return nil, proto.OpenResult{}, false, nil // placement is a preference: open here
 	}
-	ch, err := c.Open(ctx, client.OpenOptions{Cmd: p.Cmd, Cwd: p.Cwd, Env: p.Env, Cols: p.Cols, Rows: p.Rows, Name: p.Name})
+	sock.users = 1
+	ch, err := sock.c.Open(ctx, client.OpenOptions{Cmd: p.Cmd, Cwd: p.Cwd, Env: p.Env, Cols: p.Cols, Rows: p.Rows, Name: p.Name})
 	if err != nil {
-		c.Close()
+		sock.c.Close()
 		return nil, proto.OpenResult{}, true, err
 	}
-	rl, err := n.startRelay(r, best, ch.Session(), c, ch)
+	rl, err := n.startRelay(r, best, ch.Session(), &binding{c: sock.c, sock: sock, ch: ch})
 	if err != nil {
 		return nil, proto.OpenResult{}, true, err
 	}
@@ -199,12 +211,12 @@ func (n *Node) Kill(ctx context.Context, principal, id string) (proto.KillResult
 	if err != nil {
 		return proto.KillResult{}, err
 	}
-	c, err := n.dial(ctx, url, principal, false, nil)
+	s, err := n.dial(ctx, url, principal, false)
 	if err != nil {
 		return proto.KillResult{}, n.dialErr(node, id, err)
 	}
-	defer c.Close()
-	return c.Kill(ctx, id)
+	defer s.c.Close()
+	return s.c.Kill(ctx, id)
 }
 
 // Lease implements mux.Remote: the lease is taken on the owner, where the reaper runs.
@@ -213,12 +225,12 @@ func (n *Node) Lease(ctx context.Context, principal, id string, ttlMs int64) (pr
 	if err != nil {
 		return proto.LeaseResult{}, err
 	}
-	c, err := n.dial(ctx, url, principal, false, nil)
+	s, err := n.dial(ctx, url, principal, false)
 	if err != nil {
 		return proto.LeaseResult{}, n.dialErr(node, id, err)
 	}
-	defer c.Close()
+	defer s.c.Close()
 	var res proto.LeaseResult
-	err = c.Call(ctx, "session.lease", map[string]any{"session": id, "ttl_ms": ttlMs}, &res)
+	err = s.c.Call(ctx, "session.lease", map[string]any{"session": id, "ttl_ms": ttlMs}, &res)
 	return res, err
 }

@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -44,6 +48,9 @@ type relay struct {
 	errs    []*proto.Error // id-less errors from the owner, not yet passed on
 	// cancelResume ends a resume in progress (nil when none runs).
 	cancelResume context.CancelFunc
+	// fenceTimer wakes the writer when a node_lost held back for the owner's lease may be
+	// answered (nil until needed).
+	fenceTimer *time.Timer
 	// ackDebt is what the client will still acknowledge of bindings that ended: those acks
 	// are not passed on (the new binding never sent those bytes).
 	ackDebt int
@@ -55,27 +62,130 @@ type relay struct {
 	// owner that stops reading must not stall the other channels of that socket).
 	ackDue     int      // acknowledged bytes not yet passed on (acks merge: bounded by the window)
 	input      [][]byte // input frames' payloads, copied, in order
-	inputBytes int      // sum of len(input): at most maxRelayInput
+	inputBytes int      // sum of len(input); with cur's in-flight input at most maxRelayInput
 
 	wake    chan struct{} // capacity 1: the queue has something for the flusher
 	stopped chan struct{} // closed by Close: the flusher writes what is queued and ends
 	flushed chan struct{} // closed when the flusher has ended
 }
 
-// binding is one socket to the owner and the relayed channel on it. read and acked are
-// guarded by relay.mu.
+// binding is one socket to the owner and the relayed channel on it. read, acked and written
+// are guarded by relay.mu.
 type binding struct {
-	c     *client.Client
-	ch    *client.Channel
-	read  int   // output bytes Read returned from ch
-	acked int   // acks passed on to ch (queued or written)
-	skip  int64 // offsets lost between the binding before and this one: reported with its first bytes
+	c       *client.Client
+	sock    *relaySock
+	ch      *client.Channel
+	read    int   // output bytes Read returned from ch
+	acked   int   // acks passed on to ch (queued or written)
+	written int64 // input bytes written to ch; the owner has taken sock.taken() of them
+	skip    int64 // offsets lost between the binding before and this one: reported with its first bytes
 }
 
-// maxRelayInput bounds the input a relay holds for an owner that has not taken it yet: the
-// same bound a session's input queue has (session.InputQueueBytes). An input that does not fit
-// is refused whole, as the owner refuses input its program does not read: limit_exceeded
-// inputQueue (docs/protocol.md §2).
+// relaySock is a socket to an owner that relays share (relayPool), with what they know of its
+// lease on the owner (docs/protocol.md §1, "At most once"). The owner takes the socket's messages only within d of the send time of a
+// lease ping whose pong it read; the relay answers each ping as it reads it, after the owner
+// sent it, so the owner takes nothing from the socket after the relay's receipt of its latest
+// ping + d. Until then the relay does not answer node_lost for a binding it ended itself (the
+// owner stopped, the socket stuck): what it wrote may still be taken. A binding the owner's
+// side ended (its close frame, end of stream or reset) takes nothing more at once.
+//
+// mu guards until, takenBytes and relays; the client's reader sets until and takenBytes, the
+// relays read them. It is a leaf.
+type relaySock struct {
+	// immutable once dialled:
+	d           time.Duration
+	c           *client.Client
+	key         poolKey
+	maxChannels int // the owner's limits.maxChannels: channels this socket may carry
+
+	users int // relays holding the socket (bound, or an attach in progress); guarded by relayPool.mu
+
+	mu         sync.Mutex
+	until      time.Time         // this node's clock: the owner takes nothing from the socket after it
+	takenBytes map[uint32]int64  // per channel: input bytes the owner reported taking (relay.input)
+	relays     map[uint32]*relay // the channels bound on the socket: their owner errors go there
+}
+
+// leaseMargin covers the difference of two hosts' clock rates over one lease (NTP slews by at
+// most 500 ppm; this is 1 %).
+func leaseMargin(d time.Duration) time.Duration { return d / 100 }
+
+// relayLease is the lease a relay asks of an owner: the heartbeat silence, so that a stopped
+// owner's lease lapses about when its heartbeat is missed and node_lost is not later than before.
+func (n *Node) relayLease() time.Duration { return n.silence() }
+
+// pinged: the owner's lease ping arrived now (client reader; before its pong is written).
+func (s *relaySock) pinged(data string) {
+	if !strings.HasPrefix(data, proto.LeasePing) {
+		return // a keepalive ping: it grants nothing
+	}
+	until := time.Now().Add(s.d + leaseMargin(s.d))
+	s.mu.Lock()
+	s.until = until
+	s.mu.Unlock()
+}
+
+// notified handles the owner's relay.input notifications (client reader).
+func (s *relaySock) notified(method string, params json.RawMessage) {
+	if method != proto.MethodRelayInput {
+		return
+	}
+	var p struct {
+		Channel uint32 `json:"channel"`
+		Bytes   int64  `json:"bytes"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.Bytes < 0 {
+		return
+	}
+	s.mu.Lock()
+	if s.relays[p.Channel] != nil {
+		s.takenBytes[p.Channel] += p.Bytes
+	}
+	s.mu.Unlock()
+}
+
+// taken is the input the owner reported taking of channel num.
+func (s *relaySock) taken(num uint32) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.takenBytes[num]
+}
+
+// fenceWait is how long, from now, the owner may still take what b's socket carries: 0 once
+// the lease has lapsed or the owner's side ended the socket.
+func (b *binding) fenceWait(now time.Time) time.Duration {
+	if ownerEnded(b.c) {
+		return 0
+	}
+	b.sock.mu.Lock()
+	until := b.sock.until
+	b.sock.mu.Unlock()
+	return max(until.Sub(now), 0)
+}
+
+// ownerEnded reports whether c's socket was ended by the owner's side: a close frame, the end
+// of the stream or a reset. Its owner then reads nothing more of it.
+func ownerEnded(c *client.Client) bool {
+	select {
+	case <-c.Done():
+	default:
+		return false
+	}
+	err := c.Err()
+	var ce *websocket.CloseError
+	return errors.As(err, &ce) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// inFlightLocked is the input written to b that the owner has not reported taking.
+func (b *binding) inFlightLocked() int {
+	return int(max(b.written-b.sock.taken(b.ch.ID), 0))
+}
+
+// maxRelayInput bounds the input a relay holds for an owner that has not taken it yet, queued
+// here or written to the socket and not reported taken (relay.input): the same bound a
+// session's input queue has (session.InputQueueBytes). An input that does not fit is refused
+// whole, as the owner refuses input its program does not read: limit_exceeded inputQueue
+// (docs/protocol.md §2).
 const maxRelayInput = session.InputQueueBytes
 
 // errRelayInputFull is Write's refusal when the queue is full.
@@ -126,14 +236,17 @@ var errNodeClosed = errors.New("the cluster node is closing")
 // startRelay completes r (made before the dial, for its error hook) and registers it. Once the
 // node is closing it refuses it and closes c: close has taken its snapshot of the relays and
 // may be waiting for its goroutines, so a new flusher could be neither closed nor counted.
-func (n *Node) startRelay(r *relay, node, id string, c *client.Client, ch *client.Channel) (*relay, error) {
-	r.node, r.id, r.cur = node, id, &binding{c: c, ch: ch}
+func (n *Node) startRelay(r *relay, node, id string, b *binding) (*relay, error) {
+	ch := b.ch
+	r.node, r.id, r.cur = node, id, b
 	r.wake, r.stopped, r.flushed = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	ch.SetNotify(r.notify)
+	b.sock.bind(ch.ID, r)
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		c.Close()
+		b.c.Close() // the node closes: so do all its relays' sockets
+		n.release(b.sock, ch.ID)
 		return nil, fmt.Errorf("relay session %s to node %s: %w", id, node, errNodeClosed)
 	}
 	n.relays[r] = struct{}{}
@@ -213,8 +326,27 @@ func (r *relay) State() (bool, *proto.ExitInfo, string) {
 	reason := ch.Reason()
 	if r.lost || reason == "" {
 		reason = ReasonNodeLost // the owner's socket ended without session.closed
+		if r.holdNodeLostLocked() {
+			return false, ch.ExitInfo(), ""
+		}
 	}
 	return false, ch.ExitInfo(), reason
+}
+
+// holdNodeLostLocked reports whether node_lost must not be answered yet: the owner may still
+// take what cur's socket carries (its lease has not lapsed). It then has the writer woken when
+// it may. r.mu must be held.
+func (r *relay) holdNodeLostLocked() bool {
+	wait := r.cur.fenceWait(time.Now())
+	if wait <= 0 {
+		return false
+	}
+	if r.fenceTimer == nil {
+		r.fenceTimer = time.AfterFunc(wait, r.wakeWriter)
+	} else {
+		r.fenceTimer.Reset(wait)
+	}
+	return true
 }
 
 func (r *relay) Size() (int, int, uint64) {
@@ -248,21 +380,28 @@ func (r *relay) Ack(n int) {
 func (r *relay) Write(p []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.lost || r.closing {
+	if r.closing {
 		return proto.ErrSessionClosed(r.id, ReasonNodeLost)
 	}
-	select {
-	case <-r.cur.ch.Closed():
-		if !r.resumableLocked(r.cur) {
-			reason := r.cur.ch.Reason()
-			if reason == "" {
-				reason = ReasonNodeLost
+	ended := r.lost
+	if !ended {
+		select {
+		case <-r.cur.ch.Closed():
+			if !r.resumableLocked(r.cur) {
+				if reason := r.cur.ch.Reason(); reason != "" {
+					return proto.ErrSessionClosed(r.id, reason)
+				}
+				ended = true
 			}
-			return proto.ErrSessionClosed(r.id, reason)
+		default:
 		}
-	default:
 	}
-	if r.inputBytes+len(p) > maxRelayInput {
+	// An owner that may still take what the socket carries is not answered node_lost yet:
+	// this input waits with the rest, and none of it is sent.
+	if ended && !r.holdNodeLostLocked() {
+		return proto.ErrSessionClosed(r.id, ReasonNodeLost)
+	}
+	if r.inputBytes+r.cur.inFlightLocked()+len(p) > maxRelayInput {
 		return errRelayInputFull()
 	}
 	r.input = append(r.input, append([]byte(nil), p...))
@@ -334,6 +473,7 @@ func (r *relay) flushQueue(b *binding) {
 		r.mu.Lock()
 		r.input = r.input[1:]
 		r.inputBytes -= len(p)
+		b.written += int64(len(p))
 		r.mu.Unlock()
 	}
 }
@@ -386,24 +526,26 @@ func (r *relay) resume(old *binding) bool {
 		if !alive {
 			return fail("the owner is lost", nil)
 		}
-		c, err := r.n.dial(ctx, url, r.principal, r.readOnly, r.onServerError)
+		sock, err := r.n.acquire(ctx, url, r.principal, r.readOnly)
 		if err != nil {
 			continue // not serving yet
 		}
+		c := sock.c
 		ch, res, err := c.Attach(ctx, r.id, &from)
 		if err != nil {
-			c.Close()
+			r.n.release(sock, 0)
 			var pe *proto.Error
 			if errors.As(err, &pe) {
 				return fail("the owner refused the attach", err) // the session did not cross the upgrade
 			}
 			continue
 		}
-		nb := &binding{c: c, ch: ch, skip: max(res.Offset-from, 0)}
+		nb := &binding{c: c, sock: sock, ch: ch, skip: max(res.Offset-from, 0)}
+		sock.bind(ch.ID, r)
 		r.mu.Lock()
 		if r.closing || r.lost {
 			r.mu.Unlock()
-			c.Close()
+			detachAndRelease(r.n, nb, false)
 			return false
 		}
 		// The client will still acknowledge what old delivered and it did not acknowledge
@@ -419,6 +561,7 @@ func (r *relay) resume(old *binding) bool {
 		}
 		r.cur = nb
 		r.mu.Unlock()
+		r.n.release(old.sock, old.ch.ID) // its socket ended; its buffered output stays readable
 		ch.SetNotify(r.notify)
 		r.n.log.Info("relay: resumed", "owner", r.node, "session", r.id, "from", from, "offset", res.Offset,
 			"took", time.Since(start).Round(time.Millisecond), "attempts", attempt+1)
@@ -456,6 +599,9 @@ func (r *relay) Close(detach bool) {
 	if r.cancelResume != nil {
 		r.cancelResume()
 	}
+	if r.fenceTimer != nil {
+		r.fenceTimer.Stop()
+	}
 	r.mu.Unlock()
 	close(r.stopped)
 	teardown := func() {
@@ -463,17 +609,7 @@ func (r *relay) Close(detach bool) {
 		r.mu.Lock()
 		b := r.cur
 		r.mu.Unlock()
-		select {
-		case <-b.ch.Closed():
-			detach = false // the owner already ended the binding
-		default:
-		}
-		if detach {
-			ctx, cancel := context.WithTimeout(r.n.ctx, opTimeout) // Close cuts it short
-			_ = b.ch.Detach(ctx)
-			cancel()
-		}
-		b.c.Close()
+		detachAndRelease(r.n, b, !detach)
 	}
 	// Counted in the node's group unless the node's close is already waiting on it (an Add then
 	// would be WaitGroup misuse): that close has cancelled n.ctx, which bounds the detach.
@@ -487,6 +623,24 @@ func (r *relay) Close(detach bool) {
 	if untracked {
 		go teardown()
 	}
+}
+
+// detachAndRelease detaches b's channel from the owner unless the owner already ended it (the
+// socket may carry other channels: closing it is not a detach), with hold as a client's socket
+// that dropped (the owner's session holds its output for a resume), and lets b's socket go.
+func detachAndRelease(n *Node, b *binding, hold bool) {
+	select {
+	case <-b.ch.Closed():
+	default:
+		ctx, cancel := context.WithTimeout(n.ctx, opTimeout) // Node.Close cuts it short
+		if hold {
+			_ = b.ch.DetachHolding(ctx)
+		} else {
+			_ = b.ch.Detach(ctx)
+		}
+		cancel()
+	}
+	n.release(b.sock, b.ch.ID)
 }
 
 // nodeLost ends the relay's socket: its client is told session.closed {reason: node_lost}

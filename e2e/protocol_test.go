@@ -212,6 +212,27 @@ func TestResumeHoldAfterDrop(t *testing.T) {
 			return err == nil && len(l) == 1 && l[0].End == int64(len(want))
 		})
 	})
+	t.Run("a detach with hold holds as a drop does", func(t *testing.T) {
+		g := startGateway(t, "--allow-cmd", "sh", "--scrollback", "256KiB", "--window", "64KiB", "--resume-hold", "1h")
+		ctx := ctxT(t, 60*time.Second)
+		c := g.dial(t)
+		ch := openSeq(ctx, t, c, lines)
+		id := ch.Session()
+		first := readN(ctx, t, ch, 10000)
+		off := ch.Offset()
+		if err := ch.DetachHolding(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, "the stream to run on after the detach", func() bool {
+			l, err := c.List(ctx)
+			return err == nil && len(l) == 1 && l[0].End > 128<<10
+		})
+		ch2, res, err := c.Attach(ctx, id, &off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResumed(ctx, t, ch2, res, off, first, want)
+	})
 	for _, tc := range []struct {
 		name string
 		hold string

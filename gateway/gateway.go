@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,8 @@ type Principal struct {
 	Admin bool
 	// share is the link a share token names (shares.go): the socket sees only its session.
 	share *share
+	// relayLease is the lease a relay's socket asked for (proto.HeaderRelayLease); 0: none.
+	relayLease time.Duration
 }
 
 // Options configure a Gateway.
@@ -479,9 +482,19 @@ func (g *Gateway) relayPrincipal(r *http.Request, tok string) (Principal, bool, 
 	if err := validPrincipalName(name); err != nil {
 		return Principal{}, true, "cluster token without a valid " + proto.HeaderOnBehalfOf
 	}
+	var lease time.Duration
+	if v := r.Header.Get(proto.HeaderRelayLease); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < mux.MinRelayLease.Milliseconds() || ms > mux.MaxRelayLease.Milliseconds() {
+			return Principal{}, true, fmt.Sprintf("%s: want milliseconds from %d to %d", proto.HeaderRelayLease,
+				mux.MinRelayLease.Milliseconds(), mux.MaxRelayLease.Milliseconds())
+		}
+		lease = time.Duration(ms) * time.Millisecond
+	}
 	// Name is the relay's, so relays do not count against the principal's own socket bound;
 	// ViewOf makes Owner() the principal it acts for.
-	return Principal{Name: relayPrincipalName, ViewOf: name, ReadOnly: r.Header.Get(proto.HeaderReadOnly) == "1"}, true, ""
+	return Principal{Name: relayPrincipalName, ViewOf: name, ReadOnly: r.Header.Get(proto.HeaderReadOnly) == "1",
+		relayLease: lease}, true, ""
 }
 
 // relayPrincipalName names the sockets of other nodes' relays (logs, the socket bound).
@@ -538,6 +551,7 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	opts.Telemetry = g.tel
 	opts.MaxSockets = g.maxSockets()
 	opts.Closing = release
+	opts.RelayLease = p.relayLease
 	if p.Name != relayPrincipalName && p.share == nil { // a relay's socket is served here, never relayed on
 		opts.Remote, opts.Node = g.opts.Remote, g.opts.Node
 	}

@@ -129,6 +129,10 @@ type ServerOptions struct {
 	// in the list entries of its own sessions when Remote is set.
 	Remote Remote
 	Node   string
+	// RelayLease, for a relay's socket that asked for it (proto.HeaderRelayLease), is the
+	// lease its input is taken under (lease.go, docs/protocol.md §1 "At most once"); 0: none.
+	// Within MinRelayLease … MaxRelayLease.
+	RelayLease time.Duration
 
 	// testHookAfterSubscribe runs in the read loop after an attach subscribed and before its
 	// reply is queued.
@@ -235,6 +239,9 @@ type conn struct {
 	closingOnce sync.Once
 
 	tel *otel.Telemetry
+	// lease, for a relay's socket that asked for one, fences what it sends (lease.go); nil
+	// otherwise. Set before the loops start.
+	lease *lease
 
 	// owned by readLoop:
 	initialized bool
@@ -264,6 +271,16 @@ func Serve(ctx context.Context, ws Socket, opts ServerOptions) error {
 	c.ctx, c.cancel = context.WithCancelCause(ctx)
 	if err := boundUnsent(ws); err != nil {
 		c.log.Warn("socket: TCP_NOTSENT_LOWAT not set: replies may queue behind output on a slow link", "err", err)
+	}
+	if opts.RelayLease > 0 {
+		// The first lease ping goes before anything else, so the relay's pong precedes every
+		// request it sends after initialize's result.
+		c.lease = newLease(min(max(opts.RelayLease, MinRelayLease), MaxRelayLease))
+		if err := c.leasePing(); err != nil {
+			ws.Close()
+			return fmt.Errorf("lease ping: %w", err)
+		}
+		c.wg.Go(c.leaseLoop)
 	}
 	go c.writeLoop()
 	err := c.readLoop()

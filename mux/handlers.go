@@ -277,7 +277,7 @@ func (c *conn) handleDetach(req *proto.Request) {
 	defer span.End()
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()))
 	c.release(ch)
-	c.unbind(ch, false)
+	c.unbind(ch, p.Hold)
 	c.reply(req.ID, proto.DetachResult{Session: ch.sessionID(), Channel: ch.id})
 }
 

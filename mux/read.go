@@ -29,7 +29,10 @@ func (c *conn) readLoop() error {
 		initWait = firstMsgTimeout
 	}
 	_ = c.ws.SetReadDeadline(time.Now().Add(min(c.opts.PongWait, initWait)))
-	c.ws.SetPongHandler(func(string) error {
+	c.ws.SetPongHandler(func(data string) error {
+		if c.lease != nil {
+			c.lease.renew(data, time.Now())
+		}
 		if !c.initialized { // the handler runs in this goroutine, inside NextReader
 			return nil
 		}
@@ -77,6 +80,9 @@ func (c *conn) readLoop() error {
 		}
 		if c.closing() {
 			continue // the close is decided: nothing behind it starts work
+		}
+		if c.fenced() {
+			return context.Cause(c.ctx)
 		}
 		switch {
 		case typ == websocket.TextMessage && over:
@@ -219,6 +225,7 @@ func (c *conn) handleBinary(b []byte) {
 			c.markReady(ch)
 		}
 	case proto.FrameInput:
+		defer c.tookInput(f.Channel, len(f.Payload)) // whatever became of it
 		if c.opts.ReadOnly {
 			c.refuseFrame(b, payload, withChannel(proto.ErrForbidden("read-only principal: input dropped"), f.Channel))
 			return

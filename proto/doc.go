@@ -18,4 +18,17 @@ const Subprotocol = "muxterm.v1"
 const (
 	HeaderOnBehalfOf = "Muxterm-On-Behalf-Of"
 	HeaderReadOnly   = "Muxterm-Read-Only"
+	// HeaderRelayLease (milliseconds) asks the owner to take the relay's input only under a
+	// lease (docs/protocol.md §1, "At most once"): the owner pings with LeasePing and the
+	// time it sent the ping, takes input only within the lease of the latest ping whose pong
+	// it read, and tells the relay each input frame it took with MethodRelayInput.
+	HeaderRelayLease = "Muxterm-Relay-Lease"
 )
+
+// LeasePing prefixes the payload of the owner's lease pings on a relay's socket; the rest is
+// the owner's send time (nanoseconds on its own clock), which the pong echoes.
+const LeasePing = "muxterm-lease "
+
+// MethodRelayInput is the owner's notification, on a leased relay socket, of an input frame it
+// took off the socket (applied or refused): params {channel, bytes}.
+const MethodRelayInput = "relay.input"

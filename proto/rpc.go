@@ -435,7 +435,11 @@ const MaxCaptureBytes = 8 << 20
 // DetachParams are the params of session.detach.
 type DetachParams struct {
 	Channel uint32 `json:"channel"`
-	Meta    *Meta  `json:"_meta,omitempty"`
+	// Hold detaches as a dropped socket does: the session holds its output for a resume
+	// (--resume-hold). A relay that shares its socket with other channels detaches so when its
+	// own client's socket dropped.
+	Hold bool  `json:"hold,omitempty"`
+	Meta *Meta `json:"_meta,omitempty"`
 }
 
 // CloseStdinParams are the params of session.closeStdin: the channel bound to a pipe session.
@@ -628,6 +632,15 @@ func DecodeDetach(raw json.RawMessage) (DetachParams, *Error) {
 		return p, e
 	}
 	p.Meta = decodeMeta(m)
+	if raw, ok := m["hold"]; ok && !isJSONNull(raw) {
+		switch string(raw) {
+		case "true":
+			p.Hold = true
+		case "false":
+		default:
+			return p, ErrInvalidParams("hold", "hold must be a boolean")
+		}
+	}
 	p.Channel, e = requiredChannel(m)
 	return p, e
 }

@@ -537,6 +537,16 @@ func TestDecodeDetach(t *testing.T) {
 		_, e := DecodeDetach(json.RawMessage(params))
 		wantRPCError(t, e, "invalid_params", "channel")
 	}
+	for params, want := range map[string]bool{`{"channel":1}`: false, `{"channel":1,"hold":null}`: false,
+		`{"channel":1,"hold":false}`: false, `{"channel":1,"hold":true}`: true} {
+		if p, e := DecodeDetach(json.RawMessage(params)); e != nil || p.Hold != want {
+			t.Errorf("DecodeDetach(%s) = %+v, %v; want hold %v", params, p, e, want)
+		}
+	}
+	for _, params := range []string{`{"channel":1,"hold":1}`, `{"channel":1,"hold":"true"}`} {
+		_, e := DecodeDetach(json.RawMessage(params))
+		wantRPCError(t, e, "invalid_params", "hold")
+	}
 }
 
 func TestDecodeSignal(t *testing.T) {

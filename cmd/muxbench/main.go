@@ -68,10 +68,10 @@ type config struct {
 const sectionTimeout = 30 * time.Minute
 
 // sectionNames in run order.
-var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume", "upgrade", "cluster", "cluster-failover", "echotrace"}
+var sectionNames = []string{"throughput", "aggregate", "echo", "connect", "kill", "scale", "churn", "resume", "upgrade", "cluster", "cluster-failover", "clusterpool", "echotrace"}
 
 // namedOnlySections run only when -only names them: never in the default or -short runs.
-var namedOnlySections = []string{"cluster-failover", "echotrace"}
+var namedOnlySections = []string{"cluster-failover", "clusterpool", "echotrace"}
 
 func parseFlags(args []string) (config, error) {
 	var c config
@@ -364,6 +364,8 @@ func (b *bench) section(ctx context.Context, name string) error {
 		return b.runCluster(ctx) // cluster.go
 	case "cluster-failover":
 		return b.runClusterFailover(ctx) // failover.go
+	case "clusterpool":
+		return b.runClusterPool(ctx) // clusterpool.go
 	case "echotrace":
 		return b.runEchotrace(ctx) // echotrace.go
 	}

@@ -1,0 +1,144 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/muxterm/muxterm/mux"
+	"github.com/muxterm/muxterm/proto"
+)
+
+// relayPool holds the sockets this node's relays share: one per owner node, principal and access
+// mode (the owner checks ownership as that principal, per socket), more once one holds as many
+// channels as the owner takes per socket. A socket is dialled by the first relay that needs it
+// and closed when its last relay lets it go; relays to the same owner then cost one descriptor,
+// one client reader and one ack goroutine between them, and an attach after the first costs no
+// dial. Its lease (docs/protocol.md §1, "At most once") is the socket's: when the owner fences
+// it, every channel on it ends.
+//
+// mu guards socks and dialing; it is a leaf, held for no I/O.
+type relayPool struct {
+	mu      sync.Mutex
+	socks   map[poolKey][]*relaySock
+	dialing map[poolKey]chan struct{} // closed when the dial in progress for the key ends
+}
+
+// poolKey names the sockets that may be shared: the owner's URL (a restart that moves it is
+// another key), the principal and the access mode the socket acts for.
+type poolKey struct {
+	url, principal string
+	readOnly       bool
+}
+
+// maxPooledChannels bounds the channels of one pooled socket when the owner says nothing
+// smaller (its limits.maxChannels).
+const maxPooledChannels = mux.DefaultMaxChannels
+
+// acquire returns a pooled socket to the owner at url for principal with room for one more
+// channel, counted as taken; the caller binds its channel (bind) or gives it back (release).
+// Concurrent acquires of a key wait for one dial instead of each dialling.
+func (n *Node) acquire(ctx context.Context, url, principal string, readOnly bool) (*relaySock, error) {
+	p := &n.pool
+	key := poolKey{url, principal, readOnly}
+	for {
+		p.mu.Lock()
+		for _, s := range p.socks[key] {
+			if s.users < s.maxChannels && !s.ended() {
+				s.users++
+				p.mu.Unlock()
+				return s, nil
+			}
+		}
+		if wait := p.dialing[key]; wait != nil {
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("relay: dial %s: %w", url, ctx.Err())
+			}
+		}
+		if p.dialing == nil {
+			p.dialing, p.socks = make(map[poolKey]chan struct{}), make(map[poolKey][]*relaySock)
+		}
+		done := make(chan struct{})
+		p.dialing[key] = done
+		p.mu.Unlock()
+
+		s, err := n.dial(ctx, url, principal, readOnly)
+		p.mu.Lock()
+		delete(p.dialing, key)
+		close(done)
+		if err == nil {
+			s.key, s.users = key, 1
+			p.socks[key] = append(p.socks[key], s)
+		}
+		p.mu.Unlock()
+		return s, err
+	}
+}
+
+// release gives back one use of s, unbinding channel num from it when it was bound (0: none
+// was); the last use closes the socket.
+func (n *Node) release(s *relaySock, num uint32) {
+	if num != 0 {
+		s.mu.Lock()
+		delete(s.relays, num)
+		delete(s.takenBytes, num)
+		s.mu.Unlock()
+	}
+	p := &n.pool
+	p.mu.Lock()
+	s.users--
+	last := s.users == 0
+	if last {
+		socks := p.socks[s.key]
+		for i, x := range socks {
+			if x == s {
+				p.socks[s.key] = append(socks[:i:i], socks[i+1:]...)
+				break
+			}
+		}
+		if len(p.socks[s.key]) == 0 {
+			delete(p.socks, s.key)
+		}
+	}
+	p.mu.Unlock()
+	if last {
+		s.c.Close()
+	}
+}
+
+// bind routes the owner's id-less errors about channel num on s to r.
+func (s *relaySock) bind(num uint32, r *relay) {
+	s.mu.Lock()
+	s.relays[num] = r
+	s.mu.Unlock()
+}
+
+// ended reports whether the socket's client has ended (it is never handed out again).
+func (s *relaySock) ended() bool {
+	select {
+	case <-s.c.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// onServerError hands an error the owner sent without a request id to the relay of the channel
+// it names (data.channel: every error about a frame of a bound channel carries it); one that
+// names none concerns no relayed channel.
+func (s *relaySock) onServerError(e *proto.Error) {
+	num, ok := e.Data["channel"].(float64)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	r := s.relays[uint32(num)]
+	s.mu.Unlock()
+	if r != nil {
+		r.onServerError(e)
+	}
+}
