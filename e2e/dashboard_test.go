@@ -344,6 +344,7 @@ func checkAlertsLive(ctx context.Context, t *testing.T, p *prometheus) {
 		"MuxtermKillSurvivors":        {"inactive"},
 		"MuxtermReaperErrors":         {"inactive"},
 		"MuxtermDescriptorReserveHit": {"inactive"},
+		"MuxtermRecordingDrops":       {"inactive"},
 	}
 	var rules map[string]promRule
 	testutil.WaitFor(t, 10*time.Second, "the alerts evaluated on the workload's series", func() bool {
