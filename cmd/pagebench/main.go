@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -35,6 +36,8 @@ type config struct {
 	SeqN      int           `json:"seq_n"`         // seq 1 N
 	Width     int           `json:"width"`
 	Height    int           `json:"height"`
+	TTYDArgs  []string      `json:"ttyd_args,omitempty"` // extra flags for ttyd
+	Variants  []string      `json:"variants,omitempty"`  // NAME=BIN: more gateways (other builds of the UI) measured beside muxterm
 	JSON      string        `json:"json,omitempty"`
 	MD        string        `json:"md,omitempty"`
 }
@@ -52,6 +55,21 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.SeqN, "seq", 3000000, "bulk output: seq 1 N")
 	fs.IntVar(&c.Width, "width", 1280, "window width")
 	fs.IntVar(&c.Height, "height", 800, "window height")
+	fs.Func("ttyd-arg", "an extra flag for ttyd, e.g. -ttyd-arg=-t -ttyd-arg=cursorBlink=true (repeatable)", func(v string) error {
+		c.TTYDArgs = append(c.TTYDArgs, v)
+		return nil
+	})
+	fs.Func("variant", "another gateway binary (another build of the UI) to measure beside -gateway and ttyd, interleaved: NAME=BIN (repeatable)", func(v string) error {
+		name, bin, ok := strings.Cut(v, "=")
+		if !ok || name == "" || bin == "" || name == "ttyd" || name == "muxterm" || strings.ContainsAny(name, "/ |") {
+			return fmt.Errorf("want NAME=BIN with a NAME other than muxterm and ttyd, without / | or spaces: %q", v)
+		}
+		if _, err := os.Stat(bin); err != nil {
+			return err
+		}
+		c.Variants = append(c.Variants, v)
+		return nil
+	})
 	fs.StringVar(&c.JSON, "json", "bench-results/page.json", "write the report as JSON here (empty: don't)")
 	fs.StringVar(&c.MD, "md", "", "also write the Markdown table here")
 	if err := fs.Parse(args); err != nil {

@@ -17,19 +17,21 @@ type Stat struct {
 	Values []float64 `json:"values"`
 }
 
-// Row is one figure for each page and renderer, with muxterm/ttyd per renderer (the median of
-// the per-repetition ratios: the repetitions are interleaved, so pairs share the machine's noise).
+// Row is one figure for each page and renderer, with each muxterm page's ratio to ttyd per
+// renderer (the median of the per-repetition ratios: the repetitions are interleaved, so pairs
+// share the machine's noise).
 type Row struct {
 	Name  string           `json:"name"`
 	Unit  string           `json:"unit"`
 	Agg   string           `json:"agg"`   // "median" or "sum"
-	Cells map[string]*Stat `json:"cells"` // "muxterm/dom", "ttyd/dom", "muxterm/webgl", "ttyd/webgl"
-	Ratio map[string]*Stat `json:"ratio"` // "dom", "webgl": muxterm/ttyd
+	Cells map[string]*Stat `json:"cells"` // PAGE/RENDERER: "muxterm/dom", "ttyd/dom", "muxterm/webgl", …
+	Ratio map[string]*Stat `json:"ratio"` // PAGE/RENDERER, PAGE/ttyd: "muxterm/dom", …
 }
 
 // Report is the whole result, written as JSON.
 type Report struct {
 	Tool         string        `json:"tool"`
+	Pages        []string      `json:"pages"`
 	Date         string        `json:"date"`
 	Seconds      float64       `json:"seconds"`
 	Go           string        `json:"go"`
@@ -68,7 +70,7 @@ var figures = []figure{
 }
 
 func buildReport(cfg config, all []measurement, started time.Time) *Report {
-	r := &Report{Tool: "pagebench", Date: started.UTC().Format(time.RFC3339), Go: runtime.Version(), Config: cfg, Measurements: all}
+	r := &Report{Tool: "pagebench", Pages: pages(cfg), Date: started.UTC().Format(time.RFC3339), Go: runtime.Version(), Config: cfg, Measurements: all}
 	for _, f := range figures {
 		row := Row{Name: f.name, Unit: f.unit, Agg: f.agg, Cells: map[string]*Stat{}, Ratio: map[string]*Stat{}}
 		if strings.HasPrefix(f.name, "`seq 1 N`") {
@@ -83,16 +85,18 @@ func buildReport(cfg config, all []measurement, started time.Time) *Report {
 			row.Cells[k] = summarise(vs, f.agg)
 		}
 		if f.agg == "median" {
-			for _, rd := range renderers {
-				a, b := vals["muxterm/"+rd], vals["ttyd/"+rd]
-				var rs []float64
-				for i := 0; i < min(len(a), len(b)); i++ {
-					if b[i] != 0 {
-						rs = append(rs, a[i]/b[i])
+			for _, pg := range r.Pages[:len(r.Pages)-1] {
+				for _, rd := range renderers {
+					a, b := vals[pg+"/"+rd], vals["ttyd/"+rd]
+					var rs []float64
+					for i := 0; i < min(len(a), len(b)); i++ {
+						if b[i] != 0 {
+							rs = append(rs, a[i]/b[i])
+						}
 					}
-				}
-				if len(rs) > 0 {
-					row.Ratio[rd] = summarise(rs, "median")
+					if len(rs) > 0 {
+						row.Ratio[pg+"/"+rd] = summarise(rs, "median")
+					}
 				}
 			}
 		}
@@ -139,8 +143,18 @@ func fmtNum(v float64, unit string) string {
 
 func writeMarkdown(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "pagebench %s, %d interleaved repetitions, %.0f s; %s; %s; %d×%d\n\n", r.Date, r.Config.Reps, r.Seconds, r.TTYDVersion, r.Chromium, r.Config.Width, r.Config.Height)
-	fmt.Fprintln(w, "| | muxterm, DOM | ttyd, DOM | muxterm/ttyd | muxterm, WebGL | ttyd, WebGL | muxterm/ttyd |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
+	head := []string{""}
+	for _, rd := range renderers {
+		name := map[string]string{"dom": "DOM", "webgl": "WebGL"}[rd]
+		for _, pg := range r.Pages {
+			head = append(head, pg+", "+name)
+		}
+		for _, pg := range r.Pages[:len(r.Pages)-1] {
+			head = append(head, pg+"/ttyd")
+		}
+	}
+	fmt.Fprintf(w, "| %s |\n", strings.Join(head, " | "))
+	fmt.Fprintf(w, "|%s\n", strings.Repeat(" --- |", len(head)))
 	for _, row := range r.Rows {
 		cells := []string{strings.TrimSpace(row.Name)}
 		if strings.HasPrefix(row.Name, "  ") {
@@ -150,18 +164,19 @@ func writeMarkdown(w io.Writer, r *Report) {
 			cells[0] += fmt.Sprintf(" (sum of %d runs)", r.Config.Reps)
 		}
 		for _, rd := range renderers {
-			for _, s := range servers {
-				st := row.Cells[s+"/"+rd]
-				if st == nil {
+			for _, pg := range r.Pages {
+				if st := row.Cells[pg+"/"+rd]; st != nil {
+					cells = append(cells, fmtNum(st.Value, row.Unit))
+				} else {
 					cells = append(cells, "–")
-					continue
 				}
-				cells = append(cells, fmtNum(st.Value, row.Unit))
 			}
-			if rt := row.Ratio[rd]; rt != nil {
-				cells = append(cells, fmt.Sprintf("%.2f×", rt.Value))
-			} else {
-				cells = append(cells, "")
+			for _, pg := range r.Pages[:len(r.Pages)-1] {
+				if rt := row.Ratio[pg+"/"+rd]; rt != nil {
+					cells = append(cells, fmt.Sprintf("%.2f×", rt.Value))
+				} else {
+					cells = append(cells, "")
+				}
 			}
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))

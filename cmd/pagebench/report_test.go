@@ -11,7 +11,7 @@ import (
 func TestReportRatiosArePerRepetition(t *testing.T) {
 	var all []measurement
 	for rep, pair := range [][2]float64{{10, 20}, {30, 10}, {20, 20}} {
-		for i, s := range servers {
+		for i, s := range []string{"muxterm", "ttyd"} {
 			for _, r := range renderers {
 				all = append(all, measurement{Server: s, Renderer: r, Rep: rep + 1,
 					Idle: []float64{pair[i]}, Bulk: keyResult{KeyMS: pair[i] * 100}, Discards: i})
@@ -25,7 +25,7 @@ func TestReportRatiosArePerRepetition(t *testing.T) {
 	}
 	// Per repetition 0.5, 3 and 1: the median is 1 (the ratio of the medians would be 20/20 too,
 	// so check the values).
-	if r := idle.Ratio["webgl"]; r == nil || r.Value != 1 || len(r.Values) != 3 || r.Values[0] != 0.5 || r.Values[1] != 3 {
+	if r := idle.Ratio["muxterm/webgl"]; r == nil || r.Value != 1 || len(r.Values) != 3 || r.Values[0] != 0.5 || r.Values[1] != 3 {
 		t.Errorf("ratio from idle: got %+v, want the values 0.5, 3, 1 and their median 1", r)
 	}
 	var discards *Row

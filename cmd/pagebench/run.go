@@ -30,10 +30,17 @@ type measurement struct {
 	Discards         int
 }
 
-var (
-	servers   = []string{"muxterm", "ttyd"}
-	renderers = []string{"dom", "webgl"}
-)
+var renderers = []string{"dom", "webgl"}
+
+// pages lists the pages a run measures: muxterm, the -variant names, ttyd.
+func pages(cfg config) []string {
+	out := []string{"muxterm"}
+	for _, v := range cfg.Variants {
+		name, _, _ := strings.Cut(v, "=")
+		out = append(out, name)
+	}
+	return append(out, "ttyd")
+}
 
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	started := time.Now()
@@ -46,12 +53,27 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	gw, token, err := startGateway(ctx, cfg.Gateway, shell)
-	if err != nil {
-		return err
+	// Each muxterm page (the UI of -gateway, and of each -variant) has its gateway.
+	gateways := map[string]*server{}
+	tokens := map[string]string{}
+	defer func() {
+		for _, g := range gateways {
+			g.stop()
+		}
+	}()
+	bins := map[string]string{"muxterm": cfg.Gateway}
+	for _, v := range cfg.Variants {
+		name, bin, _ := strings.Cut(v, "=")
+		bins[name] = bin
 	}
-	defer gw.stop()
-	td, err := startTTYD(ctx, cfg.TTYD, shell)
+	for name, bin := range bins {
+		g, token, err := startGateway(ctx, bin, shell)
+		if err != nil {
+			return err
+		}
+		gateways[name], tokens[name] = g, token
+	}
+	td, err := startTTYD(ctx, cfg.TTYD, shell, cfg.TTYDArgs)
 	if err != nil {
 		return err
 	}
@@ -61,18 +83,21 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopBrowser()
-	logf(stderr, "gateway on %s, ttyd on %s", gw.base, td.base)
+	for name, g := range gateways {
+		logf(stderr, "%s: gateway %s on %s", name, bins[name], g.base)
+	}
+	logf(stderr, "ttyd on %s", td.base)
 
 	var all []measurement
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, r := range rotate(renderers, rep) {
-			for _, s := range rotate(servers, rep) {
+			for _, s := range rotate(pages(cfg), rep) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				url := td.base + "/?rendererType=" + r
-				if s == "muxterm" {
-					url = gw.base + "/?renderer=" + r + "&token=" + token
+				if g := gateways[s]; g != nil {
+					url = g.base + "/?renderer=" + r + "&token=" + tokens[s]
 				}
 				t := time.Now()
 				m, err := measure(ctx, bctx, cfg, s, r, url)
@@ -162,7 +187,7 @@ func measure(ctx context.Context, bctx context.Context, cfg config, server, rend
 		return m, err
 	}
 	m.Discards += d
-	if server == "muxterm" {
+	if server != "ttyd" {
 		// Close the tab so that its session ends with the page.
 		_, err = evalT[any](p, "window.muxterm.closeTab(0)", 10*time.Second)
 	}
@@ -184,7 +209,7 @@ func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms,
 		}
 	}()
 	var start, stop []func() error
-	if server == "muxterm" {
+	if server != "ttyd" {
 		start = []func() error{
 			eval("window.muxterm.newTab()"),
 			func() error {

@@ -119,7 +119,7 @@ func startGateway(ctx context.Context, bin, shell string) (*server, string, erro
 }
 
 // startTTYD runs ttyd on a free loopback port with the same terminal settings as muxterm's UI.
-func startTTYD(ctx context.Context, bin, shell string) (*server, error) {
+func startTTYD(ctx context.Context, bin, shell string, extra []string) (*server, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("free port: %w", err)
@@ -129,7 +129,8 @@ func startTTYD(ctx context.Context, bin, shell string) (*server, error) {
 	cmd := exec.Command(bin, "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-W",
 		"-t", "fontFamily="+fontFamily, "-t", fmt.Sprintf("fontSize=%d", fontSize),
 		"-t", fmt.Sprintf("lineHeight=%g", lineHeight), "-t", fmt.Sprintf("scrollback=%d", scrollback),
-		"-t", "disableLeaveAlert=true", "-t", "disableResizeOverlay=true", shell)
+		"-t", "disableLeaveAlert=true", "-t", "disableResizeOverlay=true")
+	cmd.Args = append(append(cmd.Args, extra...), shell)
 	s, err := start(cmd, io.Discard)
 	if err != nil {
 		return nil, err
