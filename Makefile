@@ -127,7 +127,7 @@ bench-full: build
 # TTYD: a ttyd binary built outside the repository (scripts/build-ttyd.sh builds one from ttyd's
 # public source in a scratch folder).
 bench-page: build deps-browser
-	@echo "==> page benchmark: muxterm's UI against ttyd's page in headless Chromium, both renderers, interleaved (about 15 minutes)"
+	@echo "==> page benchmark: muxterm's UI against ttyd's page in headless Chromium, both renderers, interleaved (about 10 minutes)"
 	@test -n "$(TTYD)" || { echo "bench-page: set TTYD=/path/to/ttyd (scripts/build-ttyd.sh builds it in a scratch folder)" >&2; exit 2; }
 	$(GO) run ./cmd/pagebench -gateway $(BIN) -ttyd $(TTYD) -json bench-results/page.json -md bench-results/page.md
 
