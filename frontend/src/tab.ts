@@ -11,6 +11,7 @@ import { showError, type App } from './app';
 import { askClose, detachTab, restartTab } from './actions';
 import { scheduleDetachedRefresh } from './detached';
 import { shortcutFor } from './shortcuts';
+import { dropQueued, inputSent, output } from './pace';
 import { LAYOUT_KEY, RESIZE_DEBOUNCE_MS, theme } from './config';
 
 export interface Tab {
@@ -54,6 +55,7 @@ export function sendInput(app: App, tab: Tab, data: string | Uint8Array): void {
     if (data === '\r' && !tab.restarting && !tab.leaving) void restartTab(app, tab).catch((e: unknown) => showError(app, e));
     return;
   }
+  if (tab === app.tabs[app.active]) inputSent(app);
   if (tab.channel) tab.channel.write(data);
   else if (tab.early.length < 1024) tab.early.push(data);
 }
@@ -302,12 +304,21 @@ export function bindChannel(app: App, tab: Tab, ch: Channel): void {
       // Raw bytes: xterm.js decodes UTF-8 itself, also across frames. Ack once it consumed them.
       // bytes is a view valid until the next event; xterm.js keeps what it is given: copy.
       const n = bytes.length;
-      tab.guard.output(bytes.slice(), replay, () => ch.consumed(n));
+      const b = bytes.slice();
+      output(app, tab, {
+        run: (parsed) =>
+          tab.guard.output(b, replay, () => {
+            ch.consumed(n);
+            parsed();
+          }),
+        drop: () => ch.consumed(n),
+      });
     },
     screen(paint) {
       if (tab.channel !== ch) return;
       // A paint of the screen follows: it redraws a fresh terminal of the session's size.
       tab.sessionSize = { cols: paint.cols, rows: paint.rows };
+      dropQueued(tab);
       tab.guard.reset();
       tab.term.reset();
       layout(app, tab);
@@ -439,6 +450,7 @@ export function removeTab(app: App, tab: Tab): void {
   const i = app.tabs.indexOf(tab);
   if (i < 0) return;
   clearTimeout(tab.resizeTimer);
+  dropQueued(tab);
   disableWebgl(app, tab);
   tab.term.dispose();
   tab.pane.remove();
