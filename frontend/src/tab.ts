@@ -126,7 +126,9 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
 
   const term = new Terminal({
     allowProposedApi: true, // term.unicode (unicode11)
-    cursorBlink: true,
+    // A steady cursor: the DOM renderer blinks with a CSS animation, which keeps Chromium
+    // drawing frames and puts a keystroke's echo a frame later (key to glyph from idle 13 → 30 ms).
+    cursorBlink: false,
     fontFamily: 'ui-monospace, "DejaVu Sans Mono", "Cascadia Mono", Menlo, Consolas, monospace',
     fontSize: 14,
     // The DOM renderer sizes each row to the font's ascent + descent rounded down to whole
