@@ -29,7 +29,7 @@ FRONTEND_SRC    := $(shell find frontend/src frontend/scripts -type f 2>/dev/nul
 CLIENT_STAMP    := $(CLIENT)/dist/index.js
 FRONTEND_STAMP  := frontend/dist/app.js
 
-.PHONY: all run build install client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode test-install test-readme bench bench-full bench-cluster lint deps deps-browser deps-tools clean
+.PHONY: all run build install client frontend test test-unit test-race test-fuzz test-e2e test-browser test-npm test-vscode test-install test-readme bench bench-full bench-cluster bench-page lint deps deps-browser deps-tools clean
 
 all: build
 
@@ -164,6 +164,13 @@ bench: build
 bench-full: build
 	@echo "==> muxbench, full run (about 8 minutes)"
 	$(GO) run ./cmd/muxbench -gateway $(BIN) -json bench-results/muxbench-full.json -md bench-results/muxbench-full.md
+
+# TTYD: a ttyd binary built outside the repository (scripts/build-ttyd.sh builds one from ttyd's
+# public source in a scratch folder).
+bench-page: build deps-browser
+	@echo "==> page benchmark: muxterm's UI against ttyd's page in headless Chromium, both renderers, interleaved (about 10 minutes)"
+	@test -n "$(TTYD)" || { echo "bench-page: set TTYD=/path/to/ttyd (scripts/build-ttyd.sh builds it in a scratch folder)" >&2; exit 2; }
+	$(GO) run ./cmd/pagebench -gateway $(BIN) -ttyd $(TTYD) -json bench-results/page.json -md bench-results/page.md
 
 bench-cluster: build
 	@echo "==> cluster figures: three nodes with embedded NATS, relayed against local (muxbench -only cluster); the directory's write rate (about 1 minute)"

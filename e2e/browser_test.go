@@ -422,3 +422,38 @@ func TestBrowserRepaintsWhatTheRingLost(t *testing.T) {
 	}
 	b.screenshot("repainted")
 }
+
+// TestBrowserHiddenTabKeepsItsOutputWhileTyping: output that a hidden tab receives while the
+// visible tab is typed into yields to the typing but is parsed whole and in order.
+func TestBrowserHiddenTabKeepsItsOutputWhileTyping(t *testing.T) {
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, false)
+	eval[string](b, "window.muxterm.newTab()")
+	b.waitJS("window.muxterm.tabs().length === 2 && window.muxterm.activeIndex() === 1", 10*time.Second)
+	b.waitPrompt()
+	b.typeText("seq 1 30000 | sed 's/^/n/'; echo do''ne\r")
+	eval[any](b, "window.muxterm.activate(0)")
+	b.waitJS("window.muxterm.activeIndex() === 0", 10*time.Second)
+	for i := 0; i < 20; i++ {
+		b.echo(fmt.Sprintf("typed-%d''x", i))
+	}
+	b.waitJS("window.muxterm.bufferText(1).includes('\\ndone')", 60*time.Second)
+	text := eval[string](b, "window.muxterm.bufferText(1)")
+	i := strings.Index(text, "\nn25000\n")
+	if i < 0 {
+		t.Fatalf("the hidden tab lacks line n25000: %d bytes, ending %q", len(text), text[max(0, len(text)-200):])
+	}
+	lines := strings.Split(text[i+1:], "\n")
+	if len(lines) < 5002 {
+		t.Fatalf("the hidden tab shows %d lines from n25000 on, want n25000 … n30000 and done", len(lines))
+	}
+	for k := 25000; k <= 30000; k++ {
+		if got := lines[k-25000]; got != fmt.Sprintf("n%d", k) {
+			t.Fatalf("line %d of the hidden tab's output reads %q, want n%d", k, got, k)
+		}
+	}
+	if lines[5001] != "done" {
+		t.Errorf("after n30000 the hidden tab shows %q, want done", lines[5001])
+	}
+	b.screenshot("hidden-tab-while-typing")
+}

@@ -405,7 +405,7 @@ func TestBrowserDOMRendererUnderscore(t *testing.T) {
 		}
 		return p
 	}
-	// The cursor blinks elsewhere (next line); the row holds only a_b.
+	// The cursor is elsewhere (next line); the row holds only a_b.
 	img := shot()
 	under := eval[rect](b, "(() => { const r = window.muxterm.cellRect('a_b', 1); return {X: r.x, Y: r.y, W: r.w, H: r.h} })()")
 	a := eval[rect](b, "(() => { const r = window.muxterm.cellRect('a_b', 0); return {X: r.x, Y: r.y, W: r.w, H: r.h} })()")

@@ -2,6 +2,7 @@
 // entry (scripts/build.mjs): the one place that runs anything. The modules only define:
 //   app.ts       the page's state (App) and its start
 //   tab.ts       a tab: its terminal, size, renderer, rendering, the layout kept across reloads
+//   pace.ts      a hidden tab's output yields to typing in the visible tab
 //   actions.ts   new, restart, reattach, close (with its confirmation), detach
 //   detached.ts  the detached-sessions panel
 //   shortcuts.ts the keyboard shortcuts, search and help

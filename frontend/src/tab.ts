@@ -11,6 +11,7 @@ import { showError, writable, type App } from './app';
 import { askClose, detachTab, restartTab } from './actions';
 import { scheduleDetachedRefresh } from './detached';
 import { shortcutFor } from './shortcuts';
+import { dropQueued, inputSent, output } from './pace';
 import { LAYOUT_KEY, RESIZE_DEBOUNCE_MS } from './config';
 import { termTheme, webglWanted } from './settings';
 import { wireClipboard } from './clipboard';
@@ -60,6 +61,7 @@ export function sendInput(app: App, tab: Tab, data: string | Uint8Array): void {
     if (data === '\r' && !tab.restarting && !tab.leaving) void restartTab(app, tab).catch((e: unknown) => showError(app, e));
     return;
   }
+  if (tab === app.tabs[app.active]) inputSent(app);
   if (tab.channel) tab.channel.write(data);
   else if (tab.early.length < 1024) tab.early.push(data);
 }
@@ -141,7 +143,9 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
 
   const term = new Terminal({
     allowProposedApi: true, // term.unicode (unicode11)
-    cursorBlink: true,
+    // Steady unless the settings ask: the DOM renderer blinks with a CSS animation, which keeps
+    // Chromium drawing frames and puts a keystroke's echo a frame later (settings.ts).
+    cursorBlink: app.settings.cursorBlink,
     fontFamily: 'ui-monospace, "DejaVu Sans Mono", "Cascadia Mono", Menlo, Consolas, monospace',
     fontSize: app.settings.fontSize,
     // The DOM renderer sizes each row to the font's ascent + descent rounded down to whole
@@ -323,12 +327,21 @@ export function bindChannel(app: App, tab: Tab, ch: Channel): void {
       // Raw bytes: xterm.js decodes UTF-8 itself, also across frames. Ack once it consumed them.
       // bytes is a view valid until the next event; xterm.js keeps what it is given: copy.
       const n = bytes.length;
-      tab.guard.output(bytes.slice(), replay, () => ch.consumed(n));
+      const b = bytes.slice();
+      output(app, tab, {
+        run: (parsed) =>
+          tab.guard.output(b, replay, () => {
+            ch.consumed(n);
+            parsed();
+          }),
+        drop: () => ch.consumed(n),
+      });
     },
     screen(paint) {
       if (tab.channel !== ch) return;
       // A paint of the screen follows: it redraws a fresh terminal of the session's size.
       tab.sessionSize = { cols: paint.cols, rows: paint.rows };
+      dropQueued(tab);
       tab.guard.reset();
       tab.term.reset();
       layout(app, tab);
@@ -472,6 +485,7 @@ export function removeTab(app: App, tab: Tab): void {
   const i = app.tabs.indexOf(tab);
   if (i < 0) return;
   clearTimeout(tab.resizeTimer);
+  dropQueued(tab);
   disableWebgl(app, tab);
   tab.term.dispose();
   tab.pane.remove();
