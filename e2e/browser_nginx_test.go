@@ -123,9 +123,8 @@ func TestBrowserBehindNginx(t *testing.T) {
 	pre.Close()
 	origin := "https://" + front
 	g := startGateway(t, "--base-path", "/term/", "--allow-origin", origin)
-	if !strings.Contains(g.Logs(), "/term/auth?token=") {
-		t.Errorf("the sign-in URL the gateway prints does not name the base path:\n%s", g.Logs())
-	}
+	// The sign-in line follows the listening line the harness waits for: wait for it too.
+	g.waitLog(t, "/term/auth?token=", 1, 10*time.Second)
 	cert, key, _ := selfSigned(t)
 	startNginx(t, front, strings.TrimPrefix(g.Base, "http://"), cert, key)
 
