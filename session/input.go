@@ -40,11 +40,13 @@ func (s *Session) Write(p []byte) (int, error) {
 		s.recordInput(p)
 		return len(p), nil
 	}
+	// Recorded before it is written: a program that exits on this input can end the recording
+	// before the write returns.
+	s.recordInput(p)
 	n, err := s.writeNow(p)
 	if err != nil {
 		return 0, fmt.Errorf("write %s: %w", s.id, s.closedErr(err))
 	}
-	s.recordInput(p)
 	if n < len(p) {
 		s.inQueue = append(s.inQueue[:0], p[n:]...)
 		s.inDraining = true
