@@ -59,6 +59,14 @@ func (f *fakeRemote) Capture(context.Context, string, bool, proto.CaptureParams)
 	return proto.CaptureResult{}, ErrNotRemote
 }
 
+func (f *fakeRemote) Recordings(context.Context, string, bool, string) ([]proto.RecordingInfo, error) {
+	return nil, nil
+}
+
+func (f *fakeRemote) ReadRecording(context.Context, string, bool, proto.RecordingReadParams) (proto.RecordingReadResult, error) {
+	return proto.RecordingReadResult{}, ErrNotRemote
+}
+
 // fakeRelay is a relay whose owner the test plays.
 type fakeRelay struct {
 	notify  func()

@@ -1,0 +1,140 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/internal/testutil"
+	"github.com/muxterm/muxterm/proto"
+)
+
+// A recording made on node a is read through node b: while it is being written (relayed to a),
+// once it ended (listed and read byte for byte from the cluster's store), and after a stopped;
+// another principal gets through b exactly what a random id gets.
+func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
+	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir(), "c": t.TempDir()}
+	extra := map[string][]string{}
+	for n, d := range dirs {
+		extra[n] = []string{"--record", d}
+	}
+	tc := startClusterWith(t, extra, "a", "b", "c")
+	a, b, c := tc.nodes["a"], tc.nodes["b"], tc.nodes["c"]
+	ca, cb := dialAs(t, a, tc.alice), dialAs(t, b, tc.alice)
+	bobB := dialAs(t, b, tc.bob)
+	ctx := ctxT(t, 90*time.Second)
+
+	ch, err := ca.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Name: "clustered",
+		Cmd: []string{"sh", "-c", `stty -echo; printf 'recorded on a\n'; read x; printf 'got %s\n' "$x"; exit 0`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ch.Session()
+	if _, err := ch.ReadUntil(ctx, "recorded on a"); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dirs["a"], id+".cast")
+
+	// Being written on a: b lists it as active and reads it through a.
+	waitListed(t, cb, id, "a", 5*time.Second)
+	var active proto.RecordingInfo
+	testutil.WaitFor(t, 10*time.Second, "the active recording listed through b", func() bool {
+		list, err := cb.Recordings(ctx, "")
+		if err != nil {
+			t.Fatalf("recording.list through b: %v", err)
+		}
+		for _, r := range list {
+			if r.Recording == id && r.Active && r.Bytes > 0 {
+				active = r
+				return true
+			}
+		}
+		return false
+	})
+	res, err := cb.ReadRecording(ctx, id, 0, proto.MaxRecordingRead)
+	if err != nil {
+		t.Fatalf("recording.read of a's active recording through b: %v", err)
+	}
+	onDisk, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Data) == 0 || !bytes.HasPrefix(onDisk, res.Data) || !strings.Contains(string(res.Data), `"muxterm"`) {
+		t.Fatalf("active recording read through b: %q, want a prefix of a's file %q", res.Data, onDisk)
+	}
+	t.Logf("active recording through b: listed with %d bytes, read %d of a's %d", active.Bytes, len(res.Data), len(onDisk))
+
+	// Its end: stored, and listed through b as ended, with a's file's size.
+	if _, err := ch.Write([]byte("bye\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch.Exited():
+	case <-ctx.Done():
+		t.Fatal("the program did not exit")
+	}
+	var stored proto.RecordingInfo
+	ended := time.Now()
+	testutil.WaitFor(t, 20*time.Second, "the ended recording listed through b", func() bool {
+		list, err := cb.Recordings(ctx, id)
+		if err != nil {
+			t.Fatalf("recording.list through b: %v", err)
+		}
+		if len(list) == 1 && !list[0].Active {
+			if st, err := os.Stat(file); err == nil && st.Size() == list[0].Bytes {
+				stored = list[0]
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("exit on a → ended recording listed through b: %v", time.Since(ended))
+	if stored.Name != "clustered" || stored.Cols != 80 || stored.Rows != 24 {
+		t.Fatalf("stored recording's facts through b: %+v", stored)
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(want), "got bye") {
+		t.Fatalf("a's recording lacks the session's end: %q", want)
+	}
+	export := func(c *client.Client, via string) {
+		t.Helper()
+		var buf bytes.Buffer
+		if _, err := c.ExportRecording(ctx, id, &buf); err != nil {
+			t.Fatalf("export through %s: %v", via, err)
+		}
+		if !bytes.Equal(buf.Bytes(), want) {
+			t.Fatalf("export through %s: %d bytes, want a's file's %d bytes exactly (first difference at %d)",
+				via, buf.Len(), len(want), firstDiff(buf.Bytes(), want))
+		}
+	}
+	export(cb, "b")
+
+	// Another principal: exactly a random id's error, through b; nothing listed.
+	fake := randomSessionID()
+	_, errOther := bobB.ReadRecording(ctx, id, 0, 100)
+	_, errFake := bobB.ReadRecording(ctx, fake, 0, 100)
+	if kindOf(t, errOther) != proto.KindUnknownSession || kindOf(t, errFake) != proto.KindUnknownSession ||
+		strings.ReplaceAll(errOther.Error(), id, "<id>") != strings.ReplaceAll(errFake.Error(), fake, "<id>") {
+		t.Fatalf("bob reads alice's recording through b: %v; a random id: %v; want the same unknown_session", errOther, errFake)
+	}
+	if list, err := bobB.Recordings(ctx, ""); err != nil || len(list) != 0 {
+		t.Fatalf("bob's recording.list through b: %+v, %v; want none", list, err)
+	}
+
+	// a stops: b and c still play it, from the store.
+	a.Stop(15 * time.Second)
+	export(cb, "b after a stopped")
+	export(dialAs(t, c, tc.alice), "c after a stopped")
+	if _, err := os.Stat(filepath.Join(dirs["b"], id+".cast")); !os.IsNotExist(err) {
+		t.Fatalf("b's own directory holds a's recording (%v): the read must come from the store", err)
+	}
+}
