@@ -87,8 +87,8 @@ type Config struct {
 	// Sessions counts this node's sessions (for least-sessions placement).
 	Sessions func() int
 	Logger   *slog.Logger
-	// OnUnverified, if set, counts a directory entry or heartbeat ignored because its
-	// signature does not verify (kind "entry" or "heartbeat").
+	// OnUnverified, if set, counts a directory entry, heartbeat or stored recording ignored
+	// because its signature does not verify (kind "entry", "heartbeat" or "recording").
 	OnUnverified func(kind string)
 }
 
