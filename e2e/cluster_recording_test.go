@@ -16,8 +16,9 @@ import (
 )
 
 // A recording made on node a is read through node b: while it is being written (relayed to a),
-// once it ended (listed and read byte for byte from the cluster's store), and after a stopped;
-// another principal gets through b exactly what a random id gets.
+// once it ended (listed and read byte for byte from the cluster's store), and after a stopped,
+// as is the recording of a session a's shutdown ended; another principal gets through b exactly
+// what a random id gets.
 func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
 	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir(), "c": t.TempDir()}
 	extra := map[string][]string{}
@@ -130,10 +131,27 @@ func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
 		t.Fatalf("bob's recording.list through b: %+v, %v; want none", list, err)
 	}
 
-	// a stops: b and c still play it, from the store.
+	// a stops with a session still running: its recording ends with the shutdown and is stored
+	// before a leaves; b and c still play both, from the store.
+	running := catSession(ctx, t, ca) // its output, READY, read
 	a.Stop(15 * time.Second)
 	export(cb, "b after a stopped")
 	export(dialAs(t, c, tc.alice), "c after a stopped")
+	runningFile, err := os.ReadFile(filepath.Join(dirs["a"], running.Session()+".cast"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cb.Recordings(ctx, running.Session())
+	if err != nil || len(list) != 1 || list[0].Active || list[0].Bytes != int64(len(runningFile)) {
+		t.Fatalf("the recording a's shutdown ended, listed through b: %+v, %v; want it ended, %d bytes", list, err, len(runningFile))
+	}
+	var buf bytes.Buffer
+	if _, err := cb.ExportRecording(ctx, running.Session(), &buf); err != nil || !bytes.Equal(buf.Bytes(), runningFile) {
+		t.Fatalf("the recording a's shutdown ended, through b: %d bytes, %v; want a's file's %d exactly", buf.Len(), err, len(runningFile))
+	}
+	if !strings.Contains(string(runningFile), "READY") {
+		t.Fatalf("a's recording of the running session lacks its output: %q", runningFile)
+	}
 	if _, err := os.Stat(filepath.Join(dirs["b"], id+".cast")); !os.IsNotExist(err) {
 		t.Fatalf("b's own directory holds a's recording (%v): the read must come from the store", err)
 	}
