@@ -118,6 +118,10 @@ func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
 		}
 	}
 	export(cb, "b")
+	// a holds it on disk and in the store: listed once, as a sees it.
+	if list, err := ca.Recordings(ctx, ""); err != nil || len(list) != 1 || list[0] != stored {
+		t.Fatalf("a's own list: %+v, %v; want %s once, as b lists it (%+v)", list, err, id, stored)
+	}
 
 	// Another principal: exactly a random id's error, through b; nothing listed.
 	fake := randomSessionID()
