@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,5 +206,64 @@ func TestRecordingStoreRetention(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, id1+record.Ext)); err != nil {
 		t.Fatalf("the local file of a recording removed from the store: %v; want it kept", err)
+	}
+}
+
+// syncBuffer is a log's destination that the node's goroutines write while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestRecordingUploadRetriesThenGoesOn: an upload that keeps failing (a file that is a symbolic
+// link, never followed) is tried uploadAttempts times and logged as an error; the next
+// recording in the queue is stored all the same.
+func TestRecordingUploadRetriesThenGoesOn(t *testing.T) {
+	e := startServer(t)
+	dir := t.TempDir()
+	p1, _, i1 := writeRecording(t, dir, id1, "alice", "one\r\n")
+	link := filepath.Join(dir, id2+record.Ext)
+	if err := os.Symlink(p1, link); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	a, err := New(Config{NATS: e.ClientURL(), Name: "a", URL: "ws://127.0.0.1:1/ws", Token: "t", TTL: testTTL, Replicas: 1,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetRecordings(record.Retention{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	linked := i1
+	linked.ID = id2
+	a.RecordingEnded(link, linked)
+	uploadNow(t, a, p1, i1)
+	rs, err := a.Recordings(ctx, "alice", false, "")
+	if err != nil || len(rs) != 1 || rs[0].Recording != id1 {
+		t.Fatalf("after a failing upload and a good one: %+v, %v; want only %s", rs, err, id1)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "upload failed; retrying"); n != uploadAttempts-1 {
+		t.Fatalf("%d retries logged, want %d:\n%s", n, uploadAttempts-1, out)
+	}
+	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "recording="+id2) {
+		t.Fatalf("the abandoned upload is not logged as an error naming it:\n%s", out)
 	}
 }
