@@ -17,8 +17,8 @@ import (
 
 // A recording made on node a is read through node b: while it is being written (relayed to a),
 // once it ended (listed and read byte for byte from the cluster's store), and after a stopped,
-// as is the recording of a session a's shutdown ended; another principal gets through b exactly
-// what a random id gets.
+// as is the recording of a session a's shutdown ended; an admin reads it too, a read-only
+// principal gets forbidden and another principal exactly what a random id gets, through b.
 func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
 	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir(), "c": t.TempDir()}
 	extra := map[string][]string{}
@@ -70,6 +70,17 @@ func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
 		t.Fatalf("active recording read through b: %q, want a prefix of a's file %q", res.Data, onDisk)
 	}
 	t.Logf("active recording through b: listed with %d bytes, read %d of a's %d", active.Bytes, len(res.Data), len(onDisk))
+	rootB := dialAs(t, b, tc.root)
+	if res, err := rootB.ReadRecording(ctx, id, 0, proto.MaxRecordingRead); err != nil || !bytes.HasPrefix(onDisk, res.Data) || len(res.Data) == 0 {
+		t.Fatalf("an admin reads alice's active recording through b: %d bytes, %v; want a prefix of a's file", len(res.Data), err)
+	}
+	carolB := dialAs(t, b, tc.carol)
+	if _, err := carolB.Recordings(ctx, ""); kindOf(t, err) != proto.KindForbidden {
+		t.Fatalf("a read-only principal lists recordings through b: %v, want forbidden", err)
+	}
+	if _, err := carolB.ReadRecording(ctx, id, 0, 100); kindOf(t, err) != proto.KindForbidden {
+		t.Fatalf("a read-only principal reads a recording through b: %v, want forbidden", err)
+	}
 
 	// Its end: stored, and listed through b as ended, with a's file's size.
 	if _, err := ch.Write([]byte("bye\n")); err != nil {
@@ -134,6 +145,10 @@ func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
 	if list, err := bobB.Recordings(ctx, ""); err != nil || len(list) != 0 {
 		t.Fatalf("bob's recording.list through b: %+v, %v; want none", list, err)
 	}
+	if list, err := rootB.Recordings(ctx, ""); err != nil || len(list) != 1 || list[0] != stored {
+		t.Fatalf("an admin's recording.list through b: %+v, %v; want alice's %+v", list, err, stored)
+	}
+	export(rootB, "b as an admin")
 
 	// a stops with a session still running: its recording ends with the shutdown and is stored
 	// before a leaves; b and c still play both, from the store.
