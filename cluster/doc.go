@@ -124,6 +124,9 @@
 //   - Node.uploader (one per node, Node.Start): uploads the ended recordings RecordingEnded
 //     queued, in order, each tried up to uploadAttempts times, then applies the store's size
 //     bound; ends with Node.Close, after a bounded flush (flushUploads).
+//   - Node.StoreMissing's compare (one per start of a recording node, short): lists the store
+//     (again every 0.5 s, for at most a minute, while it does not answer) and queues the uploads
+//     of the node's ended recordings it lacks; ends then, or with Node.Close.
 //   - Node.heartbeatLoop (one per node, started right after the NATS connection, before the
 //     directory bucket is ready): publishes this node's heartbeat (name, node URL, boot id,
 //     session count) every TTL/5; ends with Node.Close.

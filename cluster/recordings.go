@@ -74,15 +74,17 @@ type recordings struct {
 	wake     chan struct{} // an upload was queued (wakeC)
 
 	// mu guards the fields below; a leaf, no I/O under it.
-	mu      sync.Mutex
-	ret     record.Retention // SetRecordings: the bucket's TTL and size bound
-	upload  bool             // SetRecordings was called: this node records
-	store   jetstream.ObjectStore
-	q       []upload
-	idle    chan struct{} // closed when q drains; nil while it is empty
-	cache   map[string]*cached
-	cached  int64
-	lastUse uint64
+	mu     sync.Mutex
+	ret    record.Retention // SetRecordings: the bucket's TTL and size bound
+	upload bool             // SetRecordings was called: this node records
+	store  jetstream.ObjectStore
+	// configured: this process created the store or set its retention (recordingStore).
+	configured bool
+	q          []upload
+	idle       chan struct{} // closed when q drains; nil while it is empty
+	cache      map[string]*cached
+	cached     int64
+	lastUse    uint64
 }
 
 type upload struct {
@@ -198,18 +200,19 @@ func (n *Node) uploadWithRetries(u upload) {
 
 var errTooLarge = errors.New("larger than the store's bound")
 
-// recordingStore is the object store: created (or its retention updated) by a node that
-// records, looked up by one that does not; nil and no error when no node created it yet.
-func (n *Node) recordingStore(ctx context.Context) (jetstream.ObjectStore, error) {
+// recordingStore is the object store, nil and no error when no node created it yet. The
+// uploader (create) creates it, or sets its retention, once per process; readers only look it
+// up, so a list or a read never waits to place a bucket's replicas.
+func (n *Node) recordingStore(ctx context.Context, create bool) (jetstream.ObjectStore, error) {
 	r := &n.recs
 	r.mu.Lock()
-	obs, up, ret := r.store, r.upload, r.ret
+	obs, configured, ret := r.store, r.configured, r.ret
 	r.mu.Unlock()
-	if obs != nil {
+	if obs != nil && (configured || !create) {
 		return obs, nil
 	}
 	var err error
-	if up {
+	if create {
 		obs, err = n.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: RecordingsBucket,
 			Description: "muxterm recordings: <recording id> → its asciicast file", TTL: ret.MaxAge,
 			Storage: jetstream.FileStorage, Replicas: n.cfg.Replicas})
@@ -224,6 +227,7 @@ func (n *Node) recordingStore(ctx context.Context) (jetstream.ObjectStore, error
 	}
 	r.mu.Lock()
 	r.store = obs
+	r.configured = r.configured || create
 	r.mu.Unlock()
 	return obs, nil
 }
@@ -261,7 +265,7 @@ func (n *Node) upload(u upload) error {
 	m[metaSig] = n.sign.sum("recording", recordingFields(in.ID, m)...)
 	ctx, cancel := context.WithTimeout(n.ctx, 4*opTimeout)
 	defer cancel()
-	obs, err := n.recordingStore(ctx)
+	obs, err := n.recordingStore(ctx, true)
 	if err != nil {
 		return err
 	}
@@ -331,7 +335,7 @@ func (n *Node) Recordings(ctx context.Context, principal string, admin bool, id 
 			out = append(out, r)
 		}
 	}
-	obs, err := n.recordingStore(ctx)
+	obs, err := n.recordingStore(ctx, false)
 	if err != nil {
 		return nil, err
 	}
@@ -437,7 +441,7 @@ func (n *Node) readAtOwner(ctx context.Context, url, principal string, p proto.R
 // readStored reads p's range of a stored recording; another principal's is mux.ErrNotRemote,
 // as a recording that does not exist.
 func (n *Node) readStored(ctx context.Context, principal string, admin bool, p proto.RecordingReadParams) (proto.RecordingReadResult, error) {
-	obs, err := n.recordingStore(ctx)
+	obs, err := n.recordingStore(ctx, false)
 	if err != nil || obs == nil {
 		return proto.RecordingReadResult{}, cmp.Or(err, mux.ErrNotRemote)
 	}
@@ -519,4 +523,69 @@ func (n *Node) storedContent(ctx context.Context, obs jetstream.ObjectStore, oi 
 	r.cache[oi.Name] = &cached{nuid: oi.NUID, data: data, used: r.lastUse}
 	r.cached += int64(len(data))
 	return data, nil
+}
+
+// StoreMissing queues the upload of the recordings in infos (a node's own directory, as
+// session.Registry.Recordings lists it for an admin) that the store lacks and that are not
+// being written: those a crash, a stop that ran out of time, failed uploads or a start
+// outside the cluster left on this node only. It lists the store on a goroutine of its own,
+// asking again every 0.5 s for at most a minute while the store does not answer, and returns at
+// once; called after Start.
+func (n *Node) StoreMissing(dir string, infos []session.RecordingInfo) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || n.ctx == nil {
+		return
+	}
+	n.wg.Go(func() {
+		// The store may not answer yet (a JetStream server that just started, an election):
+		// asked again until it does, for at most startTimeout.
+		var stored map[string]bool
+		deadline := time.Now().Add(startTimeout)
+		for attempt := 1; ; attempt++ {
+			var err error
+			if stored, err = n.storedNames(); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				n.log.Warn("recordings: not compared with the store; this node's unstored recordings stay on its disk only", "err", err, "attempts", attempt)
+				return
+			}
+			n.log.Debug("recordings: store not ready", "err", err)
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		queued := 0
+		for _, in := range infos {
+			if !in.Active && !stored[in.ID] {
+				n.RecordingEnded(session.RecordingPath(dir, in.ID), in)
+				queued++
+			}
+		}
+		if queued > 0 {
+			n.log.Info("recordings: storing those of this node the store lacks", "count", queued)
+		}
+	})
+}
+
+// storedNames are the names of the store's recordings (none while no node created it).
+func (n *Node) storedNames() (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+	defer cancel()
+	obs, err := n.recordingStore(ctx, false)
+	if err != nil || obs == nil {
+		return map[string]bool{}, err
+	}
+	list, err := obs.List(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, fmt.Errorf("recordings: list the store: %w", err)
+	}
+	stored := make(map[string]bool, len(list))
+	for _, oi := range list {
+		stored[oi.Name] = true
+	}
+	return stored, nil
 }

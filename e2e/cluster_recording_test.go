@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,5 +174,67 @@ func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dirs["b"], id+".cast")); !os.IsNotExist(err) {
 		t.Fatalf("b's own directory holds a's recording (%v): the read must come from the store", err)
+	}
+}
+
+// A node that crashed with a recorded session running stores that recording when it starts
+// again: the cluster then plays it through another node, byte for byte as the crashed node's
+// file holds it.
+func TestClusterRecordingOfACrashStoredAtRestart(t *testing.T) {
+	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir(), "c": t.TempDir()}
+	extra := map[string][]string{}
+	for n, d := range dirs {
+		extra[n] = []string{"--record", d}
+	}
+	tc := startClusterWith(t, extra, "a", "b", "c")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	ca, cb := dialAs(t, a, tc.alice), dialAs(t, b, tc.alice)
+	ctx := ctxT(t, 90*time.Second)
+
+	// One recording ended and stored first: the store exists (its replicas placed on the three).
+	first, err := ca.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "echo first"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 20*time.Second, "the first recording stored", func() bool {
+		list, err := cb.Recordings(ctx, first.Session())
+		return err == nil && len(list) == 1 && !list[0].Active
+	})
+
+	ch := catSession(ctx, t, ca)
+	id := ch.Session()
+	file := filepath.Join(dirs["a"], id+".cast")
+	if _, err := ch.Write([]byte("before the crash\r")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the echo in a's recording file", func() bool {
+		data, _ := os.ReadFile(file)
+		return bytes.Contains(data, []byte("before the crash"))
+	})
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.exited
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := time.Now()
+	a = tc.restart("a")
+	testutil.WaitFor(t, 30*time.Second, "the crashed session's recording listed through b", func() bool {
+		list, err := cb.Recordings(ctx, id)
+		if err != nil {
+			t.Fatalf("recording.list through b: %v", err)
+		}
+		return len(list) == 1 && !list[0].Active && list[0].Bytes == int64(len(want))
+	})
+	t.Logf("a restarted → its crashed session's recording listed through b: %v", time.Since(restarted))
+	if logs := a.Logs(); !strings.Contains(logs, "storing those of this node the store lacks") || !strings.Contains(logs, "count=1") {
+		t.Fatalf("the restarted node does not say it stored the one recording the store lacked:\n%s", logs)
+	}
+	var buf bytes.Buffer
+	if _, err := cb.ExportRecording(ctx, id, &buf); err != nil || !bytes.Equal(buf.Bytes(), want) {
+		t.Fatalf("export through b: %d bytes, %v; want a's file's %d exactly", buf.Len(), err, len(want))
 	}
 }

@@ -342,6 +342,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if c.rec.dir != "" {
 		// After the adoption: a handed session's recording is active, never pruned.
 		defer keepPruned(ctx, reg, log)()
+		if cl != nil {
+			// What this node holds and the cluster's store lacks (a crash, a start outside the
+			// cluster) is stored now; handed sessions' recordings are active and wait for their end.
+			if infos, err := reg.Recordings("", true, ""); err != nil {
+				log.Warn("recordings: not compared with the cluster's store", "err", err)
+			} else {
+				cl.node.StoreMissing(c.rec.dir, infos)
+			}
+		}
 	}
 
 	base := "http://" + addr
