@@ -16,17 +16,23 @@ import (
 	"github.com/muxterm/muxterm/proto"
 )
 
-// A recording made on node a is read through node b: while it is being written (relayed to a),
-// once it ended (listed and read byte for byte from the cluster's store), and after a stopped,
-// as is the recording of a session a's shutdown ended; an admin reads it too, a read-only
-// principal gets forbidden and another principal exactly what a random id gets, through b.
-func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
+// startRecordingCluster starts nodes a, b and c, each recording into a directory of its own.
+func startRecordingCluster(t *testing.T) (*testCluster, map[string]string) {
+	t.Helper()
 	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir(), "c": t.TempDir()}
 	extra := map[string][]string{}
 	for n, d := range dirs {
 		extra[n] = []string{"--record", d}
 	}
-	tc := startClusterWith(t, extra, "a", "b", "c")
+	return startClusterWith(t, extra, "a", "b", "c"), dirs
+}
+
+// A recording made on node a is read through node b: while it is being written (relayed to a),
+// once it ended (listed and read byte for byte from the cluster's store), and after a stopped,
+// as is the recording of a session a's shutdown ended; an admin reads it too, a read-only
+// principal gets forbidden and another principal exactly what a random id gets, through b.
+func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
+	tc, dirs := startRecordingCluster(t)
 	a, b, c := tc.nodes["a"], tc.nodes["b"], tc.nodes["c"]
 	ca, cb := dialAs(t, a, tc.alice), dialAs(t, b, tc.alice)
 	bobB := dialAs(t, b, tc.bob)
@@ -181,12 +187,7 @@ func TestClusterRecordingPlayedThroughAnotherNode(t *testing.T) {
 // again: the cluster then plays it through another node, byte for byte as the crashed node's
 // file holds it.
 func TestClusterRecordingOfACrashStoredAtRestart(t *testing.T) {
-	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir(), "c": t.TempDir()}
-	extra := map[string][]string{}
-	for n, d := range dirs {
-		extra[n] = []string{"--record", d}
-	}
-	tc := startClusterWith(t, extra, "a", "b", "c")
+	tc, dirs := startRecordingCluster(t)
 	a, b := tc.nodes["a"], tc.nodes["b"]
 	ca, cb := dialAs(t, a, tc.alice), dialAs(t, b, tc.alice)
 	ctx := ctxT(t, 90*time.Second)
