@@ -87,8 +87,8 @@ type Config struct {
 	// Sessions counts this node's sessions (for least-sessions placement).
 	Sessions func() int
 	Logger   *slog.Logger
-	// OnUnverified, if set, counts a directory entry or heartbeat ignored because its
-	// signature does not verify (kind "entry" or "heartbeat").
+	// OnUnverified, if set, counts a directory entry, heartbeat or stored recording ignored
+	// because its signature does not verify (kind "entry", "heartbeat" or "recording").
 	OnUnverified func(kind string)
 }
 
@@ -160,6 +160,8 @@ type Node struct {
 	// mu is taken under it.
 	localMu sync.Mutex
 	local   map[string]session.Event
+
+	recs recordings // the cluster's recordings (recordings.go)
 }
 
 // New returns a Node that is not started; Observe may be used at once (the registry's
@@ -339,6 +341,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.wg.Go(n.monitor)
 	n.publishing.Store(true)
 	n.wg.Go(n.publisher)
+	n.wg.Go(n.uploader)
 	n.log.Info("cluster joined", "nats", n.cfg.NATS, "url", n.cfg.URL, "ttl", n.cfg.TTL, "replicas", n.cfg.Replicas)
 	return nil
 }
@@ -498,6 +501,9 @@ func (n *Node) close(ctx context.Context) {
 	}
 	if err := n.flush(ctx); err != nil {
 		n.log.Warn("cluster: directory writes not flushed before closing; a restart sweeps them", "err", err)
+	}
+	if err := n.flushUploads(ctx); err != nil {
+		n.log.Warn("cluster: recordings not stored before closing; they stay on this node's disk", "err", err)
 	}
 	n.mu.Lock()
 	rs := make([]*relay, 0, len(n.relays))

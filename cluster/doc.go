@@ -10,12 +10,15 @@
 // client and the cluster token (Node implements mux.Remote; a relay implements mux.Relay). The
 // package also sweeps a node's stale entries at start, answers session.capture through the owner,
 // places new sessions, runs the embedded NATS server (embedded.go: its clients and routes
-// authenticated with credentials derived from the cluster token, EmbeddedCredentials) and lets
-// session.open wait for its directory entry (Published).
+// authenticated with credentials derived from the cluster token, EmbeddedCredentials), lets
+// session.open wait for its directory entry (Published) and keeps the cluster's recordings
+// (recordings.go): an ended recording is uploaded to the JetStream object store
+// RecordingsBucket with signed metadata, and recording.list and recording.read answer on any
+// node from the store, or from the owner node while the recording is being written.
 //
 // It imports nats-server (the embedded server only), nats.go and its jetstream package (no other
-// muxterm package does), client, mux, proto, session (the Observer of opens and removals) and
-// internal/procfs.
+// muxterm package does), client, mux, proto, session (the Observer of opens and removals, the
+// recordings' OnEnd), internal/procfs and internal/record (retention).
 //
 // # Data flow
 //
@@ -24,6 +27,9 @@
 //	Node.kvQ ──publisher (retries through elections)──▶ KV put/purge ──watcher──▶ Node.entries (unless tombs has the id)
 //	List / lookup ◀── Node.entries; a miss: ask ──core NATS muxterm.ask──▶ every node's onAsk (from Node.local)
 //	heartbeatLoop ──core NATS muxterm.heartbeat.<node> every TTL/5──▶ every node's onHeartbeat ──▶ Node.peers
+//	Session.endRecording ──RecordOptions.OnEnd──▶ RecordingEnded ──recordings.q──▶ uploader ──object put (≤ 5 tries)──▶ muxterm-recordings, then retention
+//	recording.list ──▶ mux: local dir ∪ Node.Recordings: other live nodes' lists (socket for the principal) ∪ the store's signed objects
+//	recording.read ──▶ mux: local dir, else Node.ReadRecording: the owner node (session running there), else the store (cache ≤ 64 MiB)
 //	monitor (every TTL/20): a peer silent > 3/4 TTL ──▶ lost ──▶ its relays: client closed ──▶ session.closed node_lost
 //
 //	client ──socket──▶ node B: mux conn ──Relay (client.Client, ManualAck)──socket──▶ node A: mux conn ──▶ Session
@@ -115,6 +121,12 @@
 //   - Node.announcer (one per node, Node.Start, before the bucket's load): publishes this node's
 //     entries' additions and removals from annQ on core NATS, in order, then flushes the
 //     connection; ends with Node.Close, after a bounded flush.
+//   - Node.uploader (one per node, Node.Start): uploads the ended recordings RecordingEnded
+//     queued, in order, each tried up to uploadAttempts times, then applies the store's size
+//     bound; ends with Node.Close, after a bounded flush (flushUploads).
+//   - Node.StoreMissing's compare (one per start of a recording node, short): lists the store
+//     (again every 0.5 s, for at most a minute, while it does not answer) and queues the uploads
+//     of the node's ended recordings it lacks; ends then, or with Node.Close.
 //   - Node.heartbeatLoop (one per node, started right after the NATS connection, before the
 //     directory bucket is ready): publishes this node's heartbeat (name, node URL, boot id,
 //     session count) every TTL/5; ends with Node.Close.
@@ -152,6 +164,10 @@
 //     taken under it.
 //   - eventQueue.mu: q, busy, idle (one per queue: annQ, kvQ); taken with session.Registry's
 //     mutex held (append and a non-blocking wake only); a leaf.
+//   - recordings.mu: ret, upload, store (the object store once bound), q and idle (the uploads
+//     queued, closed when they drained), the content cache (cache, cached, lastUse); a leaf, no
+//     I/O under it (RecordingEnded is called on a recording's end goroutine, no session lock
+//     held).
 //   - relay.mu: cur and drains (the current binding and those that ended with a restart and still
 //     hold output, read first, oldest first, with each binding's read, acked, skip), lost,
 //     closing, errs (the owner's id-less errors not yet passed on), ackDebt, sizeBase,

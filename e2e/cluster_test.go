@@ -36,11 +36,14 @@ const clusterTTL = 1500 * time.Millisecond
 const clusterWindow = 64 << 10
 
 // testCluster is three gateway processes, each with an embedded NATS server routed to the
-// other two, sharing a tokens file (alice, bob) and a cluster token.
+// other two, sharing a tokens file (alice, bob; root, an admin; carol, read-only viewing alice)
+// and a cluster token.
 type testCluster struct {
 	t      *testing.T
 	alice  string
 	bob    string
+	root   string
+	carol  string
 	tokens string
 	ctok   string
 	args   map[string][]string // node name → its arguments, to restart it alike
@@ -77,11 +80,13 @@ func startClusterWith(t *testing.T, extra map[string][]string, names ...string) 
 // node name).
 func startClusterEnv(t *testing.T, extra, env map[string][]string, names ...string) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, alice: newToken(), bob: newToken(), ctok: newToken(),
+	tc := &testCluster{t: t, alice: newToken(), bob: newToken(), root: newToken(), carol: newToken(), ctok: newToken(),
 		args: map[string][]string{}, env: env, nodes: map[string]*gateway{}}
 	tc.tokens = writeTokensFile(t, 0o600,
 		tokenLine{"alice", "read-write", tc.alice, ""},
-		tokenLine{"bob", "read-write", tc.bob, ""})
+		tokenLine{"bob", "read-write", tc.bob, ""},
+		tokenLine{"root", "admin", tc.root, ""},
+		tokenLine{"carol", "read-only", tc.carol, "alice"})
 	routes := map[string]int{}
 	for _, n := range names {
 		routes[n] = freePort(t)

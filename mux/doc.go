@@ -13,7 +13,8 @@
 // (write.go). Sessions of other nodes are reached through Remote and Relay (remote.go); an
 // upgrade in place ends a socket with restart.go's notification. recording.go serves
 // recording.list and recording.read (the owner's recordings, every one for an admin, none for a
-// read-only principal or a share link's socket); share links' methods go to ServerOptions.Shares.
+// read-only principal or a share link's socket; in a cluster merged with, and falling back to,
+// Remote.Recordings and Remote.ReadRecording); share links' methods go to ServerOptions.Shares.
 // lease.go is a relay socket's lease (ServerOptions.RelayLease): lease pings from leaseLoop, and
 // the read loop's fence that discards what arrives once the lease has lapsed (docs/protocol.md §1,
 // "At most once"). The wire format itself (frames,

@@ -1,6 +1,12 @@
 package mux
 
 import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/muxterm/muxterm/otel"
@@ -9,9 +15,14 @@ import (
 )
 
 // recording.list and recording.read: the recordings of the gateway's --record directory that
-// the socket's principal owns (every one for an admin). A read-only principal reads none: a
+// the socket's principal owns (every one for an admin) and, in a cluster (Remote), those of the
+// cluster's store and of the other nodes' recordings being written. A read-only principal reads none: a
 // recording may hold input, which it never sees live; nor does a share link's socket, which sees
 // one session live and nothing of the principal's past.
+
+// remoteRecordingsWait bounds a recording.list's or recording.read's questions to the rest of
+// the cluster (the store, the nodes writing recordings).
+const remoteRecordingsWait = 10 * time.Second
 
 func (c *conn) handleRecordingList(req *proto.Request) {
 	p, e := proto.DecodeRecordingList(req.Params)
@@ -30,10 +41,30 @@ func (c *conn) handleRecordingList(req *proto.Request) {
 			return
 		}
 		out := proto.RecordingListResult{Recordings: make([]proto.RecordingInfo, 0, len(infos))}
+		seen := make(map[string]bool, len(infos))
 		for _, in := range infos {
+			seen[in.ID] = true
 			out.Recordings = append(out.Recordings, proto.RecordingInfo{Recording: in.ID, Session: in.ID,
 				Name: in.Name, Command: in.Command, Started: in.Started.UnixMilli(), Cols: in.Cols,
 				Rows: in.Rows, Bytes: in.Bytes, Active: in.Active})
+		}
+		if c.opts.Remote != nil {
+			// The cluster's: stored, or being written on other nodes. A recording this node
+			// holds is listed as this node sees it.
+			ctx, cancel := context.WithTimeout(c.ctx, remoteRecordingsWait)
+			rs, err := c.opts.Remote.Recordings(ctx, c.opts.Principal, c.opts.Admin, p.Session)
+			cancel()
+			if err != nil {
+				c.replyErr(req.ID, remoteError(err, p.Session))
+				return
+			}
+			for _, r := range rs {
+				if !seen[r.Recording] {
+					seen[r.Recording] = true
+					out.Recordings = append(out.Recordings, r)
+				}
+			}
+			slices.SortStableFunc(out.Recordings, func(a, b proto.RecordingInfo) int { return cmp.Compare(a.Started, b.Started) })
 		}
 		c.reply(req.ID, out)
 	})
@@ -51,6 +82,14 @@ func (c *conn) handleRecordingRead(req *proto.Request) {
 	}
 	c.slow(req.ID, func() {
 		data, size, err := c.reg.ReadRecording(p.Recording, c.opts.Principal, c.opts.Admin, p.Offset, p.Length)
+		if errors.Is(err, session.ErrUnknownRecording) && c.opts.Remote != nil {
+			// Not on this node's disk: being written on another node, or in the cluster's store.
+			ctx, cancel := context.WithTimeout(c.ctx, remoteRecordingsWait)
+			res, err := c.opts.Remote.ReadRecording(ctx, c.opts.Principal, c.opts.Admin, p)
+			cancel()
+			c.replyRemote(req.ID, p.Recording, res, err)
+			return
+		}
 		if err != nil {
 			c.replyErr(req.ID, sessionError(err, p.Recording))
 			return

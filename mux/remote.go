@@ -35,6 +35,15 @@ type Remote interface {
 	Published(ctx context.Context) error
 	// Capture reads the screen there, for a read-only principal as one.
 	Capture(ctx context.Context, principal string, readOnly bool, p proto.CaptureParams) (proto.CaptureResult, error)
+	// Recordings lists the recordings of the rest of the cluster that principal may see (every
+	// one for an admin): those stored for the cluster and those being written on other live
+	// nodes; only session's when session is not "". recording.list merges them with the local
+	// ones.
+	Recordings(ctx context.Context, principal string, admin bool, session string) ([]proto.RecordingInfo, error)
+	// ReadRecording reads a recording this node's directory does not hold, for principal (any
+	// for an admin): relayed to its owner while it is being written, else from the cluster's
+	// store. ErrNotRemote: no such recording, or another principal's.
+	ReadRecording(ctx context.Context, principal string, admin bool, p proto.RecordingReadParams) (proto.RecordingReadResult, error)
 }
 
 // Relay is one channel relayed to the node that owns its session. Read, State and Ack are

@@ -3,6 +3,7 @@ package mux
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ type fakeRemote struct {
 	relay *fakeRelay
 	asked []string // principals Attach was called for
 	opens int      // Open calls (it places nothing: the session opens here)
+	recs  []proto.RecordingInfo
+	read  map[string][]byte // recording id → its content on the rest of the cluster
 }
 
 func (f *fakeRemote) List(principal string) []proto.SessionInfo {
@@ -57,6 +60,24 @@ func (f *fakeRemote) Published(context.Context) error { return nil }
 
 func (f *fakeRemote) Capture(context.Context, string, bool, proto.CaptureParams) (proto.CaptureResult, error) {
 	return proto.CaptureResult{}, ErrNotRemote
+}
+
+func (f *fakeRemote) Recordings(context.Context, string, bool, string) ([]proto.RecordingInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.recs), nil
+}
+
+func (f *fakeRemote) ReadRecording(_ context.Context, _ string, _ bool, p proto.RecordingReadParams) (proto.RecordingReadResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data, ok := f.read[p.Recording]
+	if !ok {
+		return proto.RecordingReadResult{}, ErrNotRemote
+	}
+	end := min(int64(len(data)), p.Offset+int64(p.Length))
+	return proto.RecordingReadResult{Recording: p.Recording, Offset: p.Offset, Data: data[p.Offset:end],
+		Size: int64(len(data)), EOF: end == int64(len(data))}, nil
 }
 
 // fakeRelay is a relay whose owner the test plays.

@@ -51,7 +51,7 @@
 //   - record.go: the session's recording (internal/record): started before the reader
 //     (startRecording), fed by ingest, sizes, input and markers, ended once exit and output are
 //     both known or the teardown returns (endRecording), handed over and continued in the same
-//     file; Registry.Recordings, ReadRecording, PruneRecordings.
+//     file; Registry.Recordings, ReadRecording, PruneRecordings, OpenRecordingFile.
 //   - size.go: the window-size policy over the read-write viewers' sizes (WindowSize).
 //   - kill.go: teardown: the kill point, the escalation, the PTY's holders, the result
 //     (KillResult).
@@ -349,7 +349,9 @@
 //     ends when its queue is empty.
 //   - Recording end: one per recorded session, short: endRecording runs Recorder.Close (what is
 //     queued written within recordCloseWait, 5 s, then the file closed) on a goroutine of its own
-//     so a stalled disk delays no teardown. The recorder's writer is internal/record's.
+//     so a stalled disk delays no teardown, then tells RecordOptions.OnEnd (a cluster node's
+//     upload queue; it never blocks) the file and its header. The recorder's writer is
+//     internal/record's.
 //   - waiter.loop: one per waiter while any of its children is unreaped (the process-wide
 //     children serve every registry). Started by waiter.add from spawn (and waitChild after a
 //     resumed or adopted handover) when none runs; owns the epoll instance that holds every

@@ -43,6 +43,10 @@ type RecordOptions struct {
 	QueueBytes int
 	// Retention bounds what Dir keeps (Registry.PruneRecordings).
 	Retention record.Retention
+	// OnEnd, if set, is told of each recording once it has ended and its file is closed: its
+	// file and what its header says (a cluster node uploads it). It is called on the recording's
+	// end goroutine, which Registry.Shutdown waits for: it must not block.
+	OnEnd func(path string, info RecordingInfo)
 }
 
 // ErrRecordingOff is an open that asks for a recording on a registry that records nothing.
@@ -166,6 +170,15 @@ func (s *Session) endRecording() {
 		defer cancel()
 		if err := rec.Close(ctx); err != nil {
 			s.opts.Logger.Warn("recording: end", "session", s.id, "err", err)
+		}
+		if on := s.opts.Record.OnEnd; on != nil {
+			f, info, err := OpenRecordingFile(rec.Path(), s.id)
+			if err != nil {
+				s.opts.Logger.Warn("recording: ended, but its file does not read back", "session", s.id, "err", err)
+				return
+			}
+			f.Close()
+			on(rec.Path(), info)
 		}
 	})
 }
@@ -296,7 +309,24 @@ func (r *Registry) Recordings(owner string, admin bool, id string) ([]RecordingI
 // openRecording opens recording id's file (never through a symbolic link) and reads its header
 // from it. The caller closes the file.
 func (r *Registry) openRecording(id string) (*os.File, RecordingInfo, error) {
-	path := RecordingPath(r.opts.Record.Dir, id)
+	f, info, err := OpenRecordingFile(RecordingPath(r.opts.Record.Dir, id), id)
+	if err != nil {
+		return nil, RecordingInfo{}, err
+	}
+	r.mu.Lock()
+	s, ok := r.sessions[id]
+	r.mu.Unlock()
+	if ok && s.rec != nil && !s.recEnded.Load() {
+		// Still being written: only its complete lines are the recording's yet.
+		info.Active, info.Bytes = true, min(info.Bytes, s.rec.Written())
+	}
+	return f, info, nil
+}
+
+// OpenRecordingFile opens the recording of session id at path (never through a symbolic link)
+// and reads its header from it: a file whose header does not name session id is refused. The
+// caller closes the file.
+func OpenRecordingFile(path, id string) (*os.File, RecordingInfo, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, RecordingInfo{}, err
@@ -316,18 +346,8 @@ func (r *Registry) openRecording(id string) (*os.File, RecordingInfo, error) {
 		f.Close()
 		return nil, RecordingInfo{}, fmt.Errorf("%s: not a muxterm recording of session %s", path, id)
 	}
-	size := st.Size()
-	active := false
-	r.mu.Lock()
-	s, ok := r.sessions[id]
-	r.mu.Unlock()
-	if ok && s.rec != nil && !s.recEnded.Load() {
-		// Still being written: only its complete lines are the recording's yet.
-		active, size = true, min(size, s.rec.Written())
-	}
 	return f, RecordingInfo{ID: id, Owner: h.Muxterm.Owner, Name: h.Title, Command: h.Command,
-		Started: time.Unix(h.Timestamp, 0), Cols: h.Width, Rows: h.Height, Bytes: size,
-		Active: active}, nil
+		Started: time.Unix(h.Timestamp, 0), Cols: h.Width, Rows: h.Height, Bytes: st.Size()}, nil
 }
 
 // ReadRecording reads up to n bytes of recording id's file from off, for owner (any recording

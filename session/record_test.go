@@ -169,3 +169,37 @@ func TestReadRecordingEndsAndRefuses(t *testing.T) {
 		t.Errorf("an admin's read of alice's recording: %v", err)
 	}
 }
+
+// RecordOptions.OnEnd is told of a recording once it has ended and its file is complete: the
+// file and its header's facts, the exit marker already in it.
+func TestRecordingOnEnd(t *testing.T) {
+	t.Parallel()
+	opts := testOptions()
+	type ended struct {
+		path string
+		info RecordingInfo
+		data []byte
+	}
+	got := make(chan ended, 1)
+	opts.Record = RecordOptions{Dir: t.TempDir(), All: true, OnEnd: func(path string, info RecordingInfo) {
+		data, _ := os.ReadFile(path)
+		got <- ended{path, info, data}
+	}}
+	r := NewRegistry(opts, nil)
+	wake, wakeFn := testutil.WakeChan()
+	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", `printf 'bye\n'; exit 4`)
+	c := collect(t, v, wake, nil)
+	c.waitOutput(t, "bye", 10*time.Second)
+	select {
+	case e := <-got:
+		if e.path != RecordingPath(opts.Record.Dir, s.ID()) || e.info.ID != s.ID() || e.info.Owner != "alice" ||
+			e.info.Cols != 80 || e.info.Rows != 24 || e.info.Active || e.info.Bytes != int64(len(e.data)) {
+			t.Fatalf("OnEnd(%s, %+v), file of %d bytes", e.path, e.info, len(e.data))
+		}
+		if !strings.HasSuffix(string(e.data), "\"m\", \"exit 4\"]\n") {
+			t.Fatalf("the file OnEnd was told of does not end with the exit marker: %q", e.data)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnEnd not called within 10s of the program's end")
+	}
+}

@@ -200,11 +200,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ln.Close()
 		return err
 	}
+	recOpts := c.rec.options()
+	if node != nil && c.rec.dir != "" {
+		// In a cluster, an ended recording is also stored for every node (cluster/recordings.go).
+		recOpts.OnEnd = node.RecordingEnded
+		node.SetRecordings(recOpts.Retention)
+	}
 	reg = session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
 		NoScreen: !c.screen, ScreenScrollback: c.screenLines,
 		KillGrace: c.killGrace, ResumeHold: c.resumeHold, EchoHold: echoHold(c.echoHold), WindowSize: c.windowSize.WindowSize,
 		EnvDeny: c.envDeny, Cgroups: cgroups, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments,
-		Observer: observer, Record: c.rec.options()}, nil)
+		Observer: observer, Record: recOpts}, nil)
 	var cl *joined
 	var remote mux.Remote
 	var clusterToken, nodeName string
@@ -336,6 +342,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if c.rec.dir != "" {
 		// After the adoption: a handed session's recording is active, never pruned.
 		defer keepPruned(ctx, reg, log)()
+		if cl != nil {
+			// What this node holds and the cluster's store lacks (a crash, a start outside the
+			// cluster) is stored now; handed sessions' recordings are active and wait for their end.
+			if infos, err := reg.Recordings("", true, ""); err != nil {
+				log.Warn("recordings: not compared with the cluster's store", "err", err)
+			} else {
+				cl.node.StoreMissing(c.rec.dir, infos)
+			}
+		}
 	}
 
 	base := "http://" + addr
