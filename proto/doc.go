@@ -28,7 +28,3 @@ const (
 // LeasePing prefixes the payload of the owner's lease pings on a relay's socket; the rest is
 // the owner's send time (nanoseconds on its own clock), which the pong echoes.
 const LeasePing = "muxterm-lease "
-
-// MethodRelayInput is the owner's notification, on a leased relay socket, of an input frame it
-// took off the socket (applied or refused): params {channel, bytes}.
-const MethodRelayInput = "relay.input"
