@@ -27,6 +27,15 @@ const (
 	MethodSessionClosed = "session.closed"
 )
 
+// MethodRestart is the notification a socket gets before it is closed with CloseServiceRestart
+// for an upgrade in place: params RestartParams. Its sessions keep running; the client
+// reconnects and re-attaches each channel from its offset within params.resumeHoldMs.
+const MethodRestart = "gateway.restart"
+
+// CloseServiceRestart is the close code of an upgrade in place (RFC 6455 §7.4.1 registry: 1012
+// service restart).
+const CloseServiceRestart = 1012
+
 // MethodRelayInput is the owner's notification, on a leased relay socket, of an input frame it
 // took off the socket (applied or refused): params RelayInputParams. Only a relay that asked
 // for a lease (HeaderRelayLease) gets it; a browser or the Go client of a user never does.
@@ -65,6 +74,12 @@ type SessionClosedParams struct {
 	Channel uint32 `json:"channel"`
 	Reason  string `json:"reason"`
 	Session string `json:"session"`
+}
+
+// RestartParams are gateway.restart's params: how long each read-write channel's resume hold
+// lasts.
+type RestartParams struct {
+	ResumeHoldMs int64 `json:"resumeHoldMs"`
 }
 
 // RelayInputParams are relay.input's params: the owner took an input frame of Bytes bytes of
