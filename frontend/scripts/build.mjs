@@ -1,5 +1,6 @@
 // Builds the UI into dist/: app.js (+ map) bundled from src/main.ts, app.css, xterm.css and
 // index.html; the recordings page's recordings.js (+ map), recordings.css and recordings.html. dist/.gitkeep stays (frontend/embed.go embeds dist/ and needs it to exist).
+// The browser tests' hook goes to dist-test/testhook.js (+ map), outside what the gateway embeds.
 import { build } from 'esbuild';
 import { copyFileSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -49,6 +50,19 @@ await build({
 });
 copyFileSync(join(root, 'src/recordings.css'), join(dist, 'recordings.css'));
 copyFileSync(join(root, 'src/recordings.html'), join(dist, 'recordings.html'));
+
+// The browser tests' hook (src/testhook.ts) goes to dist-test/, which frontend/embed.go does
+// not embed: the gateway serves the production page only, and the tests evaluate the hook in
+// the browser before the page's own script.
+const distTest = join(root, 'dist-test');
+rmSync(distTest, { recursive: true, force: true });
+await build({
+  ...common,
+  entryPoints: [join(root, 'src/testhook.ts')],
+  outfile: join(distTest, 'testhook.js'),
+  format: 'iife',
+  platform: 'browser',
+});
 
 copyFileSync(require.resolve('@xterm/xterm/css/xterm.css'), join(dist, 'xterm.css'));
 copyFileSync(join(root, 'src/index.html'), join(dist, 'index.html'));
