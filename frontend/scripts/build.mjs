@@ -26,13 +26,11 @@ const common = {
   legalComments: 'linked',
 };
 
-await build({
-  ...common,
-  entryPoints: [join(root, 'src/main.ts')],
-  outfile: join(dist, 'app.js'),
-  format: 'iife',
-  platform: 'browser',
-});
+// script bundles the TypeScript entry src/<entry> into outfile, a script for the browser.
+const script = (entry, outfile) =>
+  build({ ...common, entryPoints: [join(root, 'src', entry)], outfile, format: 'iife', platform: 'browser' });
+
+await script('main.ts', join(dist, 'app.js'));
 
 await build({
   ...common,
@@ -41,13 +39,7 @@ await build({
 });
 
 // The recordings page: a list and a player (src/recordings.ts).
-await build({
-  ...common,
-  entryPoints: [join(root, 'src/recordings.ts')],
-  outfile: join(dist, 'recordings.js'),
-  format: 'iife',
-  platform: 'browser',
-});
+await script('recordings.ts', join(dist, 'recordings.js'));
 copyFileSync(join(root, 'src/recordings.css'), join(dist, 'recordings.css'));
 copyFileSync(join(root, 'src/recordings.html'), join(dist, 'recordings.html'));
 
@@ -56,13 +48,7 @@ copyFileSync(join(root, 'src/recordings.html'), join(dist, 'recordings.html'));
 // the browser before the page's own script.
 const distTest = join(root, 'dist-test');
 rmSync(distTest, { recursive: true, force: true });
-await build({
-  ...common,
-  entryPoints: [join(root, 'src/testhook.ts')],
-  outfile: join(distTest, 'testhook.js'),
-  format: 'iife',
-  platform: 'browser',
-});
+await script('testhook.ts', join(distTest, 'testhook.js'));
 
 copyFileSync(require.resolve('@xterm/xterm/css/xterm.css'), join(dist, 'xterm.css'));
 copyFileSync(join(root, 'src/index.html'), join(dist, 'index.html'));
