@@ -144,7 +144,7 @@ func testHookScript(t *testing.T) string {
 	p := filepath.Join(repoRoot(t), "frontend", "dist-test", "testhook.js")
 	b, err := os.ReadFile(p)
 	if err != nil {
-		t.Fatalf("the UI's test hook: %v (make frontend builds it)", err)
+		t.Fatalf("the UI's test hook: %v (make frontend, or npm run build in frontend/, builds it)", err)
 	}
 	return string(b)
 }
