@@ -630,19 +630,19 @@ func (ch *Channel) Resize(ctx context.Context, cols, rows int) error {
 		}
 		return nil
 	}
-	return ch.c.call(ctx, "session.resize", map[string]any{"channel": ch.ID, "cols": cols, "rows": rows}, nil, record)
+	return ch.c.call(ctx, proto.MethodSessionResize, proto.ResizeParams{Channel: ch.ID, Cols: cols, Rows: rows}, nil, record)
 }
 
 // Signal sends a signal ("INT", ...) to the foreground process group.
 func (ch *Channel) Signal(ctx context.Context, sig string) error {
-	return ch.c.Call(ctx, "session.signal", map[string]any{"channel": ch.ID, "signal": sig}, nil)
+	return ch.c.Call(ctx, proto.MethodSessionSignal, proto.SignalParams{Channel: ch.ID, Signal: sig}, nil)
 }
 
 // CloseStdin closes the stdin of the pipe session bound to the channel (OpenOptions.Pipes) once
 // the input written before it has reached the program, which then reads the end of its input.
 // Input written after it is refused (stdin_closed).
 func (ch *Channel) CloseStdin(ctx context.Context) error {
-	return ch.c.Call(ctx, "session.closeStdin", map[string]any{"channel": ch.ID}, nil)
+	return ch.c.Call(ctx, proto.MethodSessionCloseStdin, proto.CloseStdinParams{Channel: ch.ID}, nil)
 }
 
 // Detach unbinds the channel; the session keeps running.
@@ -657,11 +657,7 @@ func (ch *Channel) detach(ctx context.Context, hold bool) error {
 	ch.mu.Lock()
 	ch.detaching = true // from here on flushAck sends nothing (see there)
 	ch.mu.Unlock()
-	params := map[string]any{"channel": ch.ID}
-	if hold {
-		params["hold"] = true
-	}
-	err := ch.c.Call(ctx, "session.detach", params, nil)
+	err := ch.c.Call(ctx, proto.MethodSessionDetach, proto.DetachParams{Channel: ch.ID, Hold: hold}, nil)
 	ch.c.dropChannel(ch)
 	ch.end(io.EOF)
 	return err

@@ -198,13 +198,13 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 		c.abort(nil, err)
 		return nil, nil, err
 	}
-	initCall, err := c.sendOn(l, "initialize", c.initializeParams(), nil)
+	initCall, err := c.sendOn(l, proto.MethodInitialize, c.initializeParams(), nil)
 	if err != nil {
 		c.abort(l, err)
 		return nil, nil, fmt.Errorf("initialize: %w", c.endedBy(l, err))
 	}
 	ch := c.newChannel()
-	openCall, err := c.sendOn(l, "session.open", o.params(ch.ID), ch.bindOpenSized(o))
+	openCall, err := c.sendOn(l, proto.MethodSessionOpen, o.params(ch.ID), ch.bindOpenSized(o))
 	if err != nil {
 		c.abort(l, err)
 		return nil, nil, c.endedBy(l, err)
@@ -328,7 +328,7 @@ func (c *Client) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := c.sendOn(l, "initialize", c.initializeParams(), nil)
+	p, err := c.sendOn(l, proto.MethodInitialize, c.initializeParams(), nil)
 	if err != nil {
 		l.ws.Close()
 		<-l.done
@@ -495,8 +495,9 @@ func (n *netConns) recording(dial dialFunc) dialFunc {
 	}
 }
 
-func (c *Client) initializeParams() map[string]any {
-	return map[string]any{"client": map[string]any{"name": c.opts.Name, "version": "1"}, "capabilities": map[string]any{proto.CapabilityScreen: true, proto.CapabilityPipes: true}}
+func (c *Client) initializeParams() proto.InitializeParams {
+	return proto.InitializeParams{Client: proto.ClientInfo{Name: c.opts.Name, Version: "1"},
+		Capabilities: map[string]any{proto.CapabilityScreen: true, proto.CapabilityPipes: true}}
 }
 
 // DialError is a refused upgrade.
@@ -693,11 +694,12 @@ func (c *Client) sendOn(l *link, method string, params any, apply func(response)
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	c.nextID++
-	p := &pending{c: c, id: strconv.FormatInt(c.nextID, 10), method: method, on: l,
+	id := c.nextID
+	p := &pending{c: c, id: strconv.FormatInt(id, 10), method: method, on: l,
 		res: make(chan response, 1), apply: apply}
 	c.calls[p.id] = p
 	c.mu.Unlock()
-	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(p.id), "method": method, "params": params})
+	msg, err := proto.MarshalRequest(id, method, params)
 	if err == nil {
 		err = c.writeOn(l, websocket.TextMessage, msg)
 	}
@@ -899,7 +901,7 @@ func (o OpenOptions) params(channel uint32) proto.OpenParams {
 // stays reserved until then.
 func (c *Client) Open(ctx context.Context, o OpenOptions) (*Channel, error) {
 	ch := c.newChannel()
-	err, handedOff := c.callLate(ctx, "session.open", o.params(ch.ID), nil, ch.bindOpenSized(o), c.undo(ch, "session.kill"))
+	err, handedOff := c.callLate(ctx, proto.MethodSessionOpen, o.params(ch.ID), nil, ch.bindOpenSized(o), c.undo(ch, proto.MethodSessionKill))
 	if err != nil {
 		if !handedOff {
 			c.dropChannel(ch)
@@ -937,18 +939,9 @@ func (c *Client) Attach(ctx context.Context, id string, from *int64) (*Channel, 
 // reserved until then.
 func (c *Client) AttachWith(ctx context.Context, id string, o AttachOptions) (*Channel, proto.AttachResult, error) {
 	ch := c.newChannel()
-	params := map[string]any{"channel": ch.ID, "session": id}
-	if o.From != nil {
-		params["from"] = *o.From
-	}
-	if o.Cols > 0 || o.Rows > 0 {
-		params["cols"], params["rows"] = o.Cols, o.Rows
-	}
-	if o.Screen != "" {
-		params["screen"] = o.Screen
-	}
+	params := proto.AttachParams{Channel: ch.ID, Session: id, From: o.From, Cols: o.Cols, Rows: o.Rows, Screen: o.Screen}
 	var res proto.AttachResult
-	err, handedOff := c.callLate(ctx, "session.attach", params, &res, ch.bindAttach(o.From, cmp.Or(o.ResumeScreen, o.Screen)), c.undo(ch, "session.detach"))
+	err, handedOff := c.callLate(ctx, proto.MethodSessionAttach, params, &res, ch.bindAttach(o.From, cmp.Or(o.ResumeScreen, o.Screen)), c.undo(ch, proto.MethodSessionDetach))
 	if err != nil {
 		if !handedOff {
 			c.dropChannel(ch)
@@ -959,7 +952,7 @@ func (c *Client) AttachWith(ctx context.Context, id string, o AttachOptions) (*C
 }
 
 // undo returns the late handler of an open or attach whose caller gave up: if the gateway bound
-// ch after all, method ("session.kill" for an open, "session.detach" for an attach) undoes it;
+// ch after all, method (proto.MethodSessionKill for an open, proto.MethodSessionDetach for an attach) undoes it;
 // then ch's number is free again. It runs on the reader goroutine, so the request goes out from
 // a goroutine of its own, bounded by WriteTimeout.
 func (c *Client) undo(ch *Channel, method string) func(response) {
@@ -972,9 +965,9 @@ func (c *Client) undo(ch *Channel, method string) func(response) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), c.opts.WriteTimeout)
 			defer cancel()
-			params := map[string]any{"channel": ch.ID}
-			if method == "session.kill" {
-				params = map[string]any{"session": ch.Session()}
+			var params any = proto.DetachParams{Channel: ch.ID}
+			if method == proto.MethodSessionKill {
+				params = proto.KillParams{Session: ch.Session()}
 			}
 			_ = c.Call(ctx, method, params, nil)
 			c.dropChannel(ch)
@@ -986,7 +979,7 @@ func (c *Client) undo(ch *Channel, method string) func(response) {
 // Kill kills session id.
 func (c *Client) Kill(ctx context.Context, id string) (proto.KillResult, error) {
 	var res proto.KillResult
-	err := c.Call(ctx, "session.kill", map[string]any{"session": id}, &res)
+	err := c.Call(ctx, proto.MethodSessionKill, proto.KillParams{Session: id}, &res)
 	return res, err
 }
 
@@ -1000,22 +993,19 @@ type CaptureOptions struct {
 
 // Capture returns what is on session id's screen (docs/protocol.md §4 session.capture).
 func (c *Client) Capture(ctx context.Context, id string, o CaptureOptions) (proto.CaptureResult, error) {
-	params := map[string]any{"session": id, "format": proto.CaptureText}
+	params := proto.CaptureParams{Session: id, Format: proto.CaptureText, Scrollback: max(o.Scrollback, 0)}
 	if o.ANSI {
-		params["format"] = proto.CaptureANSI
-	}
-	if o.Scrollback > 0 {
-		params["scrollback"] = o.Scrollback
+		params.Format = proto.CaptureANSI
 	}
 	var res proto.CaptureResult
-	err := c.Call(ctx, "session.capture", params, &res)
+	err := c.Call(ctx, proto.MethodSessionCapture, params, &res)
 	return res, err
 }
 
 // List lists the caller's sessions.
 func (c *Client) List(ctx context.Context) ([]proto.SessionInfo, error) {
 	var res proto.ListResult
-	err := c.Call(ctx, "session.list", map[string]any{}, &res)
+	err := c.Call(ctx, proto.MethodSessionList, proto.ListParams{}, &res)
 	return res.Sessions, err
 }
 
@@ -1097,20 +1087,14 @@ func (c *Client) handleBinary(l *link, b []byte) error {
 
 // handleText handles one text message: a response or a notification.
 func (c *Client) handleText(l *link, b []byte) error {
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params json.RawMessage `json:"params"`
-		Result json.RawMessage `json:"result"`
-		Error  *proto.Error    `json:"error"`
-	}
+	var m proto.Message
 	if err := json.Unmarshal(b, &m); err != nil {
 		return violation("a text message that is not a JSON-RPC message: %v", err)
 	}
-	if m.Method != "" {
+	if m.IsNotification() {
 		return c.notification(m.Method, m.Params)
 	}
-	if len(m.ID) == 0 || string(m.ID) == "null" {
+	if !m.HasID() {
 		if m.Error != nil && c.opts.OnServerError != nil {
 			c.opts.OnServerError(m.Error)
 		}
@@ -1130,7 +1114,7 @@ func (c *Client) handleText(l *link, b []byte) error {
 		if err := checkResult(p.method, m.Result); err != nil {
 			return err
 		}
-		if p.method == "initialize" && p.on == l {
+		if p.method == proto.MethodInitialize && p.on == l {
 			var init proto.InitializeResult
 			_ = json.Unmarshal(m.Result, &init) // checked above
 			l.window, _ = windowOf(init)
@@ -1192,49 +1176,59 @@ func (c *Client) linkEnded(l *link, err error) {
 // the wrong type or range is a protocol violation; an unknown one is ignored (a newer server's).
 func (c *Client) notification(method string, raw json.RawMessage) error {
 	switch method {
-	case "session.size", "session.gap", "session.exit", "session.closed":
 	default:
 		if c.opts.OnNotification != nil {
 			c.opts.OnNotification(method, raw)
 		}
-		return nil
-	}
-	var p struct {
-		Channel uint32  `json:"channel"`
-		Lost    int64   `json:"lost"`
-		Code    int     `json:"code"`
-		Signal  *string `json:"signal"`
-		Reason  string  `json:"reason"`
-		Cols    int     `json:"cols"`
-		Rows    int     `json:"rows"`
-	}
-	if len(raw) == 0 {
-		raw = json.RawMessage("null")
-	}
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return violation("%s: params: %v", method, err)
-	}
-	c.mu.Lock()
-	ch := c.channels[p.Channel]
-	c.mu.Unlock()
-	if ch == nil {
-		return nil
-	}
-	switch method {
-	case "session.size":
+	case proto.MethodSessionSize:
+		var p proto.SessionSizeParams
+		ch, err := c.noteChannel(method, raw, &p, &p.Channel)
+		if ch == nil {
+			return err
+		}
 		if p.Cols < 1 || p.Rows < 1 || p.Cols > maxTermSize || p.Rows > maxTermSize {
 			return violation("session.size: %dx%d out of range 1 … %d", p.Cols, p.Rows, maxTermSize)
 		}
 		ch.noteSize(p.Cols, p.Rows)
-	case "session.gap":
+	case proto.MethodSessionGap:
+		var p proto.SessionGapParams
+		ch, err := c.noteChannel(method, raw, &p, &p.Channel)
+		if ch == nil {
+			return err
+		}
 		return ch.gap(p.Lost)
-	case "session.exit":
+	case proto.MethodSessionExit:
+		var p proto.SessionExitParams
+		ch, err := c.noteChannel(method, raw, &p, &p.Channel)
+		if ch == nil {
+			return err
+		}
 		ch.setExit(proto.ExitInfo{Code: p.Code, Signal: p.Signal})
-	case "session.closed":
+	case proto.MethodSessionClosed:
+		var p proto.SessionClosedParams
+		ch, err := c.noteChannel(method, raw, &p, &p.Channel)
+		if ch == nil {
+			return err
+		}
 		c.dropChannel(ch)
 		ch.setClosed(p.Reason)
 	}
 	return nil
+}
+
+// noteChannel decodes a notification's params into p, whose channel member is *num, and
+// returns the channel they name: nil with a protocol violation for params of the wrong shape,
+// nil alone for a channel not bound here (one unbound meanwhile).
+func (c *Client) noteChannel(method string, raw json.RawMessage, p any, num *uint32) (*Channel, error) {
+	if len(raw) == 0 {
+		raw = json.RawMessage("null")
+	}
+	if err := json.Unmarshal(raw, p); err != nil {
+		return nil, violation("%s: params: %v", method, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.channels[*num], nil
 }
 
 // maxTermSize is the largest terminal dimension a PTY takes (a u16).

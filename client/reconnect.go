@@ -157,7 +157,7 @@ func (c *Client) resume(ctx context.Context) ([]uint32, error) {
 		<-l.done
 		return nil, err
 	}
-	initCall, err := c.sendOn(l, "initialize", c.initializeParams(), nil)
+	initCall, err := c.sendOn(l, proto.MethodInitialize, c.initializeParams(), nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -171,11 +171,8 @@ func (c *Client) resume(ctx context.Context) ([]uint32, error) {
 		if !ok {
 			continue
 		}
-		params := map[string]any{"channel": ch.ID, "session": id, "from": from}
-		if screen != "" {
-			params["screen"] = screen
-		}
-		p, err := c.sendOn(l, "session.attach", params, ch.bindResume(from))
+		params := proto.AttachParams{Channel: ch.ID, Session: id, From: &from, Screen: screen}
+		p, err := c.sendOn(l, proto.MethodSessionAttach, params, ch.bindResume(from))
 		if err != nil {
 			return fail(err)
 		}

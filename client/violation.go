@@ -64,14 +64,14 @@ func checkResult(method string, raw json.RawMessage) error {
 		return nil
 	}
 	switch method {
-	case "initialize":
+	case proto.MethodInitialize:
 		var r proto.InitializeResult
 		if err := decode(&r); err != nil {
 			return err
 		}
 		_, err := windowOf(r)
 		return err
-	case "session.open":
+	case proto.MethodSessionOpen:
 		var r proto.OpenResult
 		if err := decode(&r); err != nil {
 			return err
@@ -80,19 +80,19 @@ func checkResult(method string, raw json.RawMessage) error {
 			return violation("session.open: result without a session")
 		}
 		return checkOffsets(method, "offset", r.Offset, "live", r.Live)
-	case "session.attach":
+	case proto.MethodSessionAttach:
 		var r proto.AttachResult
 		if err := decode(&r); err != nil {
 			return err
 		}
 		return checkAttach(r)
-	case "session.kill":
+	case proto.MethodSessionKill:
 		var r proto.KillResult
 		if err := decode(&r); err != nil {
 			return err
 		}
 		return checkOffsets(method, "offset", r.Offset)
-	case "session.list":
+	case proto.MethodSessionList:
 		var r proto.ListResult
 		if err := decode(&r); err != nil {
 			return err
@@ -102,13 +102,13 @@ func checkResult(method string, raw json.RawMessage) error {
 				return err
 			}
 		}
-	case "session.detach":
+	case proto.MethodSessionDetach:
 		return decode(&proto.DetachResult{})
-	case "session.resize":
+	case proto.MethodSessionResize:
 		return decode(&proto.ResizeResult{})
-	case "session.lease":
+	case proto.MethodSessionLease:
 		return decode(&proto.LeaseResult{})
-	case "session.signal":
+	case proto.MethodSessionSignal:
 		return decode(&struct{}{})
 	}
 	return nil
@@ -119,7 +119,7 @@ func checkAttach(r proto.AttachResult) error {
 	if r.Session == "" {
 		return violation("session.attach: result without a session")
 	}
-	if err := checkOffsets("session.attach", "offset", r.Offset, "live", r.Live, "end", r.End, "lost", r.Lost); err != nil {
+	if err := checkOffsets(proto.MethodSessionAttach, "offset", r.Offset, "live", r.Live, "end", r.End, "lost", r.Lost); err != nil {
 		return err
 	}
 	if r.Offset > r.End || r.Live > r.End {

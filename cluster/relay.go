@@ -231,6 +231,6 @@ func (n *Node) Lease(ctx context.Context, principal, id string, ttlMs int64) (pr
 	}
 	defer s.c.Close()
 	var res proto.LeaseResult
-	err = s.c.Call(ctx, "session.lease", map[string]any{"session": id, "ttl_ms": ttlMs}, &res)
+	err = s.c.Call(ctx, proto.MethodSessionLease, proto.LeaseParams{Session: id, TTLMs: ttlMs}, &res)
 	return res, err
 }

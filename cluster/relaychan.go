@@ -130,10 +130,7 @@ func (s *relaySock) notified(method string, params json.RawMessage) {
 	if method != proto.MethodRelayInput {
 		return
 	}
-	var p struct {
-		Channel uint32 `json:"channel"`
-		Bytes   int64  `json:"bytes"`
-	}
+	var p proto.RelayInputParams
 	if json.Unmarshal(params, &p) != nil || p.Bytes < 0 {
 		return
 	}
@@ -576,7 +573,7 @@ func (r *relay) Resize(ctx context.Context, cols, rows int) (proto.ResizeResult,
 	b := r.cur
 	r.mu.Unlock()
 	var res proto.ResizeResult
-	err := b.c.Call(ctx, "session.resize", map[string]any{"channel": b.ch.ID, "cols": cols, "rows": rows}, &res)
+	err := b.c.Call(ctx, proto.MethodSessionResize, proto.ResizeParams{Channel: b.ch.ID, Cols: cols, Rows: rows}, &res)
 	return res, err
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -124,7 +125,28 @@ func startBrowser(t *testing.T, o browserOpts) *browser {
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatalf("start the browser: %v", err)
 	}
+	hook := testHookScript(t)
+	if err := chromedp.Do(ctx, func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: hook})
+		return chromedp.Void{}, err
+	}); err != nil {
+		t.Fatalf("add the test hook: %v", err)
+	}
 	return b
+}
+
+// testHookScript is the UI's test hook (frontend/src/testhook.ts, built apart from the pages
+// the gateway serves): startBrowser has the browser evaluate it on every new document, before
+// the page's own script, so the page under test is the production one and only the hook is
+// added (window.muxterm).
+func testHookScript(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(repoRoot(t), "frontend", "dist-test", "testhook.js")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("the UI's test hook: %v (make frontend, or npm run build in frontend/, builds it)", err)
+	}
+	return string(b)
 }
 
 // open navigates to url.

@@ -125,7 +125,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 	spec := session.Spec{Argv: p.Cmd, Dir: p.Cwd, Env: env, Cols: p.Cols, Rows: p.Rows,
 		Name: p.Name, Owner: c.opts.Principal, Record: p.Record, Pipes: p.Pipes()}
 	started := c.slow(req.ID, func() {
-		ctx, span := c.startSpan(otel.SpanSessionOpen, "session.open", p.Meta, ch.id)
+		ctx, span := c.startSpan(otel.SpanSessionOpen, proto.MethodSessionOpen, p.Meta, ch.id)
 		defer span.End()
 		defer func() { c.tel.Instruments.OpenDuration.Record(ctx, time.Since(start).Seconds()) }()
 		spec.Trace = span.SpanContext()
@@ -210,7 +210,7 @@ func (c *conn) handleAttach(req *proto.Request) {
 // it, to another node's through the Remote; on the read loop, or on a goroutine of its own for
 // an attach that paints. start is when the request was read.
 func (c *conn) attachLocal(start time.Time, req *proto.Request, p *proto.AttachParams, ch *channel, o session.AttachOptions) {
-	ctx, span := c.startSpan(otel.SpanSessionAttach, "session.attach", p.Meta, ch.id)
+	ctx, span := c.startSpan(otel.SpanSessionAttach, proto.MethodSessionAttach, p.Meta, ch.id)
 	span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
 	// done ends the span and counts the attach's latency, here or, for a relayed attach, on
 	// the goroutine that dials the owner.
@@ -273,7 +273,7 @@ func (c *conn) handleDetach(req *proto.Request) {
 	if ch == nil {
 		return
 	}
-	_, span := c.startSpan(otel.SpanSessionDetach, "session.detach", p.Meta, ch.id)
+	_, span := c.startSpan(otel.SpanSessionDetach, proto.MethodSessionDetach, p.Meta, ch.id)
 	defer span.End()
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()))
 	c.release(ch)
@@ -314,7 +314,7 @@ func (c *conn) handleResize(req *proto.Request) {
 	if ch == nil {
 		return
 	}
-	ctx, span := c.startSpan(otel.SpanSessionResize, "session.resize", p.Meta, ch.id)
+	ctx, span := c.startSpan(otel.SpanSessionResize, proto.MethodSessionResize, p.Meta, ch.id)
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()))
 	if ch.relay != nil {
 		c.slowSpan(req.ID, span, func() {
@@ -344,7 +344,7 @@ func (c *conn) handleSignal(req *proto.Request) {
 	if ch == nil {
 		return
 	}
-	ctx, span := c.startSpan(otel.SpanSessionSignal, "session.signal", p.Meta, ch.id)
+	ctx, span := c.startSpan(otel.SpanSessionSignal, proto.MethodSessionSignal, p.Meta, ch.id)
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()), attribute.String(otel.AttrSignal, name))
 	if ch.relay != nil {
 		c.slowSpan(req.ID, span, func() {
@@ -383,7 +383,7 @@ func (c *conn) handleKill(req *proto.Request) {
 			// Another node's: this node's span of the request is the client side of the relay,
 			// and the owner's session.kill its child (the relay sends its trace context).
 			ctx, span := c.tel.Tracer.Start(ctx, otel.SpanSessionKill, trace.WithSpanKind(trace.SpanKindClient),
-				trace.WithAttributes(semconv.RPCSystemNameJSONRPC, semconv.RPCMethod("session.kill"),
+				trace.WithAttributes(semconv.RPCSystemNameJSONRPC, semconv.RPCMethod(proto.MethodSessionKill),
 					attribute.String(otel.AttrSessionID, p.Session)))
 			defer span.End()
 			rres, rerr := c.opts.Remote.Kill(withRelayMeta(ctx), c.opts.Principal, p.Session)
@@ -407,7 +407,7 @@ func (c *conn) handleList(req *proto.Request) {
 		c.replyErr(req.ID, e)
 		return
 	}
-	_, span := c.startSpan(otel.SpanSessionList, "session.list", p.Meta, 0)
+	_, span := c.startSpan(otel.SpanSessionList, proto.MethodSessionList, p.Meta, 0)
 	defer span.End()
 	infos := c.reg.List(c.opts.Principal)
 	out := proto.ListResult{Sessions: make([]proto.SessionInfo, 0, len(infos))}
@@ -440,7 +440,7 @@ func (c *conn) handleLease(req *proto.Request) {
 		c.replyErr(req.ID, proto.ErrForbidden("read-only principal cannot lease"))
 		return
 	}
-	ctx, span := c.startSpan(otel.SpanSessionLease, "session.lease", p.Meta, 0)
+	ctx, span := c.startSpan(otel.SpanSessionLease, proto.MethodSessionLease, p.Meta, 0)
 	span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
 	until, err := c.reg.Lease(p.Session, c.opts.Principal, time.Duration(p.TTLMs)*time.Millisecond)
 	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
@@ -472,7 +472,7 @@ func (c *conn) handleCapture(req *proto.Request) {
 		return
 	}
 	c.slow(req.ID, func() {
-		ctx, span := c.startSpan(otel.SpanSessionCapture, "session.capture", p.Meta, 0)
+		ctx, span := c.startSpan(otel.SpanSessionCapture, proto.MethodSessionCapture, p.Meta, 0)
 		defer span.End()
 		span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
 		snap, err := c.reg.Capture(p.Session, c.opts.Principal, p.Format == proto.CaptureANSI, p.Scrollback)

@@ -104,5 +104,5 @@ func (c *conn) tookInput(num uint32, n int) {
 	if c.lease == nil {
 		return
 	}
-	c.send(proto.MarshalNotification(proto.MethodRelayInput, map[string]any{"channel": num, "bytes": n}))
+	c.send(proto.MarshalNotification(proto.MethodRelayInput, proto.RelayInputParams{Channel: num, Bytes: int64(n)}))
 }

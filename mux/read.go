@@ -122,7 +122,7 @@ func (c *conn) handleFirst(typ int, b []byte, over bool) {
 		return
 	}
 	req, perr := proto.ParseRequest(b)
-	if perr != nil || req.Method != "initialize" || req.IsNotification() {
+	if perr != nil || req.Method != proto.MethodInitialize || req.IsNotification() {
 		c.closeAfterQueued(websocket.ClosePolicyViolation, why)
 		return
 	}
@@ -160,27 +160,27 @@ func (c *conn) handleText(b []byte) {
 		return // JSON-RPC: notifications get no reply; we define none from clients
 	}
 	switch req.Method {
-	case "initialize":
+	case proto.MethodInitialize:
 		c.replyErr(req.ID, proto.ErrInvalidRequest("initialize was already called"))
-	case "session.open":
+	case proto.MethodSessionOpen:
 		c.handleOpen(req)
-	case "session.attach":
+	case proto.MethodSessionAttach:
 		c.handleAttach(req)
-	case "session.detach":
+	case proto.MethodSessionDetach:
 		c.handleDetach(req)
-	case "session.closeStdin":
+	case proto.MethodSessionCloseStdin:
 		c.handleCloseStdin(req)
-	case "session.resize":
+	case proto.MethodSessionResize:
 		c.handleResize(req)
-	case "session.signal":
+	case proto.MethodSessionSignal:
 		c.handleSignal(req)
-	case "session.kill":
+	case proto.MethodSessionKill:
 		c.handleKill(req)
-	case "session.list":
+	case proto.MethodSessionList:
 		c.handleList(req)
-	case "session.lease":
+	case proto.MethodSessionLease:
 		c.handleLease(req)
-	case "session.capture":
+	case proto.MethodSessionCapture:
 		c.handleCapture(req)
 	case proto.MethodRecordingList:
 		c.handleRecordingList(req)

@@ -64,7 +64,7 @@ func TestRestartSends1012AndKeepsSessions(t *testing.T) {
 			methods = append(methods, m.Method+string(m.Params))
 		}
 	}
-	if closeErr.Code != CloseServiceRestart || len(methods) != 1 || methods[0] != `gateway.restart{"resumeHoldMs":0}` {
+	if closeErr.Code != proto.CloseServiceRestart || len(methods) != 1 || methods[0] != `gateway.restart{"resumeHoldMs":0}` {
 		t.Fatalf("got %v then close %d, want gateway.restart then 1012", methods, closeErr.Code)
 	}
 	select {
@@ -72,7 +72,7 @@ func TestRestartSends1012AndKeepsSessions(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("client socket not closed")
 	}
-	if !errors.As(c.Err(), &closeErr) || closeErr.Code != CloseServiceRestart {
+	if !errors.As(c.Err(), &closeErr) || closeErr.Code != proto.CloseServiceRestart {
 		t.Fatalf("client socket ended with %v, want 1012", c.Err())
 	}
 	if ch.Reason() != "" {

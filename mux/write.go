@@ -375,14 +375,14 @@ func (c *conn) writeClosed(ch *channel, reason session.Reason) error {
 }
 
 func sizeNote(ch *channel, size session.Size) []byte {
-	return proto.MarshalNotification("session.size", map[string]any{
-		"channel": ch.id, "session": ch.sessionID(), "cols": size.Cols, "rows": size.Rows})
+	return proto.MarshalNotification(proto.MethodSessionSize, proto.SessionSizeParams{
+		Channel: ch.id, Session: ch.sessionID(), Cols: size.Cols, Rows: size.Rows})
 }
 
 // exitNote is a channel's session.exit; e.Signal nil is sent as null.
 func exitNote(ch *channel, e *proto.ExitInfo) []byte {
-	return proto.MarshalNotification("session.exit", map[string]any{
-		"channel": ch.id, "session": ch.sessionID(), "code": e.Code, "signal": e.Signal})
+	return proto.MarshalNotification(proto.MethodSessionExit, proto.SessionExitParams{
+		Channel: ch.id, Session: ch.sessionID(), Code: e.Code, Signal: e.Signal})
 }
 
 // writeOutput writes what a channel's read gave: the gap notification for lost bytes, then the
@@ -392,8 +392,8 @@ func exitNote(ch *channel, e *proto.ExitInfo) []byte {
 func (c *conn) writeOutput(ch *channel, buf []byte, typ byte, nr int, lost int64) (bool, error) {
 	if lost > 0 {
 		c.tel.Instruments.GapBytes.Add(c.ctx, lost)
-		if err := c.write(websocket.TextMessage, proto.MarshalNotification("session.gap",
-			map[string]any{"channel": ch.id, "lost": lost})); err != nil {
+		if err := c.write(websocket.TextMessage, proto.MarshalNotification(proto.MethodSessionGap,
+			proto.SessionGapParams{Channel: ch.id, Lost: lost})); err != nil {
 			return false, fmt.Errorf("write gap: %w", err)
 		}
 	}
@@ -413,6 +413,6 @@ func (c *conn) writeOutput(ch *channel, buf []byte, typ byte, nr int, lost int64
 }
 
 func closedNote(ch *channel, reason session.Reason) []byte {
-	return proto.MarshalNotification("session.closed", map[string]any{
-		"channel": ch.id, "session": ch.sessionID(), "reason": string(reason)})
+	return proto.MarshalNotification(proto.MethodSessionClosed, proto.SessionClosedParams{
+		Channel: ch.id, Session: ch.sessionID(), Reason: string(reason)})
 }

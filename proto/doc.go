@@ -1,7 +1,15 @@
 // Package proto is the muxterm.v1 wire protocol described in docs/protocol.md, shared by the
-// server side (package mux) and the Go client (package client): the binary frame codec
-// (frame.go), the JSON-RPC 2.0 envelope with its errors and kinds and the strict parameter
-// decoders (rpc.go), and the results every method returns (results.go).
+// server side (package mux), the Go client (package client), the cluster's relays and
+// muxbench: the binary frame codec (frame.go); every method and notification name, each
+// notification's params, the message a client reads (Message) and the request it writes
+// (MarshalRequest) (methods.go); the JSON-RPC 2.0 envelope with its errors and kinds, the
+// params of each request and their strict decoders (rpc.go); the results every method returns
+// (results.go); recordings (recording.go) and share links (share.go).
+//
+// A change to the wire is made here and in packages/client/src/messages.ts (the npm client's
+// types); the compiler then finds every Go user. Only internal/testutil/rawmux, a test client
+// that takes nothing but the frame codec and the error type from here, spells the JSON-RPC
+// messages out again, on purpose: it checks the server against a second reading of the docs.
 //
 // Everything here is a pure function of its input or plain data, with no I/O and no state, so
 // every function is safe to call from any goroutine and can be fuzzed on its own. The package
@@ -28,7 +36,3 @@ const (
 // LeasePing prefixes the payload of the owner's lease pings on a relay's socket; the rest is
 // the owner's send time (nanoseconds on its own clock), which the pong echoes.
 const LeasePing = "muxterm-lease "
-
-// MethodRelayInput is the owner's notification, on a leased relay socket, of an input frame it
-// took off the socket (applied or refused): params {channel, bytes}.
-const MethodRelayInput = "relay.input"

@@ -30,10 +30,10 @@ const ackPayloadLen = 4
 // errors.Is. Each one is answered on the wire with ErrBadFrame and id null,
 // and the socket goes on (protocol.md §2).
 var (
-	ErrShortFrame       = errors.New("mux: frame shorter than its 5-byte header")
-	ErrUnknownFrameType = errors.New("mux: unknown frame type")
-	ErrBadAck           = errors.New("mux: ack payload is not exactly 4 bytes")
-	ErrZeroChannel      = errors.New("mux: channel 0 is reserved")
+	ErrShortFrame       = errors.New("proto: frame shorter than its 5-byte header")
+	ErrUnknownFrameType = errors.New("proto: unknown frame type")
+	ErrBadAck           = errors.New("proto: ack payload is not exactly 4 bytes")
+	ErrZeroChannel      = errors.New("proto: channel 0 is reserved")
 )
 
 // Frame is one decoded binary WebSocket message. It is a plain value: its

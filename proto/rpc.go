@@ -308,7 +308,7 @@ func MarshalResponse(id json.RawMessage, result any, err *Error) []byte {
 func MarshalNotification(method string, params any) []byte {
 	b, err := json.Marshal(Notification{JSONRPC: jsonrpcVersion, Method: method, Params: params})
 	if err != nil {
-		panic(fmt.Sprintf("mux: marshal notification %s: %v", method, err))
+		panic(fmt.Sprintf("proto: marshal notification %s: %v", method, err))
 	}
 	return b
 }

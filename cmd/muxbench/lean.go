@@ -96,7 +96,7 @@ func dialLean(ctx context.Context, url, token string) (*leanClient, error) {
 		_ = ws.NetConn().Close()
 	})
 	var res proto.InitializeResult
-	if err := l.call("initialize", map[string]any{"client": map[string]any{"name": "muxbench-lean", "version": "1"}}, &res); err != nil {
+	if err := l.call(proto.MethodInitialize, proto.InitializeParams{Client: proto.ClientInfo{Name: "muxbench-lean", Version: "1"}}, &res); err != nil {
 		l.close()
 		return nil, fmt.Errorf("lean client: %w", err)
 	}
@@ -240,20 +240,14 @@ func (l *leanClient) idle() error {
 
 // text handles a response or a notification.
 func (l *leanClient) text(b []byte) error {
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params json.RawMessage `json:"params"`
-		Result json.RawMessage `json:"result"`
-		Error  *proto.Error    `json:"error"`
-	}
+	var m proto.Message
 	if err := json.Unmarshal(b, &m); err != nil {
 		return fmt.Errorf("text message from the gateway: %w", err)
 	}
-	if m.Method != "" {
+	if m.IsNotification() {
 		return l.notification(m.Method, m.Params)
 	}
-	if len(m.ID) == 0 || string(m.ID) == "null" {
+	if !m.HasID() {
 		if m.Error == nil {
 			return fmt.Errorf("response without id: %.200s", b)
 		}
@@ -277,27 +271,31 @@ func (l *leanClient) text(b []byte) error {
 }
 
 func (l *leanClient) notification(method string, raw json.RawMessage) error {
-	var p struct {
-		Channel uint32 `json:"channel"`
-		Lost    int64  `json:"lost"`
-		Reason  string `json:"reason"`
-	}
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return fmt.Errorf("%s: %w", method, err)
-	}
 	switch method {
-	case "session.gap":
+	case proto.MethodSessionGap:
+		var p proto.SessionGapParams
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return fmt.Errorf("%s: %w", method, err)
+		}
 		if ch := l.chans[p.Channel]; ch != nil {
 			ch.lost += p.Lost
 			if ch == l.hold {
 				return fmt.Errorf("channel %d (session %s): a gap of %d bytes in the echo", ch.id, ch.session, p.Lost)
 			}
 		}
-	case "session.exit":
+	case proto.MethodSessionExit:
+		var p proto.SessionExitParams
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return fmt.Errorf("%s: %w", method, err)
+		}
 		if ch := l.chans[p.Channel]; ch != nil {
 			ch.exited = true
 		}
-	case "session.closed":
+	case proto.MethodSessionClosed:
+		var p proto.SessionClosedParams
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return fmt.Errorf("%s: %w", method, err)
+		}
 		if ch := l.chans[p.Channel]; ch != nil {
 			ch.closed = true
 			ch.unacked = 0
@@ -305,7 +303,7 @@ func (l *leanClient) notification(method string, raw json.RawMessage) error {
 				return fmt.Errorf("channel %d (session %s) closed: %s", ch.id, ch.session, p.Reason)
 			}
 		}
-	case "gateway.restart":
+	case proto.MethodRestart:
 		return errors.New("the gateway is restarting in place")
 	}
 	// session.size and notifications this client does not know need nothing.
@@ -315,7 +313,7 @@ func (l *leanClient) notification(method string, raw json.RawMessage) error {
 // send writes a request and returns its id.
 func (l *leanClient) send(method string, params any) (int64, error) {
 	l.nextID++
-	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": l.nextID, "method": method, "params": params})
+	msg, err := proto.MarshalRequest(l.nextID, method, params)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", method, err)
 	}
@@ -363,7 +361,7 @@ func (l *leanClient) open(argv []string, env map[string]string) (*leanChan, erro
 	// Bind the channel before the request: its first output frame may follow the result in
 	// the same read.
 	l.chans[ch.id] = ch
-	err := l.call("session.open", map[string]any{"channel": ch.id, "cmd": argv, "cols": 80, "rows": 24, "env": env}, &res)
+	err := l.call(proto.MethodSessionOpen, proto.OpenParams{Channel: ch.id, Cmd: argv, Cols: 80, Rows: 24, Env: env}, &res)
 	if err != nil {
 		delete(l.chans, ch.id)
 		return nil, fmt.Errorf("open %q: %w", argv, err)
@@ -444,14 +442,14 @@ func (l *leanClient) killHere() error {
 			continue
 		}
 		ch.killed = true
-		id, err := l.send("session.kill", map[string]any{"session": ch.session})
+		id, err := l.send(proto.MethodSessionKill, proto.KillParams{Session: ch.session})
 		if err != nil {
 			return err
 		}
 		ids = append(ids, id)
 	}
 	for _, id := range ids {
-		if err := l.wait("session.kill", id, nil); err != nil {
+		if err := l.wait(proto.MethodSessionKill, id, nil); err != nil {
 			return err
 		}
 	}
@@ -492,12 +490,12 @@ func (l *leanClient) killFresh() error {
 	ids := make([]int64, len(sessions))
 	for i, ch := range sessions {
 		ch.killed = true
-		if ids[i], err = k.send("session.kill", map[string]any{"session": ch.session}); err != nil {
+		if ids[i], err = k.send(proto.MethodSessionKill, proto.KillParams{Session: ch.session}); err != nil {
 			return fmt.Errorf("kill after the context ended: %w", err)
 		}
 	}
 	for i, ch := range sessions {
-		err := k.wait("session.kill", ids[i], nil)
+		err := k.wait(proto.MethodSessionKill, ids[i], nil)
 		var perr *proto.Error
 		if err != nil && !(errors.As(err, &perr) && perr.Kind() == proto.KindUnknownSession) {
 			return fmt.Errorf("kill session %s after the context ended: %w", ch.session, err)

@@ -46,7 +46,7 @@ func dialProbe(ctx context.Context, g *gatewayProc) (*probe, error) {
 	p := &probe{ws: ws, pending: map[string]chan probeResponse{}, counts: map[uint32]*atomic.Int64{},
 		first: map[uint32]chan struct{}{}, done: make(chan struct{})}
 	go p.readLoop()
-	if _, err := p.call(ctx, "initialize", map[string]any{"client": map[string]any{"name": "muxbench-probe", "version": "1"}}); err != nil {
+	if _, err := p.call(ctx, proto.MethodInitialize, proto.InitializeParams{Client: proto.ClientInfo{Name: "muxbench-probe", Version: "1"}}); err != nil {
 		p.close()
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (p *probe) call(ctx context.Context, method string, params any) (json.RawMe
 	ch := make(chan probeResponse, 1)
 	p.pending[strconv.Itoa(n)] = ch
 	p.mu.Unlock()
-	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": n, "method": method, "params": params})
+	msg, err := proto.MarshalRequest(int64(n), method, params)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
@@ -91,8 +91,8 @@ func (p *probe) open(ctx context.Context, ch uint32, script string, env map[stri
 	p.mu.Lock()
 	p.counts[ch], p.first[ch] = new(atomic.Int64), make(chan struct{})
 	p.mu.Unlock()
-	res, err := p.call(ctx, "session.open", map[string]any{"channel": ch, "cmd": []string{"sh", "-c", script},
-		"cols": 80, "rows": 24, "env": env})
+	res, err := p.call(ctx, proto.MethodSessionOpen, proto.OpenParams{Channel: ch, Cmd: []string{"sh", "-c", script},
+		Cols: 80, Rows: 24, Env: env})
 	if err != nil {
 		return "", err
 	}
@@ -104,7 +104,7 @@ func (p *probe) open(ctx context.Context, ch uint32, script string, env map[stri
 }
 
 func (p *probe) kill(ctx context.Context, id string) error {
-	_, err := p.call(ctx, "session.kill", map[string]any{"session": id})
+	_, err := p.call(ctx, proto.MethodSessionKill, proto.KillParams{Session: id})
 	return err
 }
 
@@ -153,12 +153,8 @@ func (p *probe) readLoop() {
 			}
 			continue
 		}
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Result json.RawMessage `json:"result"`
-			Error  *proto.Error    `json:"error"`
-		}
-		if json.Unmarshal(b, &m) != nil || len(m.ID) == 0 || string(m.ID) == "null" {
+		var m proto.Message
+		if json.Unmarshal(b, &m) != nil || !m.HasID() {
 			continue // notifications and id-less errors
 		}
 		p.mu.Lock()

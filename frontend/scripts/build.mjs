@@ -1,5 +1,6 @@
 // Builds the UI into dist/: app.js (+ map) bundled from src/main.ts, app.css, xterm.css and
 // index.html; the recordings page's recordings.js (+ map), recordings.css and recordings.html. dist/.gitkeep stays (frontend/embed.go embeds dist/ and needs it to exist).
+// The browser tests' hook goes to dist-test/testhook.js (+ map), outside what the gateway embeds.
 import { build } from 'esbuild';
 import { copyFileSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -25,13 +26,11 @@ const common = {
   legalComments: 'linked',
 };
 
-await build({
-  ...common,
-  entryPoints: [join(root, 'src/main.ts')],
-  outfile: join(dist, 'app.js'),
-  format: 'iife',
-  platform: 'browser',
-});
+// script bundles the TypeScript entry src/<entry> into outfile, a script for the browser.
+const script = (entry, outfile) =>
+  build({ ...common, entryPoints: [join(root, 'src', entry)], outfile, format: 'iife', platform: 'browser' });
+
+await script('main.ts', join(dist, 'app.js'));
 
 await build({
   ...common,
@@ -40,15 +39,16 @@ await build({
 });
 
 // The recordings page: a list and a player (src/recordings.ts).
-await build({
-  ...common,
-  entryPoints: [join(root, 'src/recordings.ts')],
-  outfile: join(dist, 'recordings.js'),
-  format: 'iife',
-  platform: 'browser',
-});
+await script('recordings.ts', join(dist, 'recordings.js'));
 copyFileSync(join(root, 'src/recordings.css'), join(dist, 'recordings.css'));
 copyFileSync(join(root, 'src/recordings.html'), join(dist, 'recordings.html'));
+
+// The browser tests' hook (src/testhook.ts) goes to dist-test/, which frontend/embed.go does
+// not embed: the gateway serves the production page only, and the tests evaluate the hook in
+// the browser before the page's own script.
+const distTest = join(root, 'dist-test');
+rmSync(distTest, { recursive: true, force: true });
+await script('testhook.ts', join(distTest, 'testhook.js'));
 
 copyFileSync(require.resolve('@xterm/xterm/css/xterm.css'), join(dist, 'xterm.css'));
 copyFileSync(join(root, 'src/index.html'), join(dist, 'index.html'));

@@ -1,11 +1,11 @@
 // The page's state, shared by every module as `app`, and its start.
 import { MuxClient, MuxError, type ConnectionState } from '@muxterm/client';
-import { activate, loadLayout, safeFit, updateEmpty, type Tab } from './tab';
-import { detachedSessions, newTab, reattach, wireConfirm } from './actions';
+import { activate, loadLayout, moveTab, safeFit, size, tabTitle, updateEmpty, type Tab } from './tab';
+import { closeTab, detachTab, detachedSessions, newTab, reattach, wireConfirm } from './actions';
 import { scheduleDetachedRefresh, wireDetached } from './detached';
 import { wireShortcuts, type Action } from './shortcuts';
 import { checkAuth, scheduleAuthCheck, signIn, signOut, wireSignin } from './signin';
-import { installTestHook } from './testhook';
+import type { TestHookUI } from './testhook';
 import { FIT_DEBOUNCE_MS, readUrl, webSocketUrl, type UrlOptions } from './config';
 import { lookupDom, type Dom } from './dom';
 import { wireKeybar } from './keybar';
@@ -102,7 +102,9 @@ export function start(): App {
   wireSettings(app);
   wireKeybar(app);
   applySettings(app);
-  installTestHook(app);
+  // The browser tests' hook (testhook.ts, evaluated before this script) gets the app; a page
+  // without it has no window.muxtermTestHook and no hook code.
+  window.muxtermTestHook?.({ app, activate, moveTab, size, tabTitle, closeTab, detachTab, detachedSessions, newTab, reattach } satisfies TestHookUI);
 
   new ResizeObserver(() => {
     clearTimeout(app.fitTimer);

@@ -10,7 +10,8 @@
 //   settings.ts  font size, theme, renderer and the clipboard's, kept in localStorage
 //   clipboard.ts OSC 52, copy on select
 //   keybar.ts    the key bar of touch devices, touch scrolling
-//   testhook.ts  window.muxterm, through which the browser tests drive the page
+// testhook.ts (window.muxterm, through which the browser tests drive the page) is an entry of
+// its own, dist-test/testhook.js, which the browser tests load and the gateway never serves.
 import { start } from './app';
 
 start();

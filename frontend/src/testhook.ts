@@ -1,8 +1,26 @@
-// The test hook: browser tests drive and inspect the page through window.muxterm.
+// The test hook: browser tests drive and inspect the page through window.muxterm. This is an
+// entry of its own (scripts/build.mjs: dist-test/testhook.js, which the gateway does not embed),
+// so the production bundle carries none of it: the browser tests evaluate it on every new
+// document, before the page's app.js, and it sets window.muxtermTestHook, which start() calls
+// with the app and the actions the hook drives it with. Its imports are types only.
 import type { SessionInfo } from '@muxterm/client';
 import type { App } from './app';
-import { activate, moveTab, size, tabTitle, type Tab } from './tab';
-import { closeTab, detachTab, detachedSessions, newTab, reattach } from './actions';
+import type { activate, moveTab, size, tabTitle, Tab } from './tab';
+import type { closeTab, detachTab, detachedSessions, newTab, reattach } from './actions';
+
+/** What start() hands a test hook: the app and the UI's own actions (one copy of each). */
+export interface TestHookUI {
+  app: App;
+  activate: typeof activate;
+  moveTab: typeof moveTab;
+  size: typeof size;
+  tabTitle: typeof tabTitle;
+  closeTab: typeof closeTab;
+  detachTab: typeof detachTab;
+  detachedSessions: typeof detachedSessions;
+  newTab: typeof newTab;
+  reattach: typeof reattach;
+}
 
 export interface MuxtermTestHook {
   tabs(): Array<{ session: string; channel: number; title: string; exited: null | { code: number; signal: string | null } }>;
@@ -35,11 +53,13 @@ export interface MuxtermTestHook {
 declare global {
   interface Window {
     muxterm: MuxtermTestHook;
+    /** Set by this script (browser tests only); start() calls it when it is there. */
+    muxtermTestHook?: (ui: TestHookUI) => void;
   }
 }
 
 /** The terminal's buffer as text: one line per row, right-trimmed, wrapped rows joined. */
-export function bufferText(tab: Tab | undefined): string {
+function bufferText(tab: Tab | undefined): string {
   if (!tab) return '';
   const buf = tab.term.buffer.active;
   const out: string[] = [];
@@ -56,7 +76,8 @@ export function bufferText(tab: Tab | undefined): string {
 }
 
 /** Sets window.muxterm to drive and inspect the page. */
-export function installTestHook(app: App): void {
+function installTestHook(ui: TestHookUI): void {
+  const { app, activate, moveTab, size, tabTitle, closeTab, detachTab, detachedSessions, newTab, reattach } = ui;
   window.muxterm = {
     tabs: () =>
       app.tabs.map((t) => ({
@@ -119,3 +140,5 @@ export function installTestHook(app: App): void {
     },
   };
 }
+
+window.muxtermTestHook = installTestHook;

@@ -33,7 +33,7 @@ const TYPES = [
   'Cast', 'CastEvent', 'CastHeader', 'RecordingInfo', 'RecordingListParams', 'RecordingListResult',
   'RecordingReadParams', 'RecordingReadResult',
   'SessionOpenParams', 'SessionOpenResult', 'SessionResizeParams', 'SessionResizeResult', 'SessionSignalParams',
-  'SignalName', 'SizeParams', 'TerminalWrite', 'WebSocketFactory', 'WebSocketLike',
+  'RestartParams', 'SignalName', 'SizeParams', 'TerminalWrite', 'WebSocketFactory', 'WebSocketLike',
 ];
 
 const tmp = mkdtempSync(join(tmpdir(), 'muxterm-pack-'));

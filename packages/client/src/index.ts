@@ -68,6 +68,7 @@ export type {
   ClosedReason,
   SizeParams,
   ClosedParams,
+  RestartParams,
   NotificationMap,
 } from './messages.js';
 

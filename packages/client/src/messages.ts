@@ -371,10 +371,24 @@ export interface ClosedParams {
   reason: ClosedReason | (string & {});
 }
 
-/** method → params of server notifications */
+/**
+ * `gateway.restart`: the gateway is being upgraded in place and closes the socket with 1012
+ * next; each read-write channel's resume hold lasts `resumeHoldMs` (docs/protocol.md §4,
+ * "Reconnecting after a restart"). The client reconnects on the close itself.
+ */
+export interface RestartParams {
+  resumeHoldMs: number;
+}
+
+/**
+ * method → params of every notification the gateway sends a client. `relay.input` is not
+ * among them: the owner node sends it only on a relay's socket that asked for a lease with
+ * the cluster token (docs/protocol.md §1), never to a browser or an npm client.
+ */
 export interface NotificationMap {
   'session.gap': GapParams;
   'session.exit': ExitParams;
   'session.closed': ClosedParams;
   'session.size': SizeParams;
+  'gateway.restart': RestartParams;
 }
