@@ -22,7 +22,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -415,6 +414,7 @@ func (r *Recorder) write(q []event) {
 
 func (r *Recorder) encode(e event) {
 	var text string
+	var raw []byte // output or input, written by appendJSONBytes without a string's copy
 	switch e.code {
 	case codeOutput, codeInput:
 		i := 0
@@ -433,7 +433,7 @@ func (r *Recorder) encode(e event) {
 		if len(p) == 0 {
 			return
 		}
-		text = strings.ToValidUTF8(string(p), "\uFFFD")
+		raw = p
 	case codeDrop:
 		// An unfinished character before the gap never finishes: its bytes are among those
 		// not recorded.
@@ -460,17 +460,62 @@ func (r *Recorder) encode(e event) {
 	r.enc.WriteString(`, "`)
 	r.enc.WriteByte(code)
 	r.enc.WriteString(`", `)
-	r.writeJSONString(text)
+	if raw != nil {
+		r.enc.Write(appendJSONBytes(r.enc.AvailableBuffer(), raw))
+	} else {
+		r.enc.Write(appendJSONBytes(r.enc.AvailableBuffer(), []byte(text)))
+	}
 	r.enc.WriteString("]\n")
 }
 
-// writeJSONString appends text as a JSON string, without escaping <, > and & (json.Marshal's
-// HTML escaping would triple a terminal's output).
-func (r *Recorder) writeJSONString(text string) {
-	je := json.NewEncoder(&r.enc)
-	je.SetEscapeHTML(false)
-	_ = je.Encode(text) // a valid UTF-8 string always encodes; Encode adds a newline
-	r.enc.Truncate(r.enc.Len() - 1)
+const hexDigits = "0123456789abcdef"
+
+// appendJSONBytes appends p as a JSON string: valid UTF-8 as it is, '"' and '\\' escaped, control
+// characters as \n, \r, \t or \u00XX, and a run of invalid bytes as one U+FFFD. One pass, no copy of p
+// into a string: the recorder's cost per byte of output stays a few comparisons.
+func appendJSONBytes(dst, p []byte) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(p); {
+		c := p[i]
+		if c >= 0x20 && c < 0x80 && c != '"' && c != '\\' {
+			j := i + 1
+			for j < len(p) && p[j] >= 0x20 && p[j] < 0x80 && p[j] != '"' && p[j] != '\\' {
+				j++
+			}
+			dst = append(dst, p[i:j]...)
+			i = j
+			continue
+		}
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c == '\r':
+			dst = append(dst, '\\', 'r')
+		case c == '\t':
+			dst = append(dst, '\\', 't')
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		default: // c >= 0x80
+			r, n := utf8.DecodeRune(p[i:])
+			if r == utf8.RuneError && n <= 1 {
+				// A run of invalid bytes is one U+FFFD, as strings.ToValidUTF8 writes it.
+				dst = append(dst, "\uFFFD"...)
+				for i++; i < len(p) && p[i] >= 0x80; i++ {
+					if r, n := utf8.DecodeRune(p[i:]); r != utf8.RuneError || n > 1 {
+						break
+					}
+				}
+				continue
+			}
+			dst = append(dst, p[i:i+n]...)
+			i += n
+			continue
+		}
+		i++
+	}
+	return append(dst, '"')
 }
 
 // incompleteTail is the length of an unfinished UTF-8 sequence at the end of p (0 to 3).

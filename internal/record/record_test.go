@@ -3,6 +3,7 @@ package record
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -414,4 +415,35 @@ func closeAndRead(t *testing.T, r *Recorder, path string) cast {
 	}
 	defer f.Close()
 	return parseCast(t, f, true)
+}
+
+// appendJSONBytes writes what encoding/json reads back as the same text (invalid UTF-8 as
+// U+FFFD, as strings.ToValidUTF8 would), for every byte value and a few mixed strings.
+func TestAppendJSONBytes(t *testing.T) {
+	cases := [][]byte{[]byte(""), []byte("plain"), []byte("quote\" back\\ nl\n cr\r tab\t bell\a del\x7f"),
+		[]byte("héllo 世界 🙂"), []byte("bad\xff\xfe\xe4 end"), []byte("\xe4\xb8"), {0x00, 0x1b, '[', 'm'}}
+	for c := range 256 {
+		cases = append(cases, []byte{byte(c)})
+	}
+	for _, p := range cases {
+		var got string
+		if err := json.Unmarshal(appendJSONBytes(nil, p), &got); err != nil {
+			t.Fatalf("%q: not JSON: %v (%s)", p, err, appendJSONBytes(nil, p))
+		}
+		if want := strings.ToValidUTF8(string(p), "\uFFFD"); got != want {
+			t.Errorf("%q: read back %q, want %q", p, got, want)
+		}
+	}
+}
+
+// BenchmarkRecordOutput: the writer's cost per byte of a terminal's output (colours, text,
+// CJK), encoding and writing one queued batch.
+func BenchmarkRecordOutput(b *testing.B) {
+	chunk := bytes.Repeat([]byte("\x1b[1;32mok\x1b[0m  some/path/file.go:42: text, \"quoted\" \xe4\xb8\x96\r\n"), 512)
+	r := New(io.Discard, time.Now(), Options{})
+	q := []event{{code: codeOutput, data: chunk}}
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		r.write(q)
+	}
 }
