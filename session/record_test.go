@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -152,10 +153,14 @@ func TestReadRecordingEndsAndRefuses(t *testing.T) {
 	opts.Record = RecordOptions{Dir: t.TempDir(), All: true}
 	r := NewRegistry(opts, nil)
 	s, _ := openT(t, r, "alice", nil, "/bin/sh", "-c", "printf done; exec sleep 60")
-	_, size, err := r.ReadRecording(s.ID(), "alice", false, 0, 1)
-	if err != nil || size == 0 {
-		t.Fatalf("read: size %d, %v", size, err)
-	}
+	var size int64
+	// The program prints once, then sleeps: wait until the recording holds its output (the
+	// recorder writes on a goroutine of its own, which nothing outside signals).
+	testutil.WaitFor(t, 10*time.Second, "the output in the recording", func() bool {
+		data, n, err := r.ReadRecording(s.ID(), "alice", false, 0, 1<<16)
+		size = n
+		return err == nil && bytes.Contains(data, []byte("done"))
+	})
 	data, _, err := r.ReadRecording(s.ID(), "alice", false, size, 100)
 	if err != nil || data == nil || len(data) != 0 {
 		t.Fatalf("read at the end: %v (nil %v), %v; want no bytes, not nil", data, data == nil, err)
