@@ -49,6 +49,10 @@ func (o ReconnectOptions) withDefaults(holdMs int64) ReconnectOptions {
 	return o
 }
 
+// closeShareEnded is the close code of a socket whose share link was revoked or expired
+// (protocol.md §4, "Share links").
+const closeShareEnded = 4003
+
 // retryable reports whether a connection that ended with err may be resumed: not after a close
 // that says the client itself is at fault (protocol.md §6), which a new connection would repeat,
 // nor after the server broke the protocol.
@@ -61,7 +65,8 @@ func retryable(err error) bool {
 		switch ce.Code {
 		case websocket.CloseNormalClosure, websocket.CloseProtocolError, websocket.CloseUnsupportedData,
 			websocket.CloseInvalidFramePayloadData, websocket.ClosePolicyViolation,
-			websocket.CloseMessageTooBig, websocket.CloseMandatoryExtension:
+			websocket.CloseMessageTooBig, websocket.CloseMandatoryExtension,
+			closeShareEnded: // the share link ended: it authenticates no more
 			return false
 		}
 	}

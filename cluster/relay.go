@@ -126,12 +126,25 @@ func (n *Node) Attach(ctx context.Context, principal string, readOnly bool, p pr
 		n.release(sock, 0)
 		return nil, res, err // the owner's error, e.g. unknown_session for another principal
 	}
+	if res.TTY != nil && !*res.TTY {
+		// A session on pipes is attached on its own node: a relay would merge its stderr into
+		// its output and could not close its stdin.
+		dctx, cancel := context.WithTimeout(context.Background(), relayDetachWait)
+		_ = ch.Detach(dctx)
+		cancel()
+		n.release(sock, 0)
+		return nil, proto.AttachResult{}, proto.ErrInvalidRequest(fmt.Sprintf(
+			"session %s runs on pipes at node %s: attach it through that node", p.Session, node))
+	}
 	rl, err := n.startRelay(r, node, p.Session, &binding{c: sock.c, sock: sock, ch: ch})
 	if err != nil {
 		return nil, res, err
 	}
 	return rl, res, nil
 }
+
+// relayDetachWait bounds the detach of a relayed attach the node refuses (a pipe session's).
+const relayDetachWait = 5 * time.Second
 
 // Capture implements mux.Remote: the owner holds the screen.
 func (n *Node) Capture(ctx context.Context, principal string, readOnly bool, p proto.CaptureParams) (proto.CaptureResult, error) {

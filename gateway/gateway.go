@@ -61,6 +61,10 @@ const CookieName = "muxterm_token"
 // read-only or read-write.
 const HeaderShare = "Muxterm-Share"
 
+// HeaderShareToken carries a share link's token to GET /auth/check from the link's page, in
+// place of the cookie or Authorization (which a proxy in front may use for its own auth).
+const HeaderShareToken = "Muxterm-Share-Token"
+
 // CookieNameFor is the auth cookie's name of a gateway listening on listenAddr (host:port).
 func CookieNameFor(listenAddr string) string {
 	if _, port, err := net.SplitHostPort(listenAddr); err == nil && port != "" {
@@ -350,11 +354,13 @@ func (g *Gateway) authCheck(c echo.Context) error {
 		refuse(c.Response(), http.StatusForbidden, "host not allowed")
 		return nil
 	}
-	var tok string
-	if a := c.Request().Header.Get("Authorization"); a != "" && bearer(a) {
+	// A share page names its link's token in a header of its own, which neither a cookie nor a
+	// proxy's Basic Authorization can stand in for.
+	tok := c.Request().Header.Get(HeaderShareToken)
+	if a := c.Request().Header.Get("Authorization"); tok == "" && a != "" && bearer(a) {
 		_, rest, _ := strings.Cut(a, " ")
 		tok = strings.TrimSpace(rest)
-	} else if ck, err := c.Request().Cookie(g.cookie); err == nil {
+	} else if ck, err := c.Request().Cookie(g.cookie); tok == "" && err == nil {
 		tok = ck.Value
 	}
 	p, ok := g.authenticate(tok)
@@ -432,9 +438,15 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 	if origin != "" && !g.originAllowed(origin, r.Host) {
 		return Principal{}, http.StatusForbidden, "origin not allowed"
 	}
-	var tok string
+	// A page opened from a share link offers the link's token as a subprotocol: it is what the
+	// page asks to be, whatever cookie the browser also holds for this gateway, or whatever
+	// Authorization a proxy in front adds (Basic).
+	tok := shareToken(r)
 	ck, ckErr := r.Cookie(g.cookie)
-	if h := r.Header.Get("Authorization"); h != "" && (ckErr != nil || bearer(h)) {
+	h := r.Header.Get("Authorization")
+	switch {
+	case tok != "":
+	case h != "" && (ckErr != nil || bearer(h)):
 		// A browser behind a proxy with its own (Basic) auth sends that header too: then the
 		// cookie counts.
 		if !bearer(h) {
@@ -442,15 +454,12 @@ func (g *Gateway) checkUpgrade(r *http.Request) (Principal, int, string) {
 		}
 		_, rest, _ := strings.Cut(h, " ")
 		tok = strings.TrimSpace(rest)
-	} else if ckErr == nil {
+	case ckErr == nil:
 		if origin == "" {
 			// A cookie is sent by browsers, which always send Origin on a WebSocket upgrade.
 			return Principal{}, http.StatusForbidden, "cookie without Origin"
 		}
 		tok = ck.Value
-	}
-	if tok == "" {
-		tok = shareToken(r) // a page opened from a share link
 	}
 	p, ok := g.authenticate(tok)
 	if rp, relay, why := g.relayPrincipal(r, tok); relay {

@@ -14,7 +14,8 @@ export type AuthState = 'ok' | 'refused' | 'unreachable';
 /** Asks auth/check about the page's credential: the cookie, or the share link's token. */
 export async function checkAuth(app: App): Promise<AuthState> {
   try {
-    const headers: Record<string, string> = app.url.share ? { Authorization: `Bearer ${app.url.share}` } : {};
+    // The link's token in a header of its own: a proxy's own (Basic) Authorization stays as it is.
+    const headers: Record<string, string> = app.url.share ? { 'Muxterm-Share-Token': app.url.share } : {};
     const r = await fetch('auth/check', { cache: 'no-store', credentials: 'same-origin', headers });
     if (r.status === 401) return 'refused';
     if (app.url.share && r.ok) app.shareWrite = r.headers.get('Muxterm-Share') === 'read-write';

@@ -31,7 +31,8 @@ const TYPES = [
   'SessionKillResult', 'SessionLeaseParams', 'SessionLeaseResult', 'SessionListParams', 'SessionListResult',
   'ScreenMode', 'ScreenModes', 'SessionCaptureParams', 'SessionCaptureResult',
   'Cast', 'CastEvent', 'CastHeader', 'RecordingInfo', 'RecordingListParams', 'RecordingListResult',
-  'RecordingReadParams', 'RecordingReadResult',
+  'RecordingReadParams', 'RecordingReadResult', 'ShareCreateParams', 'ShareInfo', 'ShareListParams',
+  'ShareListResult', 'ShareRevokeParams', 'ShareRevokeResult',
   'SessionOpenParams', 'SessionOpenResult', 'SessionResizeParams', 'SessionResizeResult', 'SessionSignalParams',
   'RestartParams', 'SignalName', 'SizeParams', 'TerminalWrite', 'WebSocketFactory', 'WebSocketLike',
 ];

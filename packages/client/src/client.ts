@@ -470,6 +470,15 @@ export class MuxClient {
         this._violate(`a message larger than ${this.opts.maxMessageBytes} bytes (close 1009)`);
         return;
       }
+      if (ev?.code === 4003) {
+        // The share link this socket was opened with ended (revoked or expired): it
+        // authenticates no more, so no reconnect; the client ends with the reason.
+        this.dropSocket(disconnected());
+        for (const ch of this.channels.values()) ch._socketLost();
+        this.close();
+        this.emit('error', new MuxError(ErrorCode.Internal, `the share link ended (close 4003${ev.reason ? `: ${ev.reason}` : ''})`, { kind: 'forbidden' }));
+        return;
+      }
       this.onSocketLost(disconnected());
     };
   }

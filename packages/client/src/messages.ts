@@ -203,6 +203,8 @@ export interface SessionCaptureResult {
 
 export interface SessionDetachParams {
   channel: number;
+  /** Leave a resume hold, as a dropped socket does (a relaying node's own detach). */
+  hold?: boolean;
   _meta?: RequestMeta;
 }
 export interface SessionDetachResult {
@@ -317,7 +319,7 @@ export interface RecordingListResult {
 export interface RecordingReadParams {
   recording: string;
   offset: number;
-  /** 1 … 1048576 bytes. */
+  /** 1 … 65536 bytes (MAX_RECORDING_READ). */
   length: number;
   _meta?: RequestMeta;
 }
@@ -328,6 +330,42 @@ export interface RecordingReadResult {
   data: string;
   size: number;
   eof: boolean;
+}
+
+export interface ShareCreateParams {
+  session: string;
+  /** 1000 … 604800000 (7 days). */
+  ttl_ms: number;
+  /** The link may type and resize too. */
+  write?: boolean;
+  _meta?: RequestMeta;
+}
+export interface ShareListParams {
+  session: string;
+  _meta?: RequestMeta;
+}
+export interface ShareRevokeParams {
+  share: string;
+  _meta?: RequestMeta;
+}
+/** A share link (protocol 1.4, share.*): `token` only in share.create's result. */
+export interface ShareInfo {
+  share: string;
+  session: string;
+  write: boolean;
+  /** RFC 3339, UTC. */
+  expires: string;
+  /** Sockets open with the link now. */
+  viewers: number;
+  token?: string;
+}
+export interface ShareListResult {
+  shares: ShareInfo[];
+}
+export interface ShareRevokeResult {
+  share: string;
+  /** Sockets the revocation closed (with 4003). */
+  closed: number;
 }
 
 /** method → [params, result] */
@@ -345,6 +383,9 @@ export interface RequestMap {
   'session.capture': [SessionCaptureParams, SessionCaptureResult];
   'recording.list': [RecordingListParams, RecordingListResult];
   'recording.read': [RecordingReadParams, RecordingReadResult];
+  'share.create': [ShareCreateParams, ShareInfo];
+  'share.list': [ShareListParams, ShareListResult];
+  'share.revoke': [ShareRevokeParams, ShareRevokeResult];
 }
 export type Method = keyof RequestMap;
 
@@ -358,7 +399,7 @@ export interface ExitParams {
   code: number;
   signal: string | null;
 }
-export type ClosedReason = 'killed' | 'exited' | 'reaped' | 'shutdown';
+export type ClosedReason = 'killed' | 'exited' | 'reaped' | 'shutdown' | 'node_lost';
 export interface SizeParams {
   channel: number;
   session: string;
