@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -184,5 +185,38 @@ func TestCLIShare(t *testing.T) {
 	testutil.WaitClosed(t, viewer.Done(), 2*time.Second, "the revoked link's socket to close")
 	if _, _, code := runCLI(t, env, "share", "revoke", fields[0]); code == 0 {
 		t.Errorf("revoking a revoked link succeeded")
+	}
+}
+
+// A principal's live share links are bounded: the 65th is refused with limit_exceeded
+// "shares", and links to a session that ended no longer count.
+func TestShareLinksAreBounded(t *testing.T) {
+	g := startGateway(t)
+	defer g.Stop(10 * time.Second)
+	ctx := ctxT(t, 60*time.Second)
+	c := g.dial(t)
+	ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 64 {
+		if _, err := c.ShareCreate(ctx, ch.Session(), time.Hour, false); err != nil {
+			t.Fatalf("link %d: %v", i, err)
+		}
+	}
+	_, err = c.ShareCreate(ctx, ch.Session(), time.Hour, false)
+	var pe *proto.Error
+	if !errors.As(err, &pe) || pe.Kind() != proto.KindLimitExceeded || pe.Data["limit"] != "shares" {
+		t.Fatalf("the 65th link: %v, want limit_exceeded shares", err)
+	}
+	if _, err := c.Kill(ctx, ch.Session()); err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ShareCreate(ctx, other.Session(), time.Hour, false); err != nil {
+		t.Fatalf("a link once the first session's ended: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"sync"
 	"time"
 
@@ -53,10 +54,41 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// Create makes a link to owner's session p.Session.
+// MaxSharesPerPrincipal bounds one principal's live links (limit_exceeded "shares" beyond).
+const MaxSharesPerPrincipal = 64
+
+// Create makes a link to owner's session p.Session. A principal's links whose session ended are
+// forgotten first (a link outlives nothing it shows), and beyond MaxSharesPerPrincipal live
+// links a new one is refused.
 func (st *shareStore) Create(owner string, p proto.ShareCreateParams) (proto.ShareInfo, *proto.Error) {
 	if _, err := st.reg.Get(p.Session, owner); err != nil {
 		return proto.ShareInfo{}, proto.ErrUnknownSession(p.Session)
+	}
+	st.mu.Lock()
+	var mine []*share
+	for _, o := range st.byID {
+		if o.owner == owner {
+			mine = append(mine, o)
+		}
+	}
+	st.mu.Unlock()
+	// The registry is asked with no lock of the store's held: nothing is taken under it.
+	var ended []*share
+	n := 0
+	for _, o := range mine {
+		if _, err := st.reg.Get(o.session, owner); err != nil {
+			ended = append(ended, o)
+			continue
+		}
+		n++
+	}
+	for _, o := range ended {
+		o.timer.Stop()
+		st.end(o)
+	}
+	if n >= MaxSharesPerPrincipal {
+		return proto.ShareInfo{}, proto.ErrLimitExceeded("shares", fmt.Sprintf(
+			"at most %d live share links per principal: revoke one (share.list, share.revoke)", MaxSharesPerPrincipal))
 	}
 	ttl := time.Duration(p.TTLMs) * time.Millisecond
 	s := &share{id: randomHex(16), token: randomHex(32), owner: owner, session: p.Session, write: p.Write,
