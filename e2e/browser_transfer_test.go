@@ -1,0 +1,149 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/chromedp"
+)
+
+// lrzszPaths returns sz and rz from Debian's lrzsz, or skips t (fails it under MUXTERM_BROWSER
+// or in CI): `make deps-browser` installs them.
+func lrzszPaths(t *testing.T) (sz, rz string) {
+	t.Helper()
+	return browserTool(t, "sz (lrzsz)", "/usr/bin/sz", "sz"), browserTool(t, "rz (lrzsz)", "/usr/bin/rz", "rz")
+}
+
+type transferState struct {
+	Enabled bool `json:"enabled"`
+	Busy    bool `json:"busy"`
+	Shown   bool `json:"shown"`
+	Last    *struct {
+		Direction string  `json:"direction"`
+		Name      string  `json:"name"`
+		Bytes     int64   `json:"bytes"`
+		Ms        float64 `json:"ms"`
+	} `json:"last"`
+}
+
+// transferFiles writes the test's files into dir: 0 B, 1 B and 10 MiB of random bytes.
+func transferFiles(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	big := make([]byte, 10<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"empty.bin": {}, "one.bin": {0x18}, "big.bin": big}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return files
+}
+
+// waitFile waits until path holds exactly want (a download or rz writes it in pieces).
+func waitFile(t *testing.T, path string, want []byte, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got, err := os.ReadFile(path)
+		if err == nil && bytes.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: got %d bytes (err %v), want the %d bytes sent", path, len(got), err, len(want))
+		}
+		<-tick.C
+	}
+}
+
+// lastTransfer waits for the active tab's transfer to end with one of name, and returns it.
+func lastTransfer(b *browser, direction, name string, d time.Duration) transferState {
+	b.t.Helper()
+	b.waitJS(fmt.Sprintf("(() => { const x = window.muxterm.transfer(); return !x.busy && x.last !== null && x.last.direction === %q && x.last.name === %q })()", direction, name), d)
+	return eval[transferState](b, "window.muxterm.transfer()")
+}
+
+// TestBrowserFileTransfer: `sz FILE` (Debian's lrzsz) in a session downloads the file in
+// Chromium, and a file given to the Upload button's input reaches the `rz` waiting for it, for
+// files of 0 B, 1 B and 10 MiB of random bytes, byte for byte; the terminal shows none of
+// ZMODEM's frames, the shell works after each transfer and after a cancelled one; a reload's
+// replay of those transfers starts none.
+func TestBrowserFileTransfer(t *testing.T) {
+	lrzszPaths(t)
+	src, dl, up := t.TempDir(), t.TempDir(), t.TempDir()
+	files := transferFiles(t, src)
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, false)
+	defer b.screenshot("file-transfer")
+	cdpDo(b, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dl})
+	if x := eval[transferState](b, "window.muxterm.transfer()"); !x.Enabled || x.Shown {
+		t.Fatalf("transfer state on a writing page: %+v, want enabled and no bar", x)
+	}
+
+	b.typeText("cd " + src + "\r")
+	for i, name := range []string{"empty.bin", "one.bin", "big.bin"} {
+		b.typeText("sz " + name + "\r")
+		x := lastTransfer(b, "download", name, 60*time.Second)
+		waitFile(t, filepath.Join(dl, name), files[name], 30*time.Second)
+		if name == "big.bin" {
+			t.Logf("download of %d bytes: %.0f ms, %.2f MiB/s", x.Last.Bytes, x.Last.Ms, float64(x.Last.Bytes)/(1<<20)/(x.Last.Ms/1000))
+		}
+		b.echo(fmt.Sprintf("after''download%d", i))
+	}
+
+	b.typeText("cd " + up + "\r")
+	for i, name := range []string{"empty.bin", "one.bin", "big.bin"} {
+		b.typeText("rz\r")
+		b.waitJS("window.muxterm.transfer().shown && window.muxterm.transfer().busy", 15*time.Second)
+		b.run(10*time.Second, chromedp.SetUploadFiles(chromedp.CSS(".pane.active .transfer input[type=file]"), []string{filepath.Join(src, name)}))
+		x := lastTransfer(b, "upload", name, 90*time.Second)
+		if name == "big.bin" {
+			t.Logf("upload of %d bytes: %.0f ms, %.2f MiB/s", x.Last.Bytes, x.Last.Ms, float64(x.Last.Bytes)/(1<<20)/(x.Last.Ms/1000))
+		}
+		b.echo(fmt.Sprintf("after''upload%d", i))
+		waitFile(t, filepath.Join(up, name), files[name], 10*time.Second)
+	}
+	if strings.Contains(g.Logs(), "inputQueue") || strings.Contains(g.Logs(), "inputRate") {
+		t.Errorf("the gateway refused input during the uploads:\n%s", g.Logs())
+	}
+
+	// Cancel: rz waits, the Cancel button aborts it, and the shell answers again.
+	b.typeText("rz\r")
+	b.waitJS("window.muxterm.transfer().shown", 15*time.Second)
+	eval[any](b, "document.querySelector('.pane.active .transfer .cancel').click()")
+	b.waitJS("!window.muxterm.transfer().busy && !window.muxterm.transfer().shown", 5*time.Second)
+	b.waitText("[muxterm: cancelled]", 5*time.Second)
+	b.echo("after''cancel")
+
+	text := eval[string](b, "window.muxterm.bufferText()")
+	for _, frame := range []string{"**\x18B", "B0100", "B00000"} {
+		if strings.Contains(text, frame) {
+			t.Errorf("the terminal shows ZMODEM's %q:\n%s", frame, text)
+		}
+	}
+
+	// A reload replays every transfer's bytes: none starts again.
+	entries, _ := os.ReadDir(dl)
+	b.reload()
+	b.waitJS("window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1 && window.muxterm.bufferText().includes('aftercancel')", 20*time.Second)
+	b.echo("after''reload")
+	if x := eval[transferState](b, "window.muxterm.transfer()"); x.Busy || x.Shown || x.Last != nil {
+		t.Errorf("the replay started a transfer: %+v", x)
+	}
+	if again, _ := os.ReadDir(dl); len(again) != len(entries) {
+		t.Errorf("the replay downloaded again: %d files in the download directory, %d before", len(again), len(entries))
+	}
+}

@@ -1,0 +1,397 @@
+// File transfer with ZMODEM (zmodem.js, against lrzsz's sz and rz): `sz FILE` in a session
+// downloads the file in the browser; a file dropped on the terminal, or chosen with the Upload
+// button, goes to the rz waiting for it. Only a page that may write transfers (a read-only page
+// never answers sz or rz), and only live output starts one (replayed output never does).
+import * as Zmodem from 'zmodem.js/src/zmodem';
+import type { Channel, MuxError } from '@muxterm/client';
+import { showError, writable, type App } from './app';
+import type { Tab } from './tab';
+
+/** File bytes per ZCRCQ block of an upload (two 8 KiB subpackets, the last asks for a ZACK). */
+const BLOCK = 16 * 1024;
+/** Blocks sent and not yet acknowledged by rz: with ZDLE escaping (≤ 2× in the worst case, ~1.26× for random bytes) the wire bytes rz has not read stay under the gateway's 64 KiB input queue. */
+const BLOCKS_IN_FLIGHT = 2;
+/** How long an upload waits for rz's acknowledgement of a block before it gives up. */
+const ACK_TIMEOUT_MS = 15_000;
+/** Bytes of a file read from disk at once. */
+const READ_BYTES = 1024 * 1024;
+/** The part of the gateway's input rate an upload uses (keys typed by other viewers need the rest). */
+const RATE_SHARE = 0.9;
+
+type Phase = 'idle' | 'waiting' | 'sending' | 'receiving';
+
+/** The ZMODEM side of one tab's channel: a Sentry that watches live output for sz and rz. */
+export class TabTransfer {
+  private readonly sentry: Zmodem.Sentry;
+  private session: Zmodem.ReceiveSession | Zmodem.SendSession | null = null;
+  private phase: Phase = 'idle';
+  /** Output the sentry passes to the terminal during one consume. */
+  private shown: number[][] = [];
+  private detected = false;
+  /** Why the transfer ends, once it must (a refusal, a cancel): checked between blocks. */
+  private failure: string | null = null;
+  /** Wire bytes written since the upload started, for the rate pacing. */
+  private sentBytes = 0;
+  /** Wakes an upload waiting for rz's acknowledgements once the transfer failed. */
+  private stop: (() => void) | null = null;
+  private ackTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly bar: HTMLElement;
+  private readonly text: HTMLElement;
+  private readonly input: HTMLInputElement;
+
+  constructor(
+    private readonly app: App,
+    private readonly tab: Tab,
+    private readonly ch: Channel,
+  ) {
+    this.bar = tab.pane.querySelector('.transfer') as HTMLElement;
+    this.text = this.bar.querySelector('.what') as HTMLElement;
+    this.input = this.bar.querySelector('input[type=file]') as HTMLInputElement;
+    this.sentry = new Zmodem.Sentry({
+      to_terminal: (octets) => {
+        this.shown.push(octets);
+      },
+      sender: (octets) => {
+        this.sentBytes += octets.length;
+        this.ch.write(Uint8Array.from(octets));
+      },
+      on_detect: (d) => this.detect(d),
+      on_retract: () => undefined,
+    });
+  }
+
+  /** Whether a transfer holds the channel: keys are not typed into it (Ctrl-C cancels). */
+  get busy(): boolean {
+    return this.phase !== 'idle';
+  }
+
+  /**
+   * Live output: returns what the terminal shows (ZMODEM's frames taken out). Throws nothing:
+   * a protocol failure ends the transfer with a notice.
+   */
+  consume(bytes: Uint8Array): Uint8Array {
+    this.shown = [];
+    this.detected = false;
+    const s = this.session;
+    // lrzsz flushes its terminal's output as it exits (tcflush TCIOFLUSH): sz's "OO" after the
+    // ZFIN exchange (and rz's ZFIN answer) may never come. The file is complete by then: once
+    // output that is not ZMODEM's follows, the session is over and that output is the shell's.
+    if (s && s.type === 'receive' && s._got_ZFIN && bytes[0] !== 0x4f) {
+      s._on_session_end();
+      return bytes.slice();
+    }
+    try {
+      this.sentry.consume(Array.from(bytes));
+    } catch (e) {
+      this.fail(`transfer failed: ${errorText(e)}`);
+    }
+    let out = this.shown.flat();
+    if (this.detected) out = withoutHeader(out);
+    return Uint8Array.from(out);
+  }
+
+  /** Keys typed while a transfer runs: Ctrl-C (or Ctrl-X) cancels it, the rest is dropped. */
+  key(data: string): void {
+    if (data.includes('\x03') || data.includes('\x18')) this.cancel('cancelled');
+  }
+
+  /** The gateway refused input of this channel (inputQueue, inputRate, …): an upload cannot go on. */
+  refused(e: MuxError): void {
+    if (this.phase === 'idle') return;
+    this.fail(`upload refused by the gateway (${String(e.data['limit'] ?? e.kind)}); transfer aborted`);
+  }
+
+  /** The channel was bound again after a reconnect: the stream in between is not ours to parse. */
+  interrupted(): void {
+    if (this.phase !== 'idle') this.fail('the connection dropped; transfer aborted');
+  }
+
+  cancel(why: string): void {
+    if (this.phase !== 'idle') this.fail(why);
+  }
+
+  /** Files dropped on the terminal or chosen with Upload: sent to the waiting rz. */
+  upload(files: File[]): void {
+    if (files.length === 0) return;
+    const s = this.session;
+    if (this.phase !== 'waiting' || !s || s.type !== 'send') {
+      showError(this.app, new Error('No rz is waiting: run rz in the terminal, then drop or upload the file.'));
+      return;
+    }
+    this.phase = 'sending';
+    this.input.disabled = true;
+    void this.sendAll(s, files);
+  }
+
+  private detect(d: Zmodem.Detection): void {
+    if (!writable(this.app) || this.phase !== 'idle') {
+      if (writable(this.app)) d.deny();
+      return;
+    }
+    this.detected = true;
+    const s = d.confirm();
+    this.session = s;
+    this.failure = null;
+    s.on('session_end', () => this.ended());
+    if (s.type === 'receive') {
+      this.phase = 'receiving';
+      this.show('sz: receiving…', false);
+      s.on('offer', (offer) => this.receive(offer));
+      s.start();
+    } else {
+      this.phase = 'waiting';
+      this.show('rz is waiting: drop a file on the terminal, or', true);
+    }
+  }
+
+  private receive(offer: Zmodem.Offer): void {
+    const { name, size } = offer.get_details();
+    let got = 0;
+    const started = performance.now();
+    offer.on('input', (p) => {
+      got += p.length;
+      this.progress(`${name}: ${got}${size !== undefined ? ` of ${size}` : ''} bytes`);
+    });
+    offer
+      .accept()
+      .then((parts) => {
+        const blob = new Blob(parts as BlobPart[], { type: 'application/octet-stream' });
+        saveBlob(blob, name);
+        this.done('download', name, blob.size, started);
+      })
+      .catch((e: unknown) => this.fail(`download of ${name} failed: ${errorText(e)}`));
+  }
+
+  private async sendAll(s: Zmodem.SendSession, files: File[]): Promise<void> {
+    try {
+      let left = files.reduce((n, f) => n + f.size, 0);
+      for (let i = 0; i < files.length; i++) {
+        const f = files[i]!;
+        const started = performance.now();
+        const xfer = await s.send_offer({
+          name: f.name,
+          size: f.size,
+          mtime: Math.floor(f.lastModified / 1000),
+          files_remaining: files.length - i,
+          bytes_remaining: left,
+        });
+        left -= f.size;
+        this.check();
+        if (!xfer) {
+          this.tab.term.write(notice(`rz skipped ${f.name} (it exists there?)`));
+          continue;
+        }
+        await this.sendFile(s, xfer, f);
+        this.done('upload', f.name, f.size, started);
+      }
+      this.check();
+      // rz's ZFIN may be flushed away as rz exits (see consume): the shell's prompt, or 3 s,
+      // ends the session as well.
+      const over = new Promise<void>((ok) => {
+        s.on('garbage', ok);
+        setTimeout(ok, 3000);
+      });
+      await Promise.race([s.close(), over]);
+      if (!s.has_ended()) s._on_session_end();
+    } catch (e) {
+      this.fail(this.failure ?? `upload failed: ${errorText(e)}`);
+    }
+  }
+
+  /**
+   * Sends one file in ZCRCQ blocks, at most BLOCKS_IN_FLIGHT of them unacknowledged, paced
+   * under the gateway's input rate: nothing the gateway would refuse is sent.
+   */
+  private async sendFile(s: Zmodem.SendSession, xfer: Zmodem.Transfer, f: File): Promise<void> {
+    let unacked = 0;
+    let broken: Error | null = null;
+    let waiter: { n: number; ok: () => void; bad: (e: Error) => void } | null = null;
+    const wake = (): void => {
+      if (!waiter) return;
+      const w = waiter;
+      if (broken) w.bad(broken);
+      else if (unacked <= w.n) w.ok();
+      else return;
+      waiter = null;
+    };
+    // The handlers of rz's next header: a ZACK answers the oldest ZCRCQ; a ZRPOS means rz lost
+    // data (it cannot be sent again from here: the transfer fails, the file is not half-written
+    // silently).
+    const expect = (): void => {
+      s._next_header_handler = {
+        ZACK: () => {
+          unacked--;
+          expect();
+          wake();
+        },
+        ZRPOS: (hdr) => {
+          broken = new Error(`rz asked to resend from byte ${hdr.get_offset()}`);
+          wake();
+        },
+      };
+    };
+    // rz answers a ZCRCQ at once; one that does not within ACK_TIMEOUT_MS has stopped.
+    const until = (n: number): Promise<void> =>
+      new Promise<void>((ok, bad) => {
+        waiter = { n, ok, bad };
+        wake();
+      }).finally(() => clearTimeout(this.ackTimer));
+    const armed = (p: Promise<void>): Promise<void> => {
+      clearTimeout(this.ackTimer);
+      this.ackTimer = setTimeout(() => {
+        broken = new Error(`rz acknowledged nothing for ${ACK_TIMEOUT_MS / 1000} s`);
+        wake();
+      }, ACK_TIMEOUT_MS);
+      return p;
+    };
+    expect();
+    this.stop = () => {
+      broken = new Error(this.failure ?? 'stopped');
+      wake();
+    };
+    const rate = this.app.client.limits.inputRate;
+    const t0 = performance.now();
+    this.sentBytes = 0;
+    let sent = 0;
+    let last: Uint8Array = new Uint8Array(0);
+    for (let at = 0; at < f.size; at += READ_BYTES) {
+      const chunk = new Uint8Array(await f.slice(at, Math.min(f.size, at + READ_BYTES)).arrayBuffer());
+      for (let o = 0; o < chunk.length; o += BLOCK) {
+        const block = chunk.subarray(o, Math.min(chunk.length, o + BLOCK));
+        if (at + o + block.length >= f.size) {
+          last = block; // the last block ends the file (ZCRCE, then ZEOF)
+          break;
+        }
+        this.check();
+        if (rate) await pace(t0, this.sentBytes, rate * RATE_SHARE);
+        this.check();
+        unacked++;
+        s._send_file_part(block, 'no_end_ack');
+        sent += block.length;
+        this.progress(`${f.name}: ${sent} of ${f.size} bytes`);
+        await armed(until(BLOCKS_IN_FLIGHT - 1));
+      }
+    }
+    // Every ZACK in before ZEOF's ZRINIT is awaited (end() takes the header handlers over).
+    await armed(until(0));
+    this.check();
+    if (rate) await pace(t0, this.sentBytes, rate * RATE_SHARE);
+    this.stop = null;
+    await xfer.end(last);
+    this.progress(`${f.name}: ${f.size} of ${f.size} bytes`);
+  }
+
+  /** Throws the reason the transfer must stop, if there is one. */
+  private check(): void {
+    if (this.failure !== null) throw new Error(this.failure);
+  }
+
+  private fail(why: string): void {
+    if (this.failure === null) this.failure = why;
+    this.stop?.();
+    this.stop = null;
+    if (this.phase !== 'idle') this.tab.term.write(notice(why));
+    const s = this.session;
+    if (s && !s.has_ended()) {
+      try {
+        s.abort(); // CAN×5: sz or rz gives up and gives the terminal back
+      } catch {
+        /* already aborted */
+      }
+    }
+    this.ended();
+  }
+
+  private ended(): void {
+    if (this.phase === 'idle') return;
+    this.phase = 'idle';
+    this.session = null;
+    this.bar.hidden = true;
+    this.input.value = '';
+    this.input.disabled = false;
+  }
+
+  private done(direction: 'download' | 'upload', name: string, bytes: number, started: number): void {
+    this.app.lastTransfer = { direction, name, bytes, ms: performance.now() - started };
+    this.tab.term.write(notice(`${direction === 'download' ? 'downloaded' : 'uploaded'} ${name} (${bytes} bytes)`));
+  }
+
+  private show(what: string, upload: boolean): void {
+    this.text.textContent = what;
+    this.bar.classList.toggle('can-upload', upload);
+    this.bar.hidden = false;
+  }
+
+  private progress(what: string): void {
+    this.text.textContent = what;
+  }
+}
+
+/** Waits until `bytes` written since t0 fit under `rate` bytes per second (a 64 KiB allowance). */
+function pace(t0: number, bytes: number, rate: number): Promise<void> {
+  const due = t0 + ((bytes - 64 * 1024) / rate) * 1000;
+  const wait = due - performance.now();
+  return wait > 0 ? new Promise((ok) => setTimeout(ok, wait)) : Promise.resolve();
+}
+
+/** The terminal's part of the chunk that started a transfer: up to sz's "rz\r" and the hex header. */
+function withoutHeader(out: number[]): number[] {
+  // ZPAD ZPAD ZDLE 'B': a hex header; sz sends "rz\r" before its ZRQINIT.
+  for (let i = 0; i + 3 < out.length; i++) {
+    if (out[i] === 0x2a && out[i + 1] === 0x2a && out[i + 2] === 0x18 && out[i + 3] === 0x42) {
+      let end = i;
+      if (end >= 3 && out[end - 3] === 0x72 && out[end - 2] === 0x7a && out[end - 1] === 0x0d) end -= 3;
+      return out.slice(0, end);
+    }
+  }
+  return out;
+}
+
+function notice(text: string): string {
+  return `\x1b[0m\r\n\x1b[2m[muxterm: ${text}]\x1b[0m\r\n`;
+}
+
+function errorText(e: unknown): string {
+  if (e instanceof Error) return e.message;
+  return String(e);
+}
+
+/** Hands the browser a file to save, as a link with `download` would. */
+function saveBlob(blob: Blob, name: string): void {
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = name.split('/').pop() || 'download';
+  a.hidden = true;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+/** Drop on the pane and the bar's Upload and Cancel, for a page that may write. */
+export function wireTransfer(app: App, tab: Tab): void {
+  const bar = document.createElement('div');
+  bar.className = 'transfer';
+  bar.hidden = true;
+  bar.innerHTML =
+    '<span class="what"></span>' +
+    '<label class="upload" title="Send a file to rz">Upload<input type="file" multiple></label>' +
+    '<button type="button" class="cancel" title="Cancel the transfer (Ctrl-C)">Cancel</button>';
+  tab.pane.append(bar);
+  const input = bar.querySelector('input') as HTMLInputElement;
+  input.addEventListener('change', () => {
+    tab.transfer?.upload(Array.from(input.files ?? []));
+  });
+  bar.querySelector('.cancel')!.addEventListener('click', () => tab.transfer?.cancel('cancelled'));
+  if (!writable(app)) return;
+  tab.pane.addEventListener('dragover', (ev) => {
+    if (ev.dataTransfer?.types.includes('Files')) ev.preventDefault();
+  });
+  tab.pane.addEventListener('drop', (ev) => {
+    const files = Array.from(ev.dataTransfer?.files ?? []);
+    if (files.length === 0) return;
+    ev.preventDefault();
+    if (tab.transfer) tab.transfer.upload(files);
+  });
+}
