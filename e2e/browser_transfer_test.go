@@ -14,6 +14,7 @@ import (
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
+	"github.com/muxterm/muxterm/client"
 )
 
 // lrzszPaths returns sz and rz from Debian's lrzsz, or skips t (fails it under MUXTERM_BROWSER
@@ -125,8 +126,16 @@ func TestBrowserFileTransfer(t *testing.T) {
 	b.waitJS("window.muxterm.transfer().shown", 15*time.Second)
 	eval[any](b, "document.querySelector('.pane.active .transfer .cancel').click()")
 	b.waitJS("!window.muxterm.transfer().busy && !window.muxterm.transfer().shown", 5*time.Second)
-	b.waitText("[muxterm: cancelled]", 5*time.Second)
+	// rz has gone once the shell's prompt follows the notice (keys typed before reach rz).
+	b.waitJS(`/\[muxterm: cancelled\]\n# *$/.test(window.muxterm.bufferText())`, 10*time.Second)
 	b.echo("after''cancel")
+	// Ctrl-C does the same.
+	b.typeText("rz\r")
+	b.waitJS("window.muxterm.transfer().shown", 15*time.Second)
+	b.typeText("\x03")
+	b.waitJS("!window.muxterm.transfer().busy && !window.muxterm.transfer().shown", 5*time.Second)
+	b.waitJS(`/\[muxterm: cancelled\]\n# *$/.test(window.muxterm.bufferText())`, 10*time.Second)
+	b.echo("after''ctrlc")
 
 	text := eval[string](b, "window.muxterm.bufferText()")
 	for _, frame := range []string{"**\x18B", "B0100", "B00000"} {
@@ -145,5 +154,69 @@ func TestBrowserFileTransfer(t *testing.T) {
 	}
 	if again, _ := os.ReadDir(dl); len(again) != len(entries) {
 		t.Errorf("the replay downloaded again: %d files in the download directory, %d before", len(again), len(entries))
+	}
+}
+
+// TestBrowserFileTransferOffWhenReadOnly: a read-only share link's page never answers sz (a
+// transfer writes to the program): it shows sz's frames as output, sends nothing, downloads
+// nothing, and sz hears nothing from it.
+func TestBrowserFileTransferOffWhenReadOnly(t *testing.T) {
+	lrzszPaths(t)
+	src, dl := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "one.bin"), []byte{1}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t)
+	ctx := ctxT(t, 60*time.Second)
+	owner := g.dial(t)
+	shared, err := owner.Open(ctx, client.OpenOptions{Cols: 100, Rows: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := owner.ShareCreate(ctx, shared.Session(), time.Hour, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startBrowser(t, browserOpts{width: 1000, height: 640})
+	defer b.screenshot("file-transfer-read-only")
+	cdpDo(b, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dl})
+	b.open(g.Base + "/#share=" + link.Token)
+	b.waitJS("window.muxterm !== undefined && window.muxterm.state() === 'connected' && window.muxterm.tabs().length === 1 && window.muxterm.tabs()[0].channel > 0", 20*time.Second)
+	if x := eval[transferState](b, "window.muxterm.transfer()"); x.Enabled {
+		t.Fatalf("a read-only page has file transfer on: %+v", x)
+	}
+
+	if _, err := shared.Write([]byte("cd " + src + " && sz one.bin\r")); err != nil {
+		t.Fatal(err)
+	}
+	const zrqinit = "B00000000000000" // sz's ZRQINIT, a hex header
+	if _, err := shared.ReadUntil(ctx, zrqinit); err != nil {
+		t.Fatal(err)
+	}
+	b.waitText(zrqinit, 10*time.Second)
+	// CANs end sz; had the page answered with ZRINIT, sz would have offered the file (ZFILE).
+	if _, err := shared.Write([]byte("\x18\x18\x18\x18\x18\x18\x18\x18\x18\x18")); err != nil {
+		t.Fatal(err)
+	}
+	// sz flushes its input as it exits: type once the shell's prompt is back.
+	if _, err := shared.ReadUntil(ctx, "# "); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.Write([]byte("echo read''only\r")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := shared.ReadUntil(ctx, "\nreadonly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "*\x18C\x04") {
+		t.Errorf("sz offered the file: someone answered it:\n%q", out)
+	}
+	b.waitText("readonly", 10*time.Second)
+	if x := eval[transferState](b, "window.muxterm.transfer()"); x.Enabled || x.Busy || x.Shown || x.Last != nil {
+		t.Errorf("transfer state on the read-only page: %+v", x)
+	}
+	if entries, _ := os.ReadDir(dl); len(entries) != 0 {
+		t.Errorf("the read-only page downloaded %d files", len(entries))
 	}
 }

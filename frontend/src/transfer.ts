@@ -7,9 +7,13 @@ import type { Channel, MuxError } from '@muxterm/client';
 import { showError, writable, type App } from './app';
 import type { Tab } from './tab';
 
-/** File bytes per ZCRCQ block of an upload (two 8 KiB subpackets, the last asks for a ZACK). */
-const BLOCK = 16 * 1024;
-/** Blocks sent and not yet acknowledged by rz: with ZDLE escaping (≤ 2× in the worst case, ~1.26× for random bytes) the wire bytes rz has not read stay under the gateway's 64 KiB input queue. */
+/** File bytes per ZCRCQ subpacket of an upload (rz acknowledges each with a ZACK). */
+const BLOCK = 8 * 1024;
+/**
+ * Blocks sent and not yet acknowledged by rz, and one more at the end of a file: with ZDLE's
+ * escapes (2× at worst, ~1.26× for random bytes) at most 48 KiB that rz has not read, under the
+ * gateway's 64 KiB input queue.
+ */
 const BLOCKS_IN_FLIGHT = 2;
 /** How long an upload waits for rz's acknowledgement of a block before it gives up. */
 const ACK_TIMEOUT_MS = 15_000;
@@ -191,7 +195,18 @@ export class TabTransfer {
         s.on('garbage', ok);
         setTimeout(ok, 3000);
       });
-      await Promise.race([s.close(), over]);
+      const closed = s.close();
+      const fin = s._next_header_handler ?? {};
+      const again: Record<string, (hdr: Zmodem.Header) => void> = {
+        ...fin,
+        // rz missed our ZFIN (see sendFile) and says ZRINIT again: ZFIN again.
+        ZRINIT: () => {
+          s._next_header_handler = again;
+          s._send_header('ZFIN');
+        },
+      };
+      s._next_header_handler = again;
+      await Promise.race([closed, over]);
       if (!s.has_ended()) s._on_session_end();
     } catch (e) {
       this.fail(this.failure ?? `upload failed: ${errorText(e)}`);
@@ -272,12 +287,52 @@ export class TabTransfer {
         await armed(until(BLOCKS_IN_FLIGHT - 1));
       }
     }
-    // Every ZACK in before ZEOF's ZRINIT is awaited (end() takes the header handlers over).
-    await armed(until(0));
+    // The last block goes at once, behind the ones in flight. end() takes the header handlers
+    // over for ZEOF's ZRINIT; the ZACKs still due are taken with it. lrzsz 0.12.21's rz at times
+    // misses what follows its last ZACK (it times out and sends ZRPOS; 3 uploads of 10 MiB in 5
+    // outside muxterm): the end of the file, at most the blocks in flight, goes again from
+    // there, up to 3 times.
     this.check();
     if (rate) await pace(t0, this.sentBytes, rate * RATE_SHARE);
+    this.check();
     this.stop = null;
-    await xfer.end(last);
+    const eof = xfer.end(last);
+    const h = s._next_header_handler ?? {};
+    let resends = 0;
+    const tail: Record<string, (hdr: Zmodem.Header) => void> = {
+      ...h,
+      ZACK: () => {
+        s._next_header_handler = tail;
+      },
+      ZRPOS: (hdr) => {
+        const from = hdr.get_offset();
+        if (resends++ >= 3 || from > f.size || f.size - from > (BLOCKS_IN_FLIGHT + 1) * BLOCK) {
+          this.fail(`upload of ${f.name} failed: rz asked to resend from byte ${from}`);
+          return;
+        }
+        s._next_header_handler = tail;
+        void f
+          .slice(from)
+          .arrayBuffer()
+          .then((b) => {
+            if (this.failure !== null) return;
+            s._file_offset = from;
+            s._sent_ZDATA = false; // a new ZDATA carries the offset
+            s._send_file_part(new Uint8Array(b), 'end_no_ack');
+            s._send_header('ZEOF', s._file_offset);
+          });
+      },
+    };
+    s._next_header_handler = tail;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      eof,
+      new Promise<void>((_, bad) => {
+        timer = setTimeout(() => bad(new Error(`rz did not confirm the end of ${f.name} within ${ACK_TIMEOUT_MS / 1000} s`)), ACK_TIMEOUT_MS);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    s._file_offset = 0; // as end() leaves it, for the next file (a resend moved it)
+    this.check();
     this.progress(`${f.name}: ${f.size} of ${f.size} bytes`);
   }
 

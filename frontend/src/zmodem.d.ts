@@ -54,6 +54,11 @@ declare module 'zmodem.js/src/zmodem' {
     _next_header_handler: Record<string, (hdr: Header) => void> | null;
     _send_file_part(bytes: Uint8Array, frameend: Frameend): void;
     _on_session_end(): void;
+    // To send the end of a file again from the offset of rz's ZRPOS: the offset of the next
+    // byte sent, whether ZDATA went (a new one carries the offset), a header.
+    _file_offset: number;
+    _sent_ZDATA?: boolean;
+    _send_header(name: string, ...args: unknown[]): void;
   }
 
   interface Detection {
