@@ -220,3 +220,52 @@ func TestBrowserFileTransferOffWhenReadOnly(t *testing.T) {
 		t.Errorf("the read-only page downloaded %d files", len(entries))
 	}
 }
+
+// TestBrowserFileTransferRefusedInputAborts: another viewer typing into the session while a
+// file goes to rz takes the input rate the upload paced itself under (and puts bytes into
+// ZMODEM's stream): the upload stops with a line that says why, rz is cancelled, and the shell
+// answers again; rz never reports a whole file.
+func TestBrowserFileTransferRefusedInputAborts(t *testing.T) {
+	lrzszPaths(t)
+	src, up := t.TempDir(), t.TempDir()
+	data := make([]byte, 2<<20)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "two.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, "--max-input-rate", "128KiB", "--max-input-burst", "64KiB")
+	b := newBrowser(t, g.Base, g.Token, false)
+	defer b.screenshot("file-transfer-refused")
+	b.typeText("cd " + up + "\r")
+	b.typeText("rz\r")
+	b.waitJS("window.muxterm.transfer().shown && window.muxterm.transfer().busy", 15*time.Second)
+	b.run(10*time.Second, chromedp.SetUploadFiles(chromedp.CSS(".pane.active .transfer input[type=file]"), []string{filepath.Join(src, "two.bin")}))
+	b.waitJS(`/two\.bin: [1-9][0-9]* of/.test(document.querySelector('.pane.active .transfer .what').textContent)`, 15*time.Second)
+
+	ctx := ctxT(t, 60*time.Second)
+	other := g.dial(t)
+	ch, _, err := other.Attach(ctx, eval[string](b, "window.muxterm.tabs()[0].session"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := bytes.Repeat([]byte("x"), 8<<10)
+	for i := 0; i < 16 && eval[bool](b, "window.muxterm.transfer().busy"); i++ {
+		_, _ = ch.Write(junk) // refusals of these are the other viewer's business
+	}
+	b.waitJS("!window.muxterm.transfer().busy", 30*time.Second)
+	text := eval[string](b, "window.muxterm.bufferText()")
+	if !strings.Contains(text, "[muxterm: upload refused by the gateway (inputRate); transfer aborted]") && !strings.Contains(text, "[muxterm: upload failed: rz asked to resend") {
+		t.Fatalf("no line says why the upload stopped:\n%s", text)
+	}
+	if strings.Contains(text, "uploaded two.bin") {
+		t.Errorf("the page reports the upload done:\n%s", text)
+	}
+	// rz is gone once the shell's prompt is back; the shell works.
+	b.waitJS(`/\n# *$/.test(window.muxterm.bufferText())`, 40*time.Second)
+	b.echo("after''refusal")
+	if got, err := os.ReadFile(filepath.Join(up, "two.bin")); err == nil && bytes.Equal(got, data) {
+		t.Errorf("rz wrote the whole file although the upload was aborted")
+	}
+}

@@ -22,6 +22,9 @@ const READ_BYTES = 1024 * 1024;
 /** The part of the gateway's input rate an upload uses (keys typed by other viewers need the rest). */
 const RATE_SHARE = 0.9;
 
+/** ZMODEM's cancel: CANs, then backspaces over them for a shell that sees them. */
+const ABORT = Uint8Array.from([24, 24, 24, 24, 24, 24, 24, 24, 8, 8, 8, 8, 8, 8, 8, 8]);
+
 type Phase = 'idle' | 'waiting' | 'sending' | 'receiving';
 
 /** The ZMODEM side of one tab's channel: a Sentry that watches live output for sz and rz. */
@@ -39,6 +42,8 @@ export class TabTransfer {
   /** Wakes an upload waiting for rz's acknowledgements once the transfer failed. */
   private stop: (() => void) | null = null;
   private ackTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Until when a refused input is taken for the abort's (sent again once). */
+  private abortUntil = 0;
   private readonly bar: HTMLElement;
   private readonly text: HTMLElement;
   private readonly input: HTMLInputElement;
@@ -101,7 +106,12 @@ export class TabTransfer {
 
   /** The gateway refused input of this channel (inputQueue, inputRate, …): an upload cannot go on. */
   refused(e: MuxError): void {
-    if (this.phase === 'idle') return;
+    if (this.phase === 'idle') {
+      // The abort itself may have been refused (over the input rate): say it again once the
+      // rate allows, or sz/rz waits out its own timeouts.
+      if (this.abortUntil > performance.now()) setTimeout(() => this.ch.write(ABORT), 1100);
+      return;
+    }
     this.fail(`upload refused by the gateway (${String(e.data['limit'] ?? e.kind)}); transfer aborted`);
   }
 
@@ -350,6 +360,7 @@ export class TabTransfer {
     if (s && !s.has_ended()) {
       try {
         s.abort(); // CAN×5: sz or rz gives up and gives the terminal back
+        this.abortUntil = performance.now() + 5000;
       } catch {
         /* already aborted */
       }
