@@ -13,6 +13,7 @@ import (
 	"time"
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/muxterm/muxterm/client"
 )
@@ -268,4 +269,44 @@ func TestBrowserFileTransferRefusedInputAborts(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(up, "two.bin")); err == nil && bytes.Equal(got, data) {
 		t.Errorf("rz wrote the whole file although the upload was aborted")
 	}
+}
+
+// TestBrowserFileTransferDrop: a file dropped on the terminal (CDP's drag events, as a file
+// dragged from the desktop) goes to the rz waiting for it; one dropped with no rz waiting is
+// refused with a message and nothing is typed.
+func TestBrowserFileTransferDrop(t *testing.T) {
+	lrzszPaths(t)
+	src, up := t.TempDir(), t.TempDir()
+	data := make([]byte, 100<<10)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(src, "dropped.bin")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t)
+	b := newBrowser(t, g.Base, g.Token, false)
+	defer b.screenshot("file-transfer-drop")
+	type pt struct{ X, Y float64 }
+	at := eval[pt](b, "(() => { const r = document.querySelector('.pane.active').getBoundingClientRect(); return {X: r.x + r.width / 2, Y: r.y + r.height / 2} })()")
+	drop := func() {
+		d := &input.DragData{Items: []*input.DragDataItem{}, Files: []string{path}, DragOperationsMask: 1}
+		for _, typ := range []input.DispatchDragEventType{input.DispatchDragEventTypeDragEnter, input.DispatchDragEventTypeDragOver, input.DispatchDragEventTypeDrop} {
+			cdpDo(b, input.DispatchDragEvent, input.DispatchDragEventParams{Type: typ, X: at.X, Y: at.Y, Data: d})
+		}
+	}
+
+	b.typeText("cd " + up + "\r")
+	b.waitJS(`/\n# *$/.test(window.muxterm.bufferText())`, 10*time.Second)
+	drop() // no rz waiting
+	b.waitJS("document.getElementById('toast').textContent.includes('No rz is waiting')", 5*time.Second)
+	b.echo("no''rz")
+
+	b.typeText("rz\r")
+	b.waitJS("window.muxterm.transfer().shown && window.muxterm.transfer().busy", 15*time.Second)
+	drop()
+	lastTransfer(b, "upload", "dropped.bin", 30*time.Second)
+	b.echo("after''drop")
+	waitFile(t, filepath.Join(up, "dropped.bin"), data, 10*time.Second)
 }
