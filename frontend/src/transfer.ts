@@ -35,6 +35,9 @@ export class TabTransfer {
   /** Output the sentry passes to the terminal during one consume. */
   private shown: number[][] = [];
   private detected = false;
+  /** Output held back: a trailing "rz\r" that may be sz's, and its timer. */
+  private held: number[] = [];
+  private heldTimer: ReturnType<typeof setTimeout> | undefined;
   /** Why the transfer ends, once it must (a refusal, a cancel): checked between blocks. */
   private failure: string | null = null;
   /** Wire bytes written since the upload started, for the rate pacing. */
@@ -95,7 +98,24 @@ export class TabTransfer {
       this.fail(`transfer failed: ${errorText(e)}`);
     }
     let out = this.shown.flat();
+    // sz writes "rz\r" and then its ZRQINIT, often in two reads: "rz\r" at the end of output
+    // waits up to 200 ms for what follows, so the header takes it away with it.
+    if (this.held.length > 0) {
+      clearTimeout(this.heldTimer);
+      out = this.held.concat(out);
+      this.held = [];
+    }
     if (this.detected) out = withoutHeader(out);
+    const n = out.length;
+    if (this.phase === 'idle' && n >= 3 && out[n - 3] === 0x72 && out[n - 2] === 0x7a && out[n - 1] === 0x0d) {
+      this.held = out.slice(n - 3);
+      out = out.slice(0, n - 3);
+      this.heldTimer = setTimeout(() => {
+        const held = Uint8Array.from(this.held);
+        this.held = [];
+        if (held.length > 0) this.tab.guard.output(held, false, () => undefined);
+      }, 200);
+    }
     return Uint8Array.from(out);
   }
 
