@@ -266,6 +266,9 @@ func TestBrowserFileTransferRefusedInputAborts(t *testing.T) {
 	// rz is gone once the shell's prompt is back; the shell works.
 	b.waitJS(`/\n# *$/.test(window.muxterm.bufferText())`, 40*time.Second)
 	b.echo("after''refusal")
+	if text := eval[string](b, "window.muxterm.bufferText()"); strings.Contains(text, "**B0") {
+		t.Errorf("the terminal shows the cancelled rz's ZMODEM headers:\n%s", text)
+	}
 	if got, err := os.ReadFile(filepath.Join(up, "two.bin")); err == nil && bytes.Equal(got, data) {
 		t.Errorf("rz wrote the whole file although the upload was aborted")
 	}

@@ -106,6 +106,7 @@ export class TabTransfer {
       this.held = [];
     }
     if (this.detected) out = withoutHeader(out);
+    else out = withoutHexHeaders(out); // what a cancelled sz or rz still says (ZACK, ZRPOS, …)
     const n = out.length;
     if (this.phase === 'idle' && n >= 3 && out[n - 3] === 0x72 && out[n - 2] === 0x7a && out[n - 1] === 0x0d) {
       this.held = out.slice(n - 3);
@@ -431,6 +432,31 @@ function withoutHeader(out: number[]): number[] {
     }
   }
   return out;
+}
+
+/** out without ZMODEM hex headers: ZPAD ZPAD ZDLE 'B', 14 hex digits, then CR, LF|0x80, XON. */
+function withoutHexHeaders(out: number[]): number[] {
+  let i = out.indexOf(0x18);
+  if (i < 0) return out;
+  const keep: number[] = [];
+  let from = 0;
+  for (; i >= 0 && i < out.length; i = out.indexOf(0x18, i + 1)) {
+    if (i < 2 || out[i - 1] !== 0x2a || out[i - 2] !== 0x2a || out[i + 1] !== 0x42) continue;
+    let end = i + 2;
+    while (end < out.length && end < i + 16 && isHex(out[end]!)) end++;
+    if (end !== i + 16) continue;
+    for (const b of [0x0d, 0x8a, 0x11]) if (out[end] === b) end++;
+    keep.push(...out.slice(from, i - 2));
+    from = end;
+    i = end - 1;
+  }
+  if (from === 0) return out;
+  keep.push(...out.slice(from));
+  return keep;
+}
+
+function isHex(b: number): boolean {
+  return (b >= 0x30 && b <= 0x39) || (b >= 0x61 && b <= 0x66);
 }
 
 function notice(text: string): string {
