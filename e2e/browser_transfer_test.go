@@ -239,6 +239,11 @@ func TestBrowserFileTransferRefusedInputAborts(t *testing.T) {
 	g := startGateway(t, "--max-input-rate", "128KiB", "--max-input-burst", "64KiB")
 	b := newBrowser(t, g.Base, g.Token, false)
 	defer b.screenshot("file-transfer-refused")
+	defer func() {
+		if t.Failed() {
+			t.Logf("transfer bar: %q\nterminal:\n%s", eval[string](b, "document.querySelector('.pane.active .transfer .what').textContent"), eval[string](b, "window.muxterm.bufferText()"))
+		}
+	}()
 	b.typeText("cd " + up + "\r")
 	b.typeText("rz\r")
 	b.waitJS("window.muxterm.transfer().shown && window.muxterm.transfer().busy", 15*time.Second)
