@@ -318,3 +318,24 @@ func TestBrowserFileTransferDrop(t *testing.T) {
 	b.echo("after''drop")
 	waitFile(t, filepath.Join(up, "dropped.bin"), data, 10*time.Second)
 }
+
+// TestBrowserFileTransferReconnectAborts: the socket dropping while rz waits for a file ends the
+// transfer with a line that says so (the stream in between is not the page's to parse), rz is
+// cancelled once the page is back, and the shell answers.
+func TestBrowserFileTransferReconnectAborts(t *testing.T) {
+	lrzszPaths(t)
+	g, p := startBehindProxy(t)
+	b := newBrowser(t, p.base(), g.Token, false)
+	defer b.screenshot("file-transfer-reconnect")
+	b.typeText("cd " + t.TempDir() + "\r")
+	b.waitJS(`/\n# *$/.test(window.muxterm.bufferText())`, 10*time.Second)
+	b.typeText("rz\r")
+	b.waitJS("window.muxterm.transfer().shown && window.muxterm.transfer().busy", 15*time.Second)
+	p.cut()
+	b.waitJS("window.muxterm.state() !== 'connected'", 10*time.Second)
+	b.waitJS("window.muxterm.state() === 'connected'", 20*time.Second)
+	b.waitJS("!window.muxterm.transfer().busy && !window.muxterm.transfer().shown", 10*time.Second)
+	b.waitText("[muxterm: the connection dropped; transfer aborted]", 5*time.Second)
+	b.waitJS(`/\n# *$/.test(window.muxterm.bufferText())`, 15*time.Second)
+	b.echo("after''reconnect")
+}
