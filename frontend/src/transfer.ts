@@ -94,6 +94,15 @@ export class TabTransfer {
     }
     try {
       this.sentry.consume(Array.from(bytes));
+      // zmodem.js's send session parses one header per read: rz's ZACK and ZRINIT in one read
+      // would leave the ZRINIT waiting for rz's next output, which comes after its 10 s timeout.
+      const cur = this.session;
+      if (cur && cur.type === 'send' && !cur.has_ended()) {
+        for (let n = cur._input_buffer.length; n > 0 && this.session === cur; n = cur._input_buffer.length) {
+          cur._consume_first();
+          if (cur._input_buffer.length >= n) break;
+        }
+      }
     } catch (e) {
       this.fail(`transfer failed: ${errorText(e)}`);
     }
@@ -230,7 +239,7 @@ export class TabTransfer {
       const fin = s._next_header_handler ?? {};
       const again: Record<string, (hdr: Zmodem.Header) => void> = {
         ...fin,
-        // rz missed our ZFIN (see sendFile) and says ZRINIT again: ZFIN again.
+        // rz missed our ZFIN and says ZRINIT again: ZFIN again.
         ZRINIT: () => {
           s._next_header_handler = again;
           s._send_header('ZFIN');
@@ -319,10 +328,9 @@ export class TabTransfer {
       }
     }
     // The last block goes at once, behind the ones in flight. end() takes the header handlers
-    // over for ZEOF's ZRINIT; the ZACKs still due are taken with it. lrzsz 0.12.21's rz at times
-    // misses what follows its last ZACK (it times out and sends ZRPOS; 3 uploads of 10 MiB in 5
-    // outside muxterm): the end of the file, at most the blocks in flight, goes again from
-    // there, up to 3 times.
+    // over for ZEOF's ZRINIT; the ZACKs still due are taken with it. Should rz ask for the end of
+    // the file again (ZRPOS: it missed it), at most the blocks in flight go again from there (read
+    // again from the file), up to 3 times.
     this.check();
     if (rate) await pace(t0, this.sentBytes, rate * RATE_SHARE);
     this.check();

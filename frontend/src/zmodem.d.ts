@@ -59,6 +59,10 @@ declare module 'zmodem.js/src/zmodem' {
     _file_offset: number;
     _sent_ZDATA?: boolean;
     _send_header(name: string, ...args: unknown[]): void;
+    // Input not parsed yet, and the parse of one header from it (a send session parses one
+    // header per consume, so a second header in the same read waits for the next read).
+    _input_buffer: number[];
+    _consume_first(): void;
   }
 
   interface Detection {
