@@ -86,8 +86,8 @@ deps:
 	$(GO) mod download
 
 deps-browser:
-	@echo "==> chromium, tmux, asciinema and nginx (Debian packages: tmux is the real terminal of the CLI's e2e tests, asciinema plays the recordings back, nginx is the UI's reverse proxy)"
-	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1 && command -v asciinema >/dev/null 2>&1 && (command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx)) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux asciinema nginx)
+	@echo "==> chromium, tmux, asciinema, nginx and lrzsz (Debian packages: tmux is the real terminal of the CLI's e2e tests, asciinema plays the recordings back, nginx is the UI's reverse proxy, lrzsz's sz and rz are the other end of the UI's file transfers)"
+	@(command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1 && command -v asciinema >/dev/null 2>&1 && (command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx) && command -v sz >/dev/null 2>&1 && command -v rz >/dev/null 2>&1) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium tmux asciinema nginx lrzsz)
 
 # Jaeger v1.75.0's all-in-one, from a tools module of its own (tools/jaeger/go.mod; the main
 # go.mod stays small): rebuilt only when that module changes. Its first build takes minutes

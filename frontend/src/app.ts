@@ -33,6 +33,8 @@ export interface App {
   signedOut: boolean;
   /** Opened from a share link (url.share) that grants writing: the page may type and resize. */
   shareWrite: boolean;
+  /** The last file transfer that completed (its throughput, for the browser tests). */
+  lastTransfer: { direction: 'download' | 'upload'; name: string; bytes: number; ms: number } | null;
   /** The last shortcut the page acted on (for the browser tests). */
   lastShortcut: Action | null;
   /** Resolves the open close-confirmation, if any. */
@@ -65,6 +67,7 @@ export function createApp(): App {
     restoring: false,
     signedOut: false,
     shareWrite: false,
+    lastTransfer: null,
     lastShortcut: null,
     confirmResolve: null,
     authTimer: undefined,
@@ -119,7 +122,13 @@ export function start(): App {
     if (s === 'connected') scheduleDetachedRefresh(app);
     else if (s === 'connecting' || s === 'reconnecting') scheduleAuthCheck(app, 0);
   });
-  app.client.on('error', (e) => console.warn('muxterm:', e.kind, e.message, e.data));
+  app.client.on('error', (e) => {
+    console.warn('muxterm:', e.kind, e.message, e.data);
+    // A refused input frame of a channel: an upload on it cannot go on.
+    if (e.kind === 'limit_exceeded' || e.kind === 'forbidden') {
+      for (const t of app.tabs) if (t.channel && t.channel.id === e.data['channel']) t.transfer?.refused(e);
+    }
+  });
   wireComeback(app);
 
   showState(app, 'connecting');

@@ -16,6 +16,7 @@ import { LAYOUT_KEY, RESIZE_DEBOUNCE_MS } from './config';
 import { termTheme, webglWanted } from './settings';
 import { wireClipboard } from './clipboard';
 import { wireTouchScroll, withModifiers } from './keybar';
+import { TabTransfer, wireTransfer } from './transfer';
 
 export interface Tab {
   session: string;
@@ -51,6 +52,8 @@ export interface Tab {
   resizing: boolean;
   /** Input typed before the tab's session.open answered; sent in order once it has. */
   early: Array<string | Uint8Array>;
+  /** ZMODEM (sz, rz) on the bound channel; null on a page that may not write. */
+  transfer: TabTransfer | null;
 }
 
 /** Sends input to the tab's channel, or keeps it until the channel exists. */
@@ -189,6 +192,7 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
     resizeTimer: undefined,
     resizing: false,
     early: [],
+    transfer: null,
   };
 
   // xterm.js measures on open: the pane must be laid out, even if it is not the active one.
@@ -200,13 +204,16 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
   term.attachCustomKeyEventHandler((ev) => shortcutFor(ev) === null);
   wireClipboard(app, tab);
   wireTouchScroll(tab);
+  wireTransfer(app, tab);
   // A replay never produces input: while replayed bytes are being parsed, xterm.js's automatic
   // answers to the queries in them (DA1, OSC 10/11, DECRQM, …) are dropped; keys still go.
+  // While a file transfer holds the channel, keys never reach it (Ctrl-C cancels the transfer).
   term.onData((data) => {
+    if (tab.transfer?.busy) return tab.transfer.key(data);
     if (tab.guard.allows(data)) sendInput(app, tab, withModifiers(app, data));
   });
   term.onBinary((data) => {
-    if (!tab.guard.allows(data)) return;
+    if (tab.transfer?.busy || !tab.guard.allows(data)) return;
     const bytes = new Uint8Array(data.length);
     for (let i = 0; i < data.length; i++) bytes[i] = data.charCodeAt(i) & 0xff;
     sendInput(app, tab, bytes);
@@ -316,8 +323,12 @@ export function updateEmpty(app: App): void {
 }
 
 export function bindChannel(app: App, tab: Tab, ch: Channel): void {
+  tab.transfer?.cancel('the tab was bound again; transfer aborted');
   tab.channel = ch;
   tab.session = ch.session;
+  // Only a page that may write answers sz and rz (a transfer writes to the program).
+  tab.transfer = writable(app) ? new TabTransfer(app, tab, ch) : null;
+  const transfer = tab.transfer;
   if (ch.cols > 0 && ch.rows > 0) tab.sessionSize = { cols: ch.cols, rows: ch.rows };
   layout(app, tab);
   for (const d of tab.early.splice(0)) ch.write(d);
@@ -327,15 +338,23 @@ export function bindChannel(app: App, tab: Tab, ch: Channel): void {
       // Raw bytes: xterm.js decodes UTF-8 itself, also across frames. Ack once it consumed them.
       // bytes is a view valid until the next event; xterm.js keeps what it is given: copy.
       const n = bytes.length;
-      const b = bytes.slice();
+      // Replayed output never starts (or feeds) a transfer: it goes to the terminal as it is.
+      const shown = replay || !transfer ? bytes.slice() : transfer.consume(bytes);
+      if (shown.length === 0) {
+        ch.consumed(n);
+        return;
+      }
       output(app, tab, {
         run: (parsed) =>
-          tab.guard.output(b, replay, () => {
+          tab.guard.output(shown, replay, () => {
             ch.consumed(n);
             parsed();
           }),
         drop: () => ch.consumed(n),
       });
+    },
+    reattached() {
+      if (tab.channel === ch) transfer?.interrupted();
     },
     screen(paint) {
       if (tab.channel !== ch) return;
@@ -357,12 +376,14 @@ export function bindChannel(app: App, tab: Tab, ch: Channel): void {
     },
     exit(status) {
       if (tab.channel !== ch) return;
+      transfer?.cancel('the program exited; transfer aborted');
       tab.exited = status;
       tab.term.write(notice(`${exitText(status)}; press Enter to restart`));
       renderTab(app, tab);
     },
     closed(reason) {
       if (tab.leaving || tab.channel !== ch) return;
+      transfer?.cancel('the session closed; transfer aborted');
       tab.closed = reason;
       tab.term.write(notice(`session closed (${reason}); press Enter to start it again`));
       renderTab(app, tab);
@@ -486,6 +507,7 @@ export function removeTab(app: App, tab: Tab): void {
   if (i < 0) return;
   clearTimeout(tab.resizeTimer);
   dropQueued(tab);
+  tab.transfer?.cancel('the tab closed; transfer aborted');
   disableWebgl(app, tab);
   tab.term.dispose();
   tab.pane.remove();

@@ -46,6 +46,8 @@ export interface MuxtermTestHook {
   moveTab(from: number, to: number): void;
   /** The viewport rectangle of column `col` in the first visible row whose text is `text`. */
   cellRect(text: string, col: number): { x: number; y: number; w: number; h: number } | null;
+  /** The active tab's file transfer: enabled (a page that may write), running, its bar shown, the last one done. */
+  transfer(): { enabled: boolean; busy: boolean; shown: boolean; last: App['lastTransfer'] };
   /** Tab i's (default: active) scroll position: the first row shown, and the bottom's. */
   scroll(i?: number): { viewportY: number; baseY: number } | null;
 }
@@ -119,6 +121,11 @@ function installTestHook(ui: TestHookUI): void {
     replaying: () => app.tabs[app.active]?.guard.replaying ?? false,
     input: (data: string) => app.tabs[app.active]?.term.input(data, true),
     moveTab: (from: number, to: number) => moveTab(app, from, to),
+    transfer: () => {
+      const t = app.tabs[app.active];
+      const bar = t?.pane.querySelector<HTMLElement>('.transfer');
+      return { enabled: !!t?.transfer, busy: !!t?.transfer?.busy, shown: !!bar && !bar.hidden, last: app.lastTransfer };
+    },
     scroll: (i?: number) => {
       const t = app.tabs[i ?? app.active];
       return t ? { viewportY: t.term.buffer.active.viewportY, baseY: t.term.buffer.active.baseY } : null;
