@@ -124,6 +124,9 @@ export function start(): App {
   });
   app.client.on('error', (e) => {
     console.warn('muxterm:', e.kind, e.message, e.data);
+    // The share link this page was opened with ended (close 4003): the client does not
+    // reconnect, and the page says why.
+    if (app.url.share && e.kind === 'forbidden' && e.message.startsWith('the share link ended')) signOut(app, 'rejected');
     // A refused input frame of a channel: an upload on it cannot go on.
     if (e.kind === 'limit_exceeded' || e.kind === 'forbidden') {
       for (const t of app.tabs) if (t.channel && t.channel.id === e.data['channel']) t.transfer?.refused(e);
