@@ -92,9 +92,13 @@ func TestFairShareKeepsStreamsLevel(t *testing.T) {
 	})
 	// After a turn that was not held, a stream is at most the slack ahead of the other, and its
 	// next turn adds at most turnMax; the two counts started up to that far apart, either way.
+	// One more of each is allowed: a yes the machine starves of CPU for a moment has nothing to
+	// read and stops counting (by design: a stream that produces nothing holds nobody back), and
+	// the other reads on unheld meanwhile. A fair share that did not work would leave them
+	// megabytes apart over these 16 MiB.
 	a, b := l.bytes(ss[0])-a0, l.bytes(ss[1])-b0
-	if d := max(a-b, b-a); d > 2*(slack+turnMax) {
-		t.Errorf("bytes read since both streamed: %d and %d, %d apart; want at most twice the slack %d plus a turn %d",
+	if d := max(a-b, b-a); d > 3*(slack+turnMax) {
+		t.Errorf("bytes read since both streamed: %d and %d, %d apart; want at most three times the slack %d plus a turn %d",
 			a, b, d, slack, turnMax)
 	}
 }
