@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -218,5 +220,60 @@ func TestShareLinksAreBounded(t *testing.T) {
 	}
 	if _, err := c.ShareCreate(ctx, other.Session(), time.Hour, false); err != nil {
 		t.Fatalf("a link once the first session's ended: %v", err)
+	}
+}
+
+// A page opened from a share link is the link's, whatever else its request carries: with the
+// owner's own cookie and a proxy's Basic Authorization too, the socket lists the one shared
+// session, not the owner's others, and cannot open one.
+func TestShareSubprotocolWinsOverCookieAndProxyAuth(t *testing.T) {
+	g := startGateway(t)
+	defer g.Stop(10 * time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	owner := g.dial(t)
+	shared, err := owner.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24}); err != nil {
+		t.Fatal(err)
+	}
+	link, err := owner.ShareCreate(ctx, shared.Session(), time.Hour, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialer := websocket.Dialer{Subprotocols: []string{proto.Subprotocol, proto.SubprotocolSharePrefix + link.Token}}
+	h := http.Header{"Origin": {g.Base}, "Authorization": {"Basic cHJveHk6c2VjcmV0"},
+		"Cookie": {g.cookie() + "=" + g.Token}}
+	ws, resp, err := dialer.DialContext(ctx, g.WS, h)
+	if err != nil {
+		t.Fatalf("upgrade with a share subprotocol, the owner's cookie and a proxy's Basic auth: %v (%v)", err, resp)
+	}
+	defer ws.Close()
+	call := func(id int, method, params string) map[string]any {
+		t.Helper()
+		if err := ws.WriteMessage(websocket.TextMessage, []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, id, method, params))); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+			typ, b, err := ws.ReadMessage()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if typ == websocket.TextMessage && json.Unmarshal(b, &m) == nil && m["id"] == float64(id) {
+				return m
+			}
+		}
+	}
+	call(1, "initialize", `{}`)
+	res := call(2, "session.list", `{}`)
+	list, _ := res["result"].(map[string]any)["sessions"].([]any)
+	if len(list) != 1 || list[0].(map[string]any)["session"] != shared.Session() {
+		t.Fatalf("session.list on the share socket: %v; want only the shared session", res)
+	}
+	if e, _ := call(3, "session.open", `{"channel":1,"cols":80,"rows":24}`)["error"].(map[string]any); e == nil || e["code"] != float64(proto.CodeForbidden) {
+		t.Fatalf("session.open on the share socket: %v, want forbidden", e)
 	}
 }
