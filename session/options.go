@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -145,6 +146,9 @@ type Options struct {
 	// testHookBeforeIngest is copied into each session before its reader starts (tests only;
 	// nil in production).
 	testHookBeforeIngest func([]byte)
+	// testRecordWriter, when set, is where every recording writes instead of a file of
+	// Record.Dir (a pipe nobody reads stands in for a stalled disk; tests only).
+	testRecordWriter io.Writer
 	// testHookAfterTurn runs in the reader at the end of each turn that did not end the
 	// reading, with the bytes it read and whether it read all maxBatchesPerTurn batches (tests
 	// only; nil in production).

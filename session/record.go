@@ -74,6 +74,9 @@ func startRecording(id string, spec Spec, argv []string, opts *Options, now time
 	if !ro.All && !spec.Record {
 		return nil, nil
 	}
+	if w := opts.testRecordWriter; w != nil {
+		return record.New(w, now, opts.recordOptions()), nil
+	}
 	h := record.Header{Width: spec.Cols, Height: spec.Rows, Command: strings.Join(argv, " "),
 		Title: spec.Name, Env: map[string]string{"TERM": "xterm-256color", "SHELL": opts.Shell},
 		Muxterm: &record.Origin{Session: id, Owner: spec.Owner}}

@@ -172,3 +172,64 @@ func attachPaint(b *testing.B, history int) {
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds()), "p99-µs")
 	b.ReportMetric(float64(paint), "paint-B")
 }
+
+// BenchmarkEchoRecordingStalled: a keystroke's echo through a session (cat on a raw terminal)
+// with no recording, and with its recording on a stalled disk (a pipe nobody reads, whose
+// writer blocks at once: the recorder's queue fills and drops). Reports each echo's p50 and
+// p99; the ratio of the two sub-benchmarks is the cost a stalled disk puts on typing.
+func BenchmarkEchoRecordingStalled(b *testing.B) {
+	for _, stalled := range []bool{false, true} {
+		b.Run(fmt.Sprintf("stalled=%v", stalled), func(b *testing.B) {
+			o := testOptions()
+			if stalled {
+				pr, pw, err := os.Pipe()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer pr.Close()
+				defer pw.Close()
+				o.Record = RecordOptions{Dir: b.TempDir(), All: true}
+				o.testRecordWriter = pw
+			}
+			r := NewRegistry(o, nil)
+			wake, wakeFn := testutil.WakeChan()
+			s, v, err := r.Open(Spec{Argv: []string{"/bin/sh", "-c", "stty raw -echo; printf R; head -c 4194304 /dev/zero; exec cat"},
+				Cols: 80, Rows: 24, Owner: "alice"}, 0, wakeFn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cleanupSession(b, s)
+			buf := make([]byte, 64<<10)
+			readN := func(n int) {
+				for got := 0; got < n; {
+					k, _, err := v.Read(buf[:min(len(buf), n-got)])
+					if err != nil {
+						b.Fatal(err)
+					}
+					got += k
+					if k == 0 {
+						<-wake
+					}
+				}
+			}
+			readN(1 + 4<<20) // R and 4 MiB: the stalled recorder's pipe and 1 MiB queue are full
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				if _, err := s.Write([]byte("x")); err != nil {
+					b.Fatal(err)
+				}
+				readN(1)
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			if stalled && s.rec.Dropped() == 0 {
+				b.Fatal("the stalled recording dropped nothing: the disk was not stalled")
+			}
+		})
+	}
+}
