@@ -159,7 +159,7 @@ func TestReadRecordingEndsAndRefuses(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the output in the recording", func() bool {
 		data, n, err := r.ReadRecording(s.ID(), "alice", false, 0, 1<<16)
 		size = n
-		return err == nil && bytes.Contains(data, []byte("done"))
+		return err == nil && bytes.Contains(data, []byte(`"o", "done"`)) // not the header's command
 	})
 	data, _, err := r.ReadRecording(s.ID(), "alice", false, size, 100)
 	if err != nil || data == nil || len(data) != 0 {
