@@ -153,6 +153,9 @@ type Options struct {
 	// reading, with the bytes it read and whether it read all maxBatchesPerTurn batches (tests
 	// only; nil in production).
 	testHookAfterTurn func(s *Session, read int, full bool)
+	// testHookBeforePaint runs in Registry.AttachWith between the subscription and the paint,
+	// holding only the screen's lock (tests only; nil in production).
+	testHookBeforePaint func(s *Session)
 }
 
 // batchSize is the most one read batch (Session.readBatch) takes: small enough that a batch read

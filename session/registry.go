@@ -257,6 +257,9 @@ func (r *Registry) AttachWith(id, owner string, o AttachOptions, wake func()) (*
 	if !paint {
 		return v, info, nil
 	}
+	if h := r.opts.testHookBeforePaint; h != nil {
+		h(s)
+	}
 	// The paint stands at least for the output up to here: the size just declared is in it.
 	s.mu.Lock()
 	least := max(o.From, s.ring.end)
@@ -270,6 +273,9 @@ func (r *Registry) AttachWith(id, owner string, o AttachOptions, wake func()) (*
 	v.next, v.start, v.paint = snap.Offset, snap.Offset, snap.Paint
 	s.maybeResumeLocked() // a reader paused for the viewer's first offset may go on
 	info.Offset = snap.Offset
+	// The attach takes effect at the paint: a paint caught up past the end read at the
+	// subscription moves the end (and so the result's live) with it.
+	info.End = max(info.End, snap.Offset)
 	info.Screen, info.ScreenLost = len(snap.Paint), snap.Lost
 	info.ScreenCols, info.ScreenRows = snap.Cols, snap.Rows
 	info.Lost = 0

@@ -338,3 +338,40 @@ func TestScreenBacklogKeepsWhatTheRingDrops(t *testing.T) {
 		t.Errorf("lost %d, want %d (pushed %d, backlog %d, ring %d)", snap.Lost, want, pushed, kept, s.ring.size())
 	}
 }
+
+// TestPaintPastTheSubscriptionEnd: output that arrives between an attach's subscription and
+// its paint is in the paint, and the attach's end moves with it: offset ≤ end, as the
+// protocol's live ≤ end requires, and the viewer reads on from the paint's offset.
+func TestPaintPastTheSubscriptionEnd(t *testing.T) {
+	t.Parallel()
+	o := testOptions()
+	var subscribedEnd int64
+	o.testHookBeforePaint = func(s *Session) {
+		subscribedEnd = s.Info().End
+		if _, err := s.Write([]byte("between\n")); err != nil {
+			t.Errorf("write between the subscription and the paint: %v", err)
+			return
+		}
+		testutil.WaitFor(t, 10*time.Second, "the output to pass the subscription's end", func() bool {
+			return s.Info().End >= subscribedEnd+2*int64(len("between\r\n"))
+		})
+	}
+	r := NewRegistry(o, nil)
+	wake, wakeFn := testutil.WakeChan()
+	s, v := openT(t, r, "alice", wakeFn, "/bin/cat")
+	c := collect(t, v, wake, nil)
+	if _, err := s.Write([]byte("before\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitOutput(t, "before\r\nbefore\r\n", 10*time.Second)
+	_, info, err := r.AttachWith(s.ID(), "alice", AttachOptions{From: s.Info().End, Screen: ScreenAlways}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Offset <= subscribedEnd {
+		t.Fatalf("attach %+v: the paint's offset did not pass the subscription's end %d; the test did not test", info, subscribedEnd)
+	}
+	if info.Offset > info.End {
+		t.Errorf("attach %+v: offset %d passes end %d", info, info.Offset, info.End)
+	}
+}
