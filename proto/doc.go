@@ -2,9 +2,11 @@
 // server side (package mux), the Go client (package client), the cluster's relays and
 // muxbench: the binary frame codec (frame.go); every method and notification name, each
 // notification's params, the message a client reads (Message) and the request it writes
-// (MarshalRequest) (methods.go); the JSON-RPC 2.0 envelope with its errors and kinds, the
-// params of each request and their strict decoders (rpc.go); the results every method returns
-// (results.go); recordings (recording.go) and share links (share.go).
+// (MarshalRequest) (methods.go); the JSON-RPC 2.0 envelope (envelope.go); its errors and kinds
+// (errors.go); the params of each request (params.go); the request parser and each request's
+// strict params decoder (decode.go), with the readers of JSON members and integer literals they
+// share (strictjson.go); the results every method returns (results.go); recordings
+// (recording.go) and share links (share.go).
 //
 // A change to the wire is made here and in packages/client/src/messages.ts (the npm client's
 // types); the compiler then finds every Go user. Only internal/testutil/rawmux, a test client
