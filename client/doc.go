@@ -8,6 +8,12 @@
 // MaxOffset, MaxWindow, the checks of results), so that a hostile server ends the connection
 // instead of making a reader spin or buffer without bound.
 //
+// Where things are: client.go, the Client and its lifecycle (Close, the ack loop, the channel
+// registry); dial.go, DialOptions, Dial, DialOpen and the handshake; call.go, Call and the
+// pending calls; sessions.go, the session and share methods; readloop.go, the reading and
+// routing of what the server sends; channel.go, a Channel; reconnect.go, the reconnect and
+// resume; recording.go, the recording methods; trace.go, the trace context of params._meta.
+//
 // It imports the standard library, gorilla/websocket and package proto, nothing else: it pulls
 // in neither PTYs nor telemetry and builds on Linux, macOS and Windows. A request made with a
 // context from proto.ContextWithMeta carries that W3C trace context as params._meta, so the
