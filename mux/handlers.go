@@ -319,6 +319,9 @@ func (c *conn) handleResize(req *proto.Request) {
 	if ch.relay != nil {
 		c.slowSpan(req.ID, span, func() {
 			res, err := ch.relay.Resize(ctx, p.Cols, p.Rows)
+			if err != nil {
+				spanError(span, err)
+			}
 			c.replyRemote(req.ID, ch.sessionID(), res, err)
 		})
 		return
@@ -348,7 +351,11 @@ func (c *conn) handleSignal(req *proto.Request) {
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()), attribute.String(otel.AttrSignal, name))
 	if ch.relay != nil {
 		c.slowSpan(req.ID, span, func() {
-			c.replyRemote(req.ID, ch.sessionID(), struct{}{}, ch.relay.Signal(ctx, name))
+			err := ch.relay.Signal(ctx, name)
+			if err != nil {
+				spanError(span, err)
+			}
+			c.replyRemote(req.ID, ch.sessionID(), struct{}{}, err)
 		})
 		return
 	}
