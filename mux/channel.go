@@ -19,6 +19,8 @@ type channel struct {
 	v    *session.Viewer
 	// relay replaces sess and v for a channel bound to a session another node owns.
 	relay Relay
+	// b is what the channel is bound to: sess and v, or relay (binding.go).
+	b binding
 
 	// ready: sess and v are set, so requests and input on the channel may use them. It is
 	// stored before the open/attach reply is queued, so input a client sends once it has the
@@ -57,31 +59,18 @@ func (c *conn) detachAll() {
 // leave on purpose (see closeViewer). Never call with c.mu held.
 func (c *conn) unbind(ch *channel, lost bool) {
 	ch.detached.Store(true)
-	if ch.active.Load() && (ch.v != nil || ch.relay != nil) {
+	if ch.active.Load() && ch.b != nil {
 		closeViewer(ch, lost)
 	}
 }
 
 // sessionID is the bound session's id.
-func (ch *channel) sessionID() string {
-	if ch.relay != nil {
-		return ch.relay.Session()
-	}
-	return ch.sess.ID()
-}
+func (ch *channel) sessionID() string { return ch.b.session() }
 
-// closeViewer unsubscribes ch's viewer. For a client that may come back (lost) the session holds
-// its output from what the client acknowledged: the viewer's offset less the bytes in flight.
+// closeViewer closes ch's binding. A client that may come back (lost) has consumed all but the
+// bytes in flight.
 func closeViewer(ch *channel, lost bool) {
-	if ch.relay != nil {
-		ch.relay.Close(!lost) // the owner keeps its own resume hold when the relay's socket ends
-		return
-	}
-	if lost {
-		ch.v.CloseHolding(ch.credit.inflight.Load())
-	} else {
-		ch.v.Close()
-	}
+	ch.b.close(lost, ch.credit.inflight.Load())
 }
 
 // reserve claims a free channel number, or replies with an error and returns nil.

@@ -4,9 +4,10 @@
 // coalescing of refused frames (refuse.go: one queued error per channel and reason, counting
 // frames and bytes), the converters from session types to the protocol's results and from signal
 // names to this platform's signals (convert.go) and the socket's TCP_NOTSENT_LOWAT bound
-// (lowat.go). The multiplexer is in five files: Serve, its options and the socket's close and
-// linger (conn.go); a channel and its binding to a viewer or a relay: reserve, bound, activate,
-// unbind (channel.go); the one goroutine that reads the socket, bounds every message, runs
+// (lowat.go). The multiplexer is in these files: Serve, its options and the socket's close and
+// linger (conn.go); a channel: reserve, bound, activate, unbind (channel.go); what a channel is
+// bound to, one interface for a viewer of a local session and a relay to another node's
+// (binding.go); the one goroutine that reads the socket, bounds every message, runs
 // initialize and dispatches (read.go); the handler of each method, the slow-request pool, session
 // errors to wire errors (handlers.go); request spans and the trace context a relayed request
 // carries (spans.go); the one goroutine that writes it

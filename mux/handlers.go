@@ -144,6 +144,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 		span.SetAttributes(attribute.String(otel.AttrSessionID, s.ID()), semconv.ProcessPID(s.Pid()))
 		span.SetAttributes(recordingAttrs(s)...)
 		ch.sess, ch.v = s, v
+		ch.b = newLocalBinding(v)
 		_, ch.sizeGen = s.Size() // the opener's own size, which it knows
 		ch.ready.Store(true)
 		if c.opts.Remote != nil {
@@ -240,6 +241,7 @@ func (c *conn) attachLocal(start time.Time, req *proto.Request, p *proto.AttachP
 		return
 	}
 	ch.sess, ch.v = v.Session(), v
+	ch.b = newLocalBinding(v)
 	span.SetAttributes(attribute.Int(otel.AttrScreenBytes, info.Screen))
 	span.SetAttributes(recordingAttrs(ch.sess)...)
 	if info.Lost > 0 {

@@ -105,6 +105,7 @@ func (c *conn) attachRemote(ctx context.Context, req *proto.Request, p *proto.At
 		return
 	}
 	ch.relay = r
+	ch.b = relayBinding{r}
 	ch.ready.Store(true)
 	res.Channel = ch.id
 	c.activate(ch, c.reply(req.ID, res), true)
@@ -124,6 +125,7 @@ func (c *conn) openRemote(ctx context.Context, req *proto.Request, p *proto.Open
 		return true
 	}
 	ch.relay = r
+	ch.b = relayBinding{r}
 	ch.ready.Store(true)
 	res.Channel = ch.id
 	c.activate(ch, c.reply(req.ID, res), false)
