@@ -295,12 +295,8 @@ func (c *conn) handleCloseStdin(req *proto.Request) {
 	if ch == nil {
 		return
 	}
-	if ch.relay != nil {
-		c.replyErr(req.ID, proto.ErrInvalidRequest("session.closeStdin is not relayed to another node"))
-		return
-	}
-	if err := ch.sess.CloseStdin(); err != nil {
-		c.replyErr(req.ID, sessionError(err, ch.sessionID()))
+	if err := ch.b.closeStdin(); err != nil {
+		c.replyErr(req.ID, ch.b.wireError(err))
 		return
 	}
 	c.reply(req.ID, proto.DetachResult{Session: ch.sessionID(), Channel: ch.id})
@@ -318,24 +314,10 @@ func (c *conn) handleResize(req *proto.Request) {
 	}
 	ctx, span := c.startSpan(otel.SpanSessionResize, proto.MethodSessionResize, p.Meta, ch.id)
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()))
-	if ch.relay != nil {
-		c.slowSpan(req.ID, span, func() {
-			res, err := ch.relay.Resize(ctx, p.Cols, p.Rows)
-			if err != nil {
-				spanError(span, err)
-			}
-			c.replyRemote(req.ID, ch.sessionID(), res, err)
-		})
-		return
-	}
-	defer span.End()
-	size, err := ch.v.Resize(p.Cols, p.Rows)
-	if err != nil {
-		spanError(span, err)
-		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
-		return
-	}
-	c.reply(req.ID, proto.ResizeResult{Cols: size.Cols, Rows: size.Rows})
+	ch.b.do(c, req.ID, span, func() {
+		res, err := ch.b.resize(ctx, p.Cols, p.Rows)
+		c.replyBound(req.ID, ch, span, res, err)
+	})
 }
 
 func (c *conn) handleSignal(req *proto.Request) {
@@ -344,30 +326,25 @@ func (c *conn) handleSignal(req *proto.Request) {
 		c.replyErr(req.ID, e)
 		return
 	}
-	sig := signals[name]
 	ch := c.boundWritable(req.ID, p.Channel, "signal")
 	if ch == nil {
 		return
 	}
 	ctx, span := c.startSpan(otel.SpanSessionSignal, proto.MethodSessionSignal, p.Meta, ch.id)
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()), attribute.String(otel.AttrSignal, name))
-	if ch.relay != nil {
-		c.slowSpan(req.ID, span, func() {
-			err := ch.relay.Signal(ctx, name)
-			if err != nil {
-				spanError(span, err)
-			}
-			c.replyRemote(req.ID, ch.sessionID(), struct{}{}, err)
-		})
-		return
-	}
-	defer span.End()
-	if err := ch.sess.Signal(sig); err != nil {
+	ch.b.do(c, req.ID, span, func() {
+		c.replyBound(req.ID, ch, span, struct{}{}, ch.b.signal(ctx, name))
+	})
+}
+
+// replyBound replies res, or err, an error of ch's binding, marking span failed.
+func (c *conn) replyBound(id json.RawMessage, ch *channel, span trace.Span, res any, err error) {
+	if err != nil {
 		spanError(span, err)
-		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
+		c.replyErr(id, ch.b.wireError(err))
 		return
 	}
-	c.reply(req.ID, struct{}{})
+	c.reply(id, res)
 }
 
 func (c *conn) handleKill(req *proto.Request) {
