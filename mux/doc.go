@@ -63,9 +63,9 @@
 //
 // writeLoop writes queued control messages first, then serves ready channels round-robin, one
 // frame (at most 32 KiB and at most the channel's credit) per channel per round, flushing control
-// messages ahead of every frame. Output is pulled from each channel's viewer by offset; a session
-// held for another session's echo (session.Held) is sent in frames of at most 4 KiB (heldFrame),
-// so an echo waits behind little.
+// messages ahead of every frame. Output is pulled from each channel's binding (a viewer, by
+// offset, or a relay's buffer); a session held for another session's echo (session.Held) is sent
+// in frames of at most 4 KiB (heldFrame), so an echo waits behind little.
 //
 // Serve sets TCP_NOTSENT_LOWAT (NotSentLowat, 16 KiB) on the socket (unwrapping NetConn() through
 // TLS; a socket that is not TCP is left alone, a failure is logged at WARN), so a write blocks
@@ -90,10 +90,11 @@
 // number read right after it never finds the old binding (TestChannelReusableWhenClosedArrives
 // holds the writer after the write with a hook).
 //
-// The writer compares each session's size generation (session.Session's sizeGen, an atomic) with
-// the one its channel last reported, in serveChannel, and writes session.size ahead of that
-// channel's output. For a relayed channel it compares the count of sizes the relay's
-// client.Channel received instead.
+// The writer asks each channel's binding, in serveChannel, whether the session's size changed
+// since the generation the channel last reported (sizeChanged: a local session's size
+// generation, session.Session's sizeGen, an atomic; for a relayed channel the count of sizes the
+// relay's client.Channel received), and writes session.size ahead of that channel's output. A
+// relayed channel's id-less errors from the owner (Relay.Errors) go out there too.
 //
 // After a close frame of its own (closeWith for 1008, flushControl for a closeAfterQueued close),
 // the socket lingers (lingerAfterClose): CloseWrite on the TCP connection (unwrapped through
