@@ -6,25 +6,21 @@ import (
 	"sync/atomic"
 
 	"github.com/muxterm/muxterm/proto"
-	"github.com/muxterm/muxterm/session"
 )
 
-// channel is one binding of a channel number to a session viewer on one socket.
+// channel is one binding of a channel number to a session on one socket: a viewer of a local
+// session or a relay to another node's.
 type channel struct {
 	id     uint32
 	credit *credit
 
-	// set once before ready is stored true; read only after ready.Load() (or active.Load()):
-	sess *session.Session
-	v    *session.Viewer
-	// relay replaces sess and v for a channel bound to a session another node owns.
-	relay Relay
-	// b is what the channel is bound to: sess and v, or relay (binding.go).
+	// b is what the channel is bound to (binding.go). It is set once before ready is stored
+	// true; read it only after ready.Load() (or active.Load()).
 	b binding
 
-	// ready: sess and v are set, so requests and input on the channel may use them. It is
-	// stored before the open/attach reply is queued, so input a client sends once it has the
-	// reply always finds the channel ready.
+	// ready: b is set, so requests and input on the channel may use it. It is stored before
+	// the open/attach reply is queued, so input a client sends once it has the reply always
+	// finds the channel ready.
 	ready    atomic.Bool
 	active   atomic.Bool // bound and its attach/open reply is queued: the writer may serve it
 	detached atomic.Bool // unbound; the writer skips it
@@ -55,7 +51,7 @@ func (c *conn) detachAll() {
 	}
 }
 
-// unbind marks ch detached and closes its viewer (unsubscribe); lost says the client did not
+// unbind marks ch detached and closes its binding (unsubscribe); lost says the client did not
 // leave on purpose (see closeViewer). Never call with c.mu held.
 func (c *conn) unbind(ch *channel, lost bool) {
 	ch.detached.Store(true)

@@ -54,10 +54,10 @@
 // of other channels are never delayed.
 //
 // A binding becomes visible to the writer (active) only after its open or attach reply is queued,
-// so no output frame precedes the reply. If the reply cannot be queued, the viewer is closed at
+// so no output frame precedes the reply. If the reply cannot be queued, the binding is closed at
 // once: a failure right after subscribing still unsubscribes. When the socket ends, every binding
-// is detached: Serve closes each binding's viewer with Viewer.CloseHolding, which leaves a resume
-// hold.
+// is detached: Serve closes a local binding's viewer with Viewer.CloseHolding, which leaves a
+// resume hold, and a relayed one with Relay.Close(false), whose owner keeps its own.
 //
 // # Writing
 //

@@ -143,7 +143,6 @@ func (c *conn) handleOpen(req *proto.Request) {
 		}
 		span.SetAttributes(attribute.String(otel.AttrSessionID, s.ID()), semconv.ProcessPID(s.Pid()))
 		span.SetAttributes(recordingAttrs(s)...)
-		ch.sess, ch.v = s, v
 		ch.b = newLocalBinding(v)
 		_, ch.sizeGen = s.Size() // the opener's own size, which it knows
 		ch.ready.Store(true)
@@ -240,24 +239,24 @@ func (c *conn) attachLocal(start time.Time, req *proto.Request, p *proto.AttachP
 		c.replyErr(req.ID, sessionError(err, p.Session))
 		return
 	}
-	ch.sess, ch.v = v.Session(), v
+	s := v.Session()
 	ch.b = newLocalBinding(v)
 	span.SetAttributes(attribute.Int(otel.AttrScreenBytes, info.Screen))
-	span.SetAttributes(recordingAttrs(ch.sess)...)
+	span.SetAttributes(recordingAttrs(s)...)
 	if info.Lost > 0 {
 		// Asked for bytes the ring no longer holds: lost as a gap is.
 		c.tel.Instruments.GapBytes.Add(ctx, info.Lost)
 	}
-	size, gen := ch.sess.Size()
+	size, gen := s.Size()
 	ch.sizeGen = gen
 	ch.ready.Store(true)
 	if h := c.opts.testHookAfterSubscribe; h != nil {
 		h()
 	}
-	in := ch.sess.Info()
+	in := s.Info()
 	// Live is where the attach took effect: bytes below it were in the ring then (printed
 	// before the attach), every later byte was read from the PTY after it.
-	queued := c.reply(req.ID, proto.AttachResult{Session: ch.sess.ID(), Channel: ch.id,
+	queued := c.reply(req.ID, proto.AttachResult{Session: s.ID(), Channel: ch.id,
 		Offset: info.Offset, Live: info.End, Lost: info.Lost, End: info.End, Pid: in.Pid,
 		Cols: size.Cols, Rows: size.Rows, Exit: exitInfo(in.Exit),
 		Screen: info.Screen, ScreenLost: info.ScreenLost, ScreenCols: info.ScreenCols, ScreenRows: info.ScreenRows,
