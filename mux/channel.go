@@ -6,23 +6,21 @@ import (
 	"sync/atomic"
 
 	"github.com/muxterm/muxterm/proto"
-	"github.com/muxterm/muxterm/session"
 )
 
-// channel is one binding of a channel number to a session viewer on one socket.
+// channel is one binding of a channel number to a session on one socket: a viewer of a local
+// session or a relay to another node's.
 type channel struct {
 	id     uint32
 	credit *credit
 
-	// set once before ready is stored true; read only after ready.Load() (or active.Load()):
-	sess *session.Session
-	v    *session.Viewer
-	// relay replaces sess and v for a channel bound to a session another node owns.
-	relay Relay
+	// b is what the channel is bound to (binding.go). It is set once before ready is stored
+	// true; read it only after ready.Load() (or active.Load()).
+	b binding
 
-	// ready: sess and v are set, so requests and input on the channel may use them. It is
-	// stored before the open/attach reply is queued, so input a client sends once it has the
-	// reply always finds the channel ready.
+	// ready: b is set, so requests and input on the channel may use it. It is stored before
+	// the open/attach reply is queued, so input a client sends once it has the reply always
+	// finds the channel ready.
 	ready    atomic.Bool
 	active   atomic.Bool // bound and its attach/open reply is queued: the writer may serve it
 	detached atomic.Bool // unbound; the writer skips it
@@ -53,35 +51,22 @@ func (c *conn) detachAll() {
 	}
 }
 
-// unbind marks ch detached and closes its viewer (unsubscribe); lost says the client did not
+// unbind marks ch detached and closes its binding (unsubscribe); lost says the client did not
 // leave on purpose (see closeViewer). Never call with c.mu held.
 func (c *conn) unbind(ch *channel, lost bool) {
 	ch.detached.Store(true)
-	if ch.active.Load() && (ch.v != nil || ch.relay != nil) {
+	if ch.active.Load() && ch.b != nil {
 		closeViewer(ch, lost)
 	}
 }
 
 // sessionID is the bound session's id.
-func (ch *channel) sessionID() string {
-	if ch.relay != nil {
-		return ch.relay.Session()
-	}
-	return ch.sess.ID()
-}
+func (ch *channel) sessionID() string { return ch.b.session() }
 
-// closeViewer unsubscribes ch's viewer. For a client that may come back (lost) the session holds
-// its output from what the client acknowledged: the viewer's offset less the bytes in flight.
+// closeViewer closes ch's binding. A client that may come back (lost) has consumed all but the
+// bytes in flight.
 func closeViewer(ch *channel, lost bool) {
-	if ch.relay != nil {
-		ch.relay.Close(!lost) // the owner keeps its own resume hold when the relay's socket ends
-		return
-	}
-	if lost {
-		ch.v.CloseHolding(ch.credit.inflight.Load())
-	} else {
-		ch.v.Close()
-	}
+	ch.b.close(lost, ch.credit.inflight.Load())
 }
 
 // reserve claims a free channel number, or replies with an error and returns nil.

@@ -4,9 +4,10 @@
 // coalescing of refused frames (refuse.go: one queued error per channel and reason, counting
 // frames and bytes), the converters from session types to the protocol's results and from signal
 // names to this platform's signals (convert.go) and the socket's TCP_NOTSENT_LOWAT bound
-// (lowat.go). The multiplexer is in five files: Serve, its options and the socket's close and
-// linger (conn.go); a channel and its binding to a viewer or a relay: reserve, bound, activate,
-// unbind (channel.go); the one goroutine that reads the socket, bounds every message, runs
+// (lowat.go). The multiplexer is in these files: Serve, its options and the socket's close and
+// linger (conn.go); a channel: reserve, bound, activate, unbind (channel.go); what a channel is
+// bound to, one interface for a viewer of a local session and a relay to another node's
+// (binding.go); the one goroutine that reads the socket, bounds every message, runs
 // initialize and dispatches (read.go); the handler of each method, the slow-request pool, session
 // errors to wire errors (handlers.go); request spans and the trace context a relayed request
 // carries (spans.go); the one goroutine that writes it
@@ -53,18 +54,18 @@
 // of other channels are never delayed.
 //
 // A binding becomes visible to the writer (active) only after its open or attach reply is queued,
-// so no output frame precedes the reply. If the reply cannot be queued, the viewer is closed at
+// so no output frame precedes the reply. If the reply cannot be queued, the binding is closed at
 // once: a failure right after subscribing still unsubscribes. When the socket ends, every binding
-// is detached: Serve closes each binding's viewer with Viewer.CloseHolding, which leaves a resume
-// hold.
+// is detached: Serve closes a local binding's viewer with Viewer.CloseHolding, which leaves a
+// resume hold, and a relayed one with Relay.Close(false), whose owner keeps its own.
 //
 // # Writing
 //
 // writeLoop writes queued control messages first, then serves ready channels round-robin, one
 // frame (at most 32 KiB and at most the channel's credit) per channel per round, flushing control
-// messages ahead of every frame. Output is pulled from each channel's viewer by offset; a session
-// held for another session's echo (session.Held) is sent in frames of at most 4 KiB (heldFrame),
-// so an echo waits behind little.
+// messages ahead of every frame. Output is pulled from each channel's binding (a viewer, by
+// offset, or a relay's buffer); a session held for another session's echo (session.Held) is sent
+// in frames of at most 4 KiB (heldFrame), so an echo waits behind little.
 //
 // Serve sets TCP_NOTSENT_LOWAT (NotSentLowat, 16 KiB) on the socket (unwrapping NetConn() through
 // TLS; a socket that is not TCP is left alone, a failure is logged at WARN), so a write blocks
@@ -89,10 +90,11 @@
 // number read right after it never finds the old binding (TestChannelReusableWhenClosedArrives
 // holds the writer after the write with a hook).
 //
-// The writer compares each session's size generation (session.Session's sizeGen, an atomic) with
-// the one its channel last reported, in serveChannel, and writes session.size ahead of that
-// channel's output. For a relayed channel it compares the count of sizes the relay's
-// client.Channel received instead.
+// The writer asks each channel's binding, in serveChannel, whether the session's size changed
+// since the generation the channel last reported (sizeChanged: a local session's size
+// generation, session.Session's sizeGen, an atomic; for a relayed channel the count of sizes the
+// relay's client.Channel received), and writes session.size ahead of that channel's output. A
+// relayed channel's id-less errors from the owner (Relay.Errors) go out there too.
 //
 // After a close frame of its own (closeWith for 1008, flushControl for a closeAfterQueued close),
 // the socket lingers (lingerAfterClose): CloseWrite on the TCP connection (unwrapped through

@@ -143,7 +143,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 		}
 		span.SetAttributes(attribute.String(otel.AttrSessionID, s.ID()), semconv.ProcessPID(s.Pid()))
 		span.SetAttributes(recordingAttrs(s)...)
-		ch.sess, ch.v = s, v
+		ch.b = newLocalBinding(v)
 		_, ch.sizeGen = s.Size() // the opener's own size, which it knows
 		ch.ready.Store(true)
 		if c.opts.Remote != nil {
@@ -239,23 +239,24 @@ func (c *conn) attachLocal(start time.Time, req *proto.Request, p *proto.AttachP
 		c.replyErr(req.ID, sessionError(err, p.Session))
 		return
 	}
-	ch.sess, ch.v = v.Session(), v
+	s := v.Session()
+	ch.b = newLocalBinding(v)
 	span.SetAttributes(attribute.Int(otel.AttrScreenBytes, info.Screen))
-	span.SetAttributes(recordingAttrs(ch.sess)...)
+	span.SetAttributes(recordingAttrs(s)...)
 	if info.Lost > 0 {
 		// Asked for bytes the ring no longer holds: lost as a gap is.
 		c.tel.Instruments.GapBytes.Add(ctx, info.Lost)
 	}
-	size, gen := ch.sess.Size()
+	size, gen := s.Size()
 	ch.sizeGen = gen
 	ch.ready.Store(true)
 	if h := c.opts.testHookAfterSubscribe; h != nil {
 		h()
 	}
-	in := ch.sess.Info()
+	in := s.Info()
 	// Live is where the attach took effect: bytes below it were in the ring then (printed
 	// before the attach), every later byte was read from the PTY after it.
-	queued := c.reply(req.ID, proto.AttachResult{Session: ch.sess.ID(), Channel: ch.id,
+	queued := c.reply(req.ID, proto.AttachResult{Session: s.ID(), Channel: ch.id,
 		Offset: info.Offset, Live: info.End, Lost: info.Lost, End: info.End, Pid: in.Pid,
 		Cols: size.Cols, Rows: size.Rows, Exit: exitInfo(in.Exit),
 		Screen: info.Screen, ScreenLost: info.ScreenLost, ScreenCols: info.ScreenCols, ScreenRows: info.ScreenRows,
@@ -293,12 +294,8 @@ func (c *conn) handleCloseStdin(req *proto.Request) {
 	if ch == nil {
 		return
 	}
-	if ch.relay != nil {
-		c.replyErr(req.ID, proto.ErrInvalidRequest("session.closeStdin is not relayed to another node"))
-		return
-	}
-	if err := ch.sess.CloseStdin(); err != nil {
-		c.replyErr(req.ID, sessionError(err, ch.sessionID()))
+	if err := ch.b.closeStdin(); err != nil {
+		c.replyErr(req.ID, ch.b.wireError(err))
 		return
 	}
 	c.reply(req.ID, proto.DetachResult{Session: ch.sessionID(), Channel: ch.id})
@@ -316,21 +313,10 @@ func (c *conn) handleResize(req *proto.Request) {
 	}
 	ctx, span := c.startSpan(otel.SpanSessionResize, proto.MethodSessionResize, p.Meta, ch.id)
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()))
-	if ch.relay != nil {
-		c.slowSpan(req.ID, span, func() {
-			res, err := ch.relay.Resize(ctx, p.Cols, p.Rows)
-			c.replyRemote(req.ID, ch.sessionID(), res, err)
-		})
-		return
-	}
-	defer span.End()
-	size, err := ch.v.Resize(p.Cols, p.Rows)
-	if err != nil {
-		spanError(span, err)
-		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
-		return
-	}
-	c.reply(req.ID, proto.ResizeResult{Cols: size.Cols, Rows: size.Rows})
+	ch.b.do(c, req.ID, span, func() {
+		res, err := ch.b.resize(ctx, p.Cols, p.Rows)
+		c.replyBound(req.ID, ch, span, res, err)
+	})
 }
 
 func (c *conn) handleSignal(req *proto.Request) {
@@ -339,26 +325,25 @@ func (c *conn) handleSignal(req *proto.Request) {
 		c.replyErr(req.ID, e)
 		return
 	}
-	sig := signals[name]
 	ch := c.boundWritable(req.ID, p.Channel, "signal")
 	if ch == nil {
 		return
 	}
 	ctx, span := c.startSpan(otel.SpanSessionSignal, proto.MethodSessionSignal, p.Meta, ch.id)
 	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()), attribute.String(otel.AttrSignal, name))
-	if ch.relay != nil {
-		c.slowSpan(req.ID, span, func() {
-			c.replyRemote(req.ID, ch.sessionID(), struct{}{}, ch.relay.Signal(ctx, name))
-		})
-		return
-	}
-	defer span.End()
-	if err := ch.sess.Signal(sig); err != nil {
+	ch.b.do(c, req.ID, span, func() {
+		c.replyBound(req.ID, ch, span, struct{}{}, ch.b.signal(ctx, name))
+	})
+}
+
+// replyBound replies res, or err, an error of ch's binding, marking span failed.
+func (c *conn) replyBound(id json.RawMessage, ch *channel, span trace.Span, res any, err error) {
+	if err != nil {
 		spanError(span, err)
-		c.replyErr(req.ID, sessionError(err, ch.sess.ID()))
+		c.replyErr(id, ch.b.wireError(err))
 		return
 	}
-	c.reply(req.ID, struct{}{})
+	c.reply(id, res)
 }
 
 func (c *conn) handleKill(req *proto.Request) {

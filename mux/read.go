@@ -218,9 +218,7 @@ func (c *conn) handleBinary(b []byte) {
 			c.refuseFrame(b, payload, withChannel(proto.ErrBadFrame(fmt.Sprintf("channel %d: %v", f.Channel, err)), f.Channel))
 			return
 		}
-		if ch.relay != nil {
-			ch.relay.Ack(int(f.AckCount())) // end to end: the owner learns what this client consumed
-		}
+		ch.b.ack(int(f.AckCount()))
 		if ch.starved.Swap(false) {
 			c.markReady(ch)
 		}
@@ -235,21 +233,8 @@ func (c *conn) handleBinary(b []byte) {
 			return
 		}
 		c.tel.Instruments.BytesIn.Add(c.ctx, int64(len(f.Payload)))
-		if ch.relay != nil {
-			if err := ch.relay.Write(f.Payload); err != nil {
-				c.refuseFrame(b, payload, withChannel(remoteError(err, ch.sessionID()), f.Channel))
-			}
-			return
-		}
-		if _, err := ch.v.Write(f.Payload); err != nil {
-			// sessionError builds a new *Error, which is not shared yet: adding to its Data here
-			// is part of building it (withChannel copies, for errors that may be shared).
-			e := sessionError(err, ch.sess.ID())
-			if e.Data == nil {
-				e.Data = map[string]any{}
-			}
-			e.Data["channel"] = f.Channel
-			c.refuseFrame(b, payload, e)
+		if err := ch.b.write(f.Payload); err != nil {
+			c.refuseFrame(b, payload, withChannel(ch.b.wireError(err), f.Channel))
 		}
 	}
 }

@@ -104,7 +104,7 @@ func (c *conn) attachRemote(ctx context.Context, req *proto.Request, p *proto.At
 		c.replyErr(req.ID, remoteError(err, p.Session))
 		return
 	}
-	ch.relay = r
+	ch.b = relayBinding{r}
 	ch.ready.Store(true)
 	res.Channel = ch.id
 	c.activate(ch, c.reply(req.ID, res), true)
@@ -123,7 +123,7 @@ func (c *conn) openRemote(ctx context.Context, req *proto.Request, p *proto.Open
 		c.replyErr(req.ID, remoteError(err, ""))
 		return true
 	}
-	ch.relay = r
+	ch.b = relayBinding{r}
 	ch.ready.Store(true)
 	res.Channel = ch.id
 	c.activate(ch, c.reply(req.ID, res), false)

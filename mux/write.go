@@ -247,36 +247,35 @@ func (c *conn) serveRound(buf []byte) (progressed bool, err error) {
 	return progressed, nil
 }
 
-// serveChannel writes at most one output frame for ch, preceded by a gap notification if the
-// viewer fell behind the ring, and followed by exit and closed notifications once the output
-// they follow has been written.
+// serveChannel writes at most one output frame for ch, preceded by a session.size when the
+// session's size changed, by the errors its binding passes on and by a gap notification if it
+// fell behind, and followed by exit and closed notifications once the output they follow has
+// been written.
 func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	if !ch.active.Load() || ch.detached.Load() || ch.closedSent {
 		return false, nil
 	}
-	if ch.relay != nil {
-		return c.serveRelay(ch, buf)
-	}
-	if ch.sess.SizeGen() != ch.sizeGen {
+	if size, gen, changed := ch.b.sizeChanged(ch.sizeGen); changed {
 		// The applied size changed: a control message, never held back by credit.
-		size, gen := ch.sess.Size()
 		ch.sizeGen = gen
 		if err := c.write(websocket.TextMessage, sizeNote(ch, size)); err != nil {
 			return false, fmt.Errorf("write size: %w", err)
 		}
 	}
+	for _, e := range ch.b.errors() {
+		if err := c.write(websocket.TextMessage, proto.MarshalResponse(nullID, nil, withChannel(e, ch.id))); err != nil {
+			return false, fmt.Errorf("write relayed error: %w", err)
+		}
+	}
 	// A read within no credit still moves a viewer that fell behind past its gap and tells
 	// what is left: notifications are never held back by credit, only output is.
-	n := int(min(max(ch.credit.available(), 0), proto.MaxOutputPayload))
-	if ch.sess.Held() {
-		n = min(n, heldFrame) // another session awaits an echo: small frames ahead of it
-	}
-	nr, lost, stream, err := ch.v.ReadStream(buf[proto.HeaderLen : proto.HeaderLen+n])
+	n := int(min(max(ch.credit.available(), 0), int64(ch.b.maxFrame())))
+	nr, lost, stream, err := ch.b.read(buf[proto.HeaderLen : proto.HeaderLen+n])
 	if errors.Is(err, session.ErrViewerClosed) {
 		return false, nil
 	}
-	// The viewer has moved past these bytes: count them in flight before any write can fail, so
-	// a socket that ends here leaves its resume hold where the client will resume.
+	// The binding has moved past these bytes: count them in flight before any write can fail,
+	// so a socket that ends here leaves its resume hold where the client will resume.
 	ch.credit.take(int64(nr))
 	typ := proto.FrameOutput
 	if stream == session.Stderr && c.pipes {
@@ -285,65 +284,27 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	if wrote, err := c.writeOutput(ch, buf, typ, nr, lost); wrote || err != nil {
 		return wrote, err
 	}
-	st := ch.v.State()
-	if st.Pending > 0 {
+	st := ch.b.state()
+	if st.pending {
 		c.starve(ch)
 		return lost > 0, nil
 	}
 	// Everything retained was delivered: the notifications that follow the output.
-	if st.Exit != nil && !ch.exitSent {
+	if st.exit != nil && !ch.exitSent {
 		ch.exitSent = true
-		if st.Closing != session.ReasonKilled && st.Closing != session.ReasonShutdown {
-			if err := c.write(websocket.TextMessage, exitNote(ch, exitInfo(st.Exit))); err != nil {
-				return false, fmt.Errorf("write exit: %w", err)
-			}
-		}
-	}
-	if st.EOF && st.Closing != "" {
-		return true, c.writeClosed(ch, st.Closing)
-	}
-	return lost > 0, nil
-}
-
-// heldFrame bounds the output frames of a session held for another's echo (session.Held).
-const heldFrame = 4 << 10
-
-// serveRelay is serveChannel for a relayed channel: the same credit, gap, exit and closed
-// order, with the relay's buffer in place of the viewer.
-func (c *conn) serveRelay(ch *channel, buf []byte) (bool, error) {
-	if cols, rows, gen := ch.relay.Size(); gen != ch.sizeGen {
-		ch.sizeGen = gen // the relay's count of the owner's session.size: a control message
-		if err := c.write(websocket.TextMessage, sizeNote(ch, session.Size{Cols: cols, Rows: rows})); err != nil {
-			return false, fmt.Errorf("write size: %w", err)
-		}
-	}
-	for _, e := range ch.relay.Errors() {
-		if err := c.write(websocket.TextMessage, proto.MarshalResponse(nullID, nil, withChannel(e, ch.id))); err != nil {
-			return false, fmt.Errorf("write relayed error: %w", err)
-		}
-	}
-	n := int(min(max(ch.credit.available(), 0), proto.MaxOutputPayload))
-	nr, lost := ch.relay.Read(buf[proto.HeaderLen : proto.HeaderLen+n])
-	ch.credit.take(int64(nr))
-	if wrote, err := c.writeOutput(ch, buf, proto.FrameOutput, nr, lost); wrote || err != nil {
-		return wrote, err
-	}
-	pending, exit, closed := ch.relay.State()
-	if pending {
-		c.starve(ch)
-		return lost > 0, nil
-	}
-	if exit != nil && !ch.exitSent {
-		ch.exitSent = true
-		if err := c.write(websocket.TextMessage, exitNote(ch, exit)); err != nil {
+		if err := c.write(websocket.TextMessage, exitNote(ch, st.exit)); err != nil {
 			return false, fmt.Errorf("write exit: %w", err)
 		}
 	}
-	if closed != "" {
-		return true, c.writeClosed(ch, session.Reason(closed))
+	if st.closed != "" {
+		return true, c.writeClosed(ch, st.closed)
 	}
 	return lost > 0, nil
 }
+
+// heldFrame bounds the output frames of a session held for another session's echo
+// (session.Held).
+const heldFrame = 4 << 10
 
 // starve marks ch starved: its output waits for credit and the next ack re-queues the channel.
 // starved is published before the credit is looked at again, so an ack given in between is
