@@ -254,8 +254,8 @@ func (l *leanClient) text(b []byte) error {
 		// An ack that crossed its channel's session.closed after a kill is refused; nothing
 		// else about a frame is expected.
 		if m.Error.Kind() == proto.KindUnknownChannel {
-			if c, ok := m.Error.Data["channel"].(float64); ok {
-				if ch := l.chans[uint32(c)]; ch != nil && ch.killed {
+			if c, ok := m.Error.Channel(); ok {
+				if ch := l.chans[c]; ch != nil && ch.killed {
 					return nil
 				}
 			}
