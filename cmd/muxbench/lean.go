@@ -26,7 +26,9 @@ import (
 // session.open, sends input frames, acknowledges every output byte it consumes, counts gaps,
 // follows session.closed, reports the gateway's id-less errors, and kills its sessions at the
 // end. Output it reads while waiting for something else is consumed (counted and acknowledged)
-// and dropped.
+// and dropped. It spells none of the protocol itself: the frame codec, the method and
+// notification names, the params, the results and the message it reads (proto.Message) are
+// proto's, so a change to the wire reaches it through the compiler.
 //
 // Acks follow the protocol's idle rule as closely as the Go client does next to a stream (its
 // reader drains its buffer on nearly every Read, and acks whenever it does): each output frame
