@@ -1,6 +1,9 @@
 package proto
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Error codes (protocol.md §5).
 const (
@@ -61,6 +64,22 @@ func (e *Error) Error() string {
 func (e *Error) Kind() string {
 	k, _ := e.Data["kind"].(string)
 	return k
+}
+
+// Channel returns data.channel, the channel an error names (channel_in_use, unknown_channel,
+// and every error about a frame of a bound channel, protocol.md §2), and whether it names one.
+// It reads the member as decoded from the wire (a JSON number) or as set by the server (a
+// uint32); anything else, or a number that is no channel number, names none.
+func (e *Error) Channel() (uint32, bool) {
+	switch c := e.Data["channel"].(type) {
+	case uint32:
+		return c, true
+	case float64:
+		if c >= 0 && c <= math.MaxUint32 && c == math.Trunc(c) {
+			return uint32(c), true
+		}
+	}
+	return 0, false
 }
 
 func newRPCError(code int, kind, msg string, kv ...any) *Error {

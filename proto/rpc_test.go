@@ -133,6 +133,39 @@ func TestErrorWithoutKind(t *testing.T) {
 	}
 }
 
+// TestErrorChannel: Channel reads data.channel as the server sets it and as a client decodes it
+// from the wire, and names no channel for an error without one or with a value that is not a
+// channel number.
+func TestErrorChannel(t *testing.T) {
+	var decoded Error
+	if err := json.Unmarshal(MarshalResponse(nil, nil, ErrUnknownChannel(7)), &struct {
+		Error *Error `json:"error"`
+	}{&decoded}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		e    *Error
+		ch   uint32
+		ok   bool
+	}{
+		{"built by the server", ErrChannelInUse(3), 3, true},
+		{"decoded from the wire", &decoded, 7, true},
+		{"the largest channel", &Error{Data: map[string]any{"channel": float64(math.MaxUint32)}}, math.MaxUint32, true},
+		{"no data", &Error{Code: -1}, 0, false},
+		{"no channel", ErrUnknownSession("s"), 0, false},
+		{"a string", &Error{Data: map[string]any{"channel": "3"}}, 0, false},
+		{"a fraction", &Error{Data: map[string]any{"channel": 3.5}}, 0, false},
+		{"negative", &Error{Data: map[string]any{"channel": float64(-1)}}, 0, false},
+		{"too large", &Error{Data: map[string]any{"channel": float64(math.MaxUint32 + 1)}}, 0, false},
+	}
+	for _, tt := range tests {
+		if ch, ok := tt.e.Channel(); ch != tt.ch || ok != tt.ok {
+			t.Errorf("%s: Channel() = %d, %v; want %d, %v", tt.name, ch, ok, tt.ch, tt.ok)
+		}
+	}
+}
+
 func TestParseRequest(t *testing.T) {
 	tests := []struct {
 		name       string

@@ -60,9 +60,9 @@ func (b *bench) runChurn(ctx context.Context) error {
 	var refusedMu sync.Mutex
 	refusedOn := map[uint32]bool{}
 	c, err := g.dialWith(ctx, func(e *proto.Error) {
-		if ch, ok := e.Data["channel"].(float64); ok && e.Kind() == "unknown_channel" {
+		if ch, ok := e.Channel(); ok && e.Kind() == proto.KindUnknownChannel {
 			refusedMu.Lock()
-			refusedOn[uint32(ch)] = true
+			refusedOn[ch] = true
 			refusedMu.Unlock()
 		}
 	})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/client"
+	"github.com/muxterm/muxterm/cluster"
 	"github.com/muxterm/muxterm/internal/freeport"
 )
 
@@ -429,7 +430,7 @@ func (bc *benchCluster) nodeLoss(ctx context.Context, cb *client.Client, sig sys
 	wctx, cancel := context.WithTimeout(ctx, 5*clusterTTL)
 	err = r.Wait(wctx)
 	cancel()
-	if err != nil || r.Reason() != "node_lost" {
+	if err != nil || r.Reason() != cluster.ReasonNodeLost {
 		return 0, 0, fmt.Errorf("relayed channel not closed with node_lost: %v %q", err, r.Reason())
 	}
 	took := time.Since(start)

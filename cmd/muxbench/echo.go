@@ -163,6 +163,71 @@ func (b *bench) muxEcho(ctx context.Context, gw *gatewayProc, m echoMode) (laten
 		func() (int, error) { return ch.Read(buf) })
 }
 
+// leanEcho is muxEcho through the lean client: the same sessions, on one socket, measured by
+// echoRun with the reads in the measuring goroutine. The stream's output is acknowledged frame
+// by frame as it is consumed; the echo's when the echo has come, before the next keystroke and
+// off the clock, as the Go client's goes out from its ack goroutine. A gap in the echo fails
+// the run; the stream's gaps and the acks sent during the keystrokes are recorded in
+// b.leanStats (when runEcho collects them).
+func (b *bench) leanEcho(ctx context.Context, gw *gatewayProc, m echoMode) (lat latencies, err error) {
+	l, err := dialLean(ctx, gw.URL(), gw.token)
+	if err != nil {
+		return nil, err
+	}
+	defer l.close()
+	defer func() {
+		if kerr := l.kill(); kerr != nil && err == nil {
+			err = fmt.Errorf("lean client: %w", kerr)
+		}
+	}()
+	env := map[string]string{b.tagKey: b.tagVal}
+	var count func() int64
+	var fl *leanChan
+	if m.load {
+		fl, err = l.open([]string{"sh", "-c", floodScript}, env)
+		if err != nil {
+			return nil, err
+		}
+		end, _ := l.within(readUntilTimeout)
+		for fl.recv == 0 { // the stream has started
+			if _, _, err := l.step(); err != nil {
+				end()
+				return nil, fmt.Errorf("wait for the stream: %w", err)
+			}
+		}
+		end()
+		count = func() int64 { return fl.recv }
+	}
+	ch, err := l.open([]string{"sh", "-c", catScript}, env)
+	if err != nil {
+		return nil, err
+	}
+	l.hold = ch
+	if err := l.readUntil(ch, "R"); err != nil {
+		return nil, err
+	}
+	if err := l.idle(); err != nil {
+		return nil, err
+	}
+	key := make([]byte, 1)
+	defer b.neighbourRate("lean", count)()
+	acks0, lost0 := l.acks, int64(0)
+	if fl != nil {
+		lost0 = fl.lost
+	}
+	lat, err = echoRunSettled(ctx, m.n, m.pause,
+		func(c byte) error { key[0] = c; return l.input(ch, key) },
+		func() (int, error) { return l.read(ch) },
+		l.idle)
+	if err == nil && b.leanStats != nil {
+		b.leanStats["acks: "+m.name] = append(b.leanStats["acks: "+m.name], l.acks-acks0)
+		if fl != nil {
+			b.leanStats["stream gap bytes: "+m.name] = append(b.leanStats["stream gap bytes: "+m.name], fl.lost-lost0)
+		}
+	}
+	return lat, err
+}
+
 // runEcho: keystroke round trips to a raw `cat`, back to back, from idle, and while another
 // session (on the same socket, for muxterm) streams.
 func (b *bench) runEcho(ctx context.Context) error {

@@ -250,8 +250,6 @@ func (g *gatewayProc) stopProfile() {
 	g.perf = nil
 }
 
-// benchDialer is the WebSocket dialer for the gateway and the pass-through: loopback only,
-// with read buffers large enough for whole 32 KiB output frames.
 // dialRaw opens a muxterm.v1 socket to url with token (none if empty) for muxbench's own
 // protocol clients (the probe, the lean client), and checks the gateway chose the subprotocol.
 func dialRaw(ctx context.Context, url, token string) (*websocket.Conn, error) {
@@ -272,6 +270,8 @@ func dialRaw(ctx context.Context, url, token string) (*websocket.Conn, error) {
 	return ws, nil
 }
 
+// benchDialer is the WebSocket dialer for the gateway and the pass-through: loopback only,
+// with read buffers large enough for whole 32 KiB output frames.
 func benchDialer() *websocket.Dialer {
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	return &websocket.Dialer{

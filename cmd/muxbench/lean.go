@@ -26,7 +26,9 @@ import (
 // session.open, sends input frames, acknowledges every output byte it consumes, counts gaps,
 // follows session.closed, reports the gateway's id-less errors, and kills its sessions at the
 // end. Output it reads while waiting for something else is consumed (counted and acknowledged)
-// and dropped.
+// and dropped. It spells none of the protocol itself: the frame codec, the method and
+// notification names, the params, the results and the message it reads (proto.Message) are
+// proto's, so a change to the wire reaches it through the compiler.
 //
 // Acks follow the protocol's idle rule as closely as the Go client does next to a stream (its
 // reader drains its buffer on nearly every Read, and acks whenever it does): each output frame
@@ -254,8 +256,8 @@ func (l *leanClient) text(b []byte) error {
 		// An ack that crossed its channel's session.closed after a kill is refused; nothing
 		// else about a frame is expected.
 		if m.Error.Kind() == proto.KindUnknownChannel {
-			if c, ok := m.Error.Data["channel"].(float64); ok {
-				if ch := l.chans[uint32(c)]; ch != nil && ch.killed {
+			if c, ok := m.Error.Channel(); ok {
+				if ch := l.chans[c]; ch != nil && ch.killed {
 					return nil
 				}
 			}
@@ -503,69 +505,4 @@ func (l *leanClient) killFresh() error {
 		ch.closed = true
 	}
 	return nil
-}
-
-// leanEcho is muxEcho through the lean client: the same sessions, on one socket, measured by
-// echoRun with the reads in the measuring goroutine. The stream's output is acknowledged frame
-// by frame as it is consumed; the echo's when the echo has come, before the next keystroke and
-// off the clock, as the Go client's goes out from its ack goroutine. A gap in the echo fails
-// the run; the stream's gaps and the acks sent during the keystrokes are recorded in
-// b.leanStats (when runEcho collects them).
-func (b *bench) leanEcho(ctx context.Context, gw *gatewayProc, m echoMode) (lat latencies, err error) {
-	l, err := dialLean(ctx, gw.URL(), gw.token)
-	if err != nil {
-		return nil, err
-	}
-	defer l.close()
-	defer func() {
-		if kerr := l.kill(); kerr != nil && err == nil {
-			err = fmt.Errorf("lean client: %w", kerr)
-		}
-	}()
-	env := map[string]string{b.tagKey: b.tagVal}
-	var count func() int64
-	var fl *leanChan
-	if m.load {
-		fl, err = l.open([]string{"sh", "-c", floodScript}, env)
-		if err != nil {
-			return nil, err
-		}
-		end, _ := l.within(readUntilTimeout)
-		for fl.recv == 0 { // the stream has started
-			if _, _, err := l.step(); err != nil {
-				end()
-				return nil, fmt.Errorf("wait for the stream: %w", err)
-			}
-		}
-		end()
-		count = func() int64 { return fl.recv }
-	}
-	ch, err := l.open([]string{"sh", "-c", catScript}, env)
-	if err != nil {
-		return nil, err
-	}
-	l.hold = ch
-	if err := l.readUntil(ch, "R"); err != nil {
-		return nil, err
-	}
-	if err := l.idle(); err != nil {
-		return nil, err
-	}
-	key := make([]byte, 1)
-	defer b.neighbourRate("lean", count)()
-	acks0, lost0 := l.acks, int64(0)
-	if fl != nil {
-		lost0 = fl.lost
-	}
-	lat, err = echoRunSettled(ctx, m.n, m.pause,
-		func(c byte) error { key[0] = c; return l.input(ch, key) },
-		func() (int, error) { return l.read(ch) },
-		l.idle)
-	if err == nil && b.leanStats != nil {
-		b.leanStats["acks: "+m.name] = append(b.leanStats["acks: "+m.name], l.acks-acks0)
-		if fl != nil {
-			b.leanStats["stream gap bytes: "+m.name] = append(b.leanStats["stream gap bytes: "+m.name], fl.lost-lost0)
-		}
-	}
-	return lat, err
 }
