@@ -131,12 +131,12 @@ func (s *relaySock) ended() bool {
 // it names (data.channel: every error about a frame of a bound channel carries it); one that
 // names none concerns no relayed channel.
 func (s *relaySock) onServerError(e *proto.Error) {
-	num, ok := e.Data["channel"].(float64)
+	ch, ok := e.Channel()
 	if !ok {
 		return
 	}
 	s.mu.Lock()
-	r := s.relays[uint32(num)]
+	r := s.relays[ch]
 	s.mu.Unlock()
 	if r != nil {
 		r.onServerError(e)

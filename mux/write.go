@@ -264,7 +264,7 @@ func (c *conn) serveChannel(ch *channel, buf []byte) (bool, error) {
 	}
 	for _, e := range ch.b.errors() {
 		if err := c.write(websocket.TextMessage, proto.MarshalResponse(nullID, nil, withChannel(e, ch.id))); err != nil {
-			return false, fmt.Errorf("write relayed error: %w", err)
+			return false, fmt.Errorf("write the binding's error: %w", err)
 		}
 	}
 	// A read within no credit still moves a viewer that fell behind past its gap and tells
