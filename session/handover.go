@@ -324,10 +324,8 @@ func (r *Registry) ResumeHandover(st *HandoverState) {
 
 // waitChild hands pidfd to the waiter (or a blocking wait when it will not take it).
 func (s *Session) waitChild(pidfd int) {
-	if err := s.opts.children.add(s.pid, pidfd, s.reaped); err != nil {
+	if err := s.opts.children.watch(s.pid, pidfd, s.reaped); err != nil {
 		s.opts.Logger.Warn("child waiter", "session", s.id, "pid", s.pid, "err", err)
-		unix.Close(pidfd)
-		blockingWait(&waitEntry{pid: s.pid, reaped: s.reaped})
 	}
 }
 

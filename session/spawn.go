@@ -150,12 +150,7 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 	opts.Instruments.Sessions.Add(context.Background(), 1)
 	// We wait through our own pidfd; os.Process's is one more fd per session for nothing.
 	_ = cmd.Process.Release()
-	if err := opts.children.add(s.pid, pidfd, s.reaped); err != nil {
-		// Correct, if costlier: a goroutine holding a thread in a blocking wait.
-		opts.Logger.Warn("child waiter", "session", s.id, "pid", s.pid, "err", err)
-		unix.Close(pidfd)
-		blockingWait(&waitEntry{pid: s.pid, reaped: s.reaped})
-	}
+	s.waitChild(pidfd)
 	// Under s.mu: the child may already have exited, and reaped looks at readState.
 	s.mu.Lock()
 	if s.pipe != nil {

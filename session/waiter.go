@@ -39,6 +39,19 @@ type waitEntry struct {
 	reaped func(unix.WaitStatus, error)
 }
 
+// watch waits for pid through pidfd, which it owns from now on, and calls reaped once the child
+// is reaped, on a goroutine of its own. When the epoll instance cannot be made or will not take
+// the pidfd, it closes the pidfd, hands the child to a blocking wait (correct, if costlier: a
+// goroutine holding a thread) and returns why, for the caller to log.
+func (w *waiter) watch(pid, pidfd int, reaped func(unix.WaitStatus, error)) error {
+	err := w.add(pid, pidfd, reaped)
+	if err != nil {
+		unix.Close(pidfd)
+		blockingWait(&waitEntry{pid: pid, reaped: reaped})
+	}
+	return err
+}
+
 // add waits for pid through pidfd, which it owns from now on (it closes it after the reap), and
 // calls reaped once the child is reaped. It fails only if the epoll instance cannot be made or
 // will not take the pidfd; pidfd is then still the caller's.
