@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/internal/procfs"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 const orphanFirstPassEnv = "MUXTERM_ORPHAN_FIRST_PASS"
@@ -22,7 +23,7 @@ func TestOrphanReaperFirstPass(t *testing.T) {
 		return
 	}
 	t.Parallel()
-	runOwnProcess(t, orphanFirstPassEnv, "FIRST PASS OK")
+	testutil.RunOwnProcess(t, orphanFirstPassEnv, "FIRST PASS OK")
 }
 
 // orphanFirstPassHelper leaves a child unwaited until it is a zombie, then adopts orphans and

@@ -425,7 +425,7 @@ func TestIdleSessionsUseFewThreads(t *testing.T) {
 	t.Parallel()
 	for _, procs := range []int{runtime.GOMAXPROCS(0), 128} {
 		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
-			out := runOwnProcess(t, threadsHelperEnv, "--- PASS", fmt.Sprintf("GOMAXPROCS=%d", procs))
+			out := testutil.RunOwnProcess(t, threadsHelperEnv, "--- PASS", fmt.Sprintf("GOMAXPROCS=%d", procs))
 			for line := range strings.Lines(out) {
 				if i := strings.Index(line, "OS threads with"); i >= 0 {
 					t.Log(strings.TrimSpace(line[i:]))
