@@ -167,6 +167,20 @@ func (r *readPoller) ctlLocked(op int, s *Session) error {
 	return unix.EpollCtl(r.epfd, op, s.masterFD, &ev)
 }
 
+// newEpoll makes an epoll instance whose fd is non-blocking and registered with the runtime
+// poller, so a goroutine waiting for its events parks without holding an OS thread.
+func newEpoll(name string) (*os.File, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("epoll fd nonblocking: %w", err)
+	}
+	return os.NewFile(uintptr(epfd), name), nil
+}
+
 // rawFD stores f's descriptor in fd without Fd(), which would make it blocking.
 func rawFD(f *os.File, fd *int) error {
 	rc, err := f.SyscallConn()

@@ -1,4 +1,4 @@
-package session
+package child
 
 import (
 	"fmt"
@@ -45,7 +45,8 @@ func orphanFirstPassHelper() {
 	if !waitUntil(10*time.Second, zombie) {
 		fail("child %d never became a zombie", pid)
 	}
-	// The warm-up session's waiter left a kick behind; a new image after exec has none.
+	// Nothing here kicked the reaper, as in a new image after exec; a kick left behind would
+	// hide a missing first pass.
 	select {
 	case <-orphans.kick:
 	default:
