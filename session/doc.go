@@ -388,7 +388,7 @@
 //
 // # Locks
 //
-// The order is written once, in docs/architecture.md, "Lock order". Each mutex:
+// The order is written once, at Registry.mu (registry.go). Each mutex:
 //
 //   - Registry.mu: sessions (id → session), closed, the tombstones of recently closed ids,
 //     echoGroups (owner → echo-first group).

@@ -66,9 +66,6 @@ type readPoller struct {
 	testWaitFails atomic.Bool
 }
 
-// Lock order: Session.mu before readPoller.mu. Re-arming takes readPoller.mu under Session.mu;
-// nothing takes a Session.mu while holding readPoller.mu.
-
 // add registers s's master, armed. It fails only if the epoll instance cannot be made or will
 // not take the master.
 func (r *readPoller) add(s *Session) error {

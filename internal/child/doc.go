@@ -44,7 +44,7 @@
 //
 // # Locks
 //
-// Their place in the whole order is written once, in docs/architecture.md, "Lock order".
+// Their place in the whole order is written once, at package session's Registry.mu.
 //
 //   - Waiter.mu: ep, waiting (the epoll fd and the pidfd → child table); under it only
 //     epoll_ctl, close, wait4(WNOHANG) and map updates, never a blocking wait or a caller's lock.
