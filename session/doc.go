@@ -1,13 +1,14 @@
 // Package session owns muxterm's PTY sessions: a child process on a pseudo-terminal, the readers
 // shared by every session (a few goroutines on one epoll instance) that read its output into a
-// bounded scrollback ring addressed by 64-bit byte offsets, one waiter shared by every session
-// that reaps the children, the viewers that pull from the ring, the resume holds a lost viewer
+// bounded scrollback ring addressed by 64-bit byte offsets, one waiter (internal/child) shared by
+// every session that reaps the children, the viewers that pull from the ring, the resume holds a lost viewer
 // leaves behind, the terminal model of each session's screen, and a kill that never waits for the
 // reader. Registry holds the sessions by id and provides the atomic attach and the reaper's
 // claim, and the hand-over of every session to the next image in an upgrade in place.
 //
 // Package session knows nothing of sockets or protocols. It imports creack/pty, os/exec,
-// golang.org/x/sys/unix, otel and, of muxterm's internal packages, cgroup, procfs and vt.
+// golang.org/x/sys/unix, otel and, of muxterm's internal packages, cgroup, child, procfs, record
+// and vt.
 //
 // # Files
 //
@@ -18,7 +19,8 @@
 //     exit).
 //   - options.go: the errors (ErrSessionClosed, ClosedError, ...), the limits, Options and its
 //     defaults (withDefaults, batchSize, KeptBehind), Spec.
-//   - spawn.go: spawn (on a PTY, or on pipes with Spec.Pipes), openPTY (the non-blocking master),
+//   - spawn.go: spawn (on a PTY, or on pipes with Spec.Pipes), children (the process-wide
+//     child.Waiter), openPTY (the non-blocking master),
 //     the child's directory and environment
 //     (checkDir, homeDir, childEnv, CheckEnvPattern), sizes (checkSize, setSize, Resize), Signal.
 //   - read.go: a reader's turn at a master (readState, readReady, readBatch), re-arming it after
@@ -29,8 +31,6 @@
 //   - fair.go: the readers' fair share among streaming masters (below).
 //   - echofirst.go: echo first (below): echoGroup, one per owner; keystroke, echoed, holding,
 //     hold, release, unhold, holdReading, Held, DefaultEchoHold.
-//   - waiter.go: waiter, the epoll instance and goroutine that reap the children, the
-//     blocking-wait fallback; children, the process-wide one.
 //   - hold.go: backpressure (minLagLocked, maybeResumeLocked), the resume holds (holdLocked,
 //     takeOverHoldLocked, dropHoldsLocked), waking viewers, the exit settle (armSettleLocked,
 //     settleExit).
@@ -57,8 +57,8 @@
 //     (KillResult).
 //   - cgroup.go: a session's cgroup (newCgroup, removeCgroup, killCgroup).
 //   - fdreserve.go: the kill path's descriptor reserve (withFDs) and its /proc listings.
-//   - orphans.go: the orphan reaper (AdoptOrphans) and the start of our own children
-//     (orphans.start, StartChild).
+//   - orphans.go: AdoptOrphans, StartChild and OrphansReaped, the gateway's doors to
+//     internal/child's orphan reaper.
 //   - registry.go: Registry: ids, owners, open, attach, claim, lease, kill, shutdown, the
 //     tombstones.
 //   - handover.go, handover_codec.go: the upgrade in place: quiescing, resuming, adopting, the
@@ -281,25 +281,12 @@
 //
 // # Children and orphans
 //
-// The waiter reaps each session's child through its pidfd (wait4 once the pidfd is readable). A
-// child whose pidfd is readable but which wait4 cannot reap yet (a tracer such as strace holds
-// its zombie), or one the waiter could not take, is waited for by blockingWait, which holds a
-// thread.
-//
-// AdoptOrphans (called by cmd/gateway's main on a fresh start, not by its run, so tests that call
-// run keep their own children; an image started by an upgrade calls it in run once the adopted
-// children are registered) sets PR_SET_CHILD_SUBREAPER: a session's descendant whose parent dies
-// is re-parented to the gateway instead of PID 1 (which, in a container, may never reap it). The
-// orphan reaper reaps them without ever taking an exit status someone else waits for: the waiter
-// reaps session children, and StartChild callers through cmd.Wait. Every such child is started
-// under orphanReaper.gate held shared and its pid is put in own before the gate is released; the
-// reaper, woken by SIGCHLD, holds the gate exclusively and loops: waitid(P_ALL,
-// WEXITED|WNOHANG|WNOWAIT|__WALL) peeks at one zombie without reaping it; if it is in own it
-// stops (waitid shows one zombie at a time; that child's waiter reaps it, removes it from own and
-// kicks the reaper, which then sees past it); otherwise it reaps that pid (wait4(pid, WNOHANG))
-// and peeks again. A pid leaves own only after its reap, so a recycled pid is at worst reaped one
-// round late, never stolen. Any code in the gateway that starts a child and waits for it must use
-// StartChild.
+// internal/child waits for the children and reaps the orphans. spawn starts each child through
+// child.Start (so the orphan reaper leaves its exit status alone) and hands its pidfd to
+// Options.children (child.Waiter.Watch, which falls back to a blocking wait when it cannot take
+// it); Session.reaped receives the status. AdoptOrphans, StartChild and OrphansReaped (orphans.go)
+// pass cmd/gateway on to internal/child, whose doc says how the orphan reaper never steals a
+// status.
 //
 // # Upgrade in place
 //
@@ -315,8 +302,8 @@
 // only then is the ring snapshotted: no byte is read from a master after its ring was
 // snapshotted. Bytes the program writes from then on wait in the PTY (the program blocks when the
 // terminal's buffer is full) and are read by the new image. A master whose reading had already
-// ended (readDone, the PTY hung up) is handed as absent. waiter.detach takes the pidfds of the
-// handed sessions' children out of the waiter's epoll instance under waiter.mu (closing the
+// ended (readDone, the PTY hung up) is handed as absent. child.Waiter.Detach takes the pidfds of the
+// handed sessions' children out of the waiter's epoll instance under Waiter.mu (closing the
 // instance when none is left): from then on this image does not reap them; it keeps waiting for
 // the children of sessions being torn down. A child the waiter reaped just before publishes its
 // status on its own goroutine; Handover waits up to 2 s for that exited. A child waited for by a
@@ -324,7 +311,7 @@
 // its child (checked in /proc/<pid>/stat after the open, which pins the process).
 //
 // The orphan reaper must never take an adopted child's exit status: Adopt registers every live
-// child as ours (orphanReaper.adopt) before the new image starts the orphan reaper.
+// child as ours (child.Adopt) before the new image starts the orphan reaper.
 //
 // # Telemetry
 //
@@ -352,18 +339,12 @@
 //     so a stalled disk delays no teardown, then tells RecordOptions.OnEnd (a cluster node's
 //     upload queue; it never blocks) the file and its header. The recorder's writer is
 //     internal/record's.
-//   - waiter.loop: one per waiter while any of its children is unreaped (the process-wide
-//     children serve every registry). Started by waiter.add from spawn (and waitChild after a
-//     resumed or adopted handover) when none runs; owns the epoll instance that holds every
-//     unreaped child's pidfd and runs wait4(WNOHANG) on each pidfd it reports; ends when the last
-//     child is reaped (it closes the epoll fd; the next spawn starts a new one).
-//   - blockingWait: the fallback, one per child it takes: from spawn if the waiter cannot take
-//     the pidfd, or from waiter.loop for a child whose pidfd is readable but which wait4 cannot
-//     reap yet (it would keep the level-triggered epoll busy). A blocking wait4 (it holds a
-//     thread) until the child is reaped.
-//   - Session.reaped hand-off: one per exit, short, from waiter.loop or on blockingWait's
-//     goroutine: writes exit, closes exited, takes Session.mu, wakes viewers, arms the settle
-//     timer.
+//   - The child waiter's loop and its blocking-wait fallback: internal/child's (one per
+//     child.Waiter while any of its children is unreaped; the process-wide children serve every
+//     registry), fed by spawn and waitChild (after a resumed or adopted handover).
+//   - Session.reaped hand-off: one per exit, short, on a goroutine the waiter starts (or on the
+//     blocking wait's): writes exit, closes exited, takes Session.mu, wakes viewers, arms the
+//     settle timer.
 //   - The fair share's hold timer: a time.AfterFunc of readPoller.holdExpired, at most one
 //     pending per readPoller, armed by readPoller.settle when it holds a streaming master back
 //     and no timer is pending, and by holdExpired itself while masters stay held (at most
@@ -390,8 +371,8 @@
 //     max(4×KillGrace, 1s) for KILL, the same for the PTY holders and for the cgroup); and its
 //     wait, one per call: r.wg.Wait(), then it closes the call's done; it outlives a call whose
 //     context ended first.
-//   - The orphan reaper: one per process, started by AdoptOrphans (in the gateway binary only);
-//     SIGCHLD (os/signal) and orphans.kick wake it; it runs until the process exits.
+//   - The orphan reaper: internal/child's, one per process, started by AdoptOrphans (in the
+//     gateway binary only); it runs until the process exits.
 //   - Adopters: GOMAXPROCS-1 goroutines (at least 1, at most 4), only in a new image after an
 //     upgrade, started by Registry.Adopt; each takes the next handed session and adopts and
 //     registers it (or tears it down); Adopt waits for them.
@@ -407,7 +388,7 @@
 //
 // # Locks
 //
-// The order is written once, in docs/architecture.md, "Lock order". Each mutex:
+// The order is written once, at Registry.mu (registry.go). Each mutex:
 //
 //   - Registry.mu: sessions (id → session), closed, the tombstones of recently closed ids,
 //     echoGroups (owner → echo-first group).
@@ -439,15 +420,9 @@
 //     place, stopReadingLocked).
 //   - echoGroup.mu (one per owner): held, holdTimer; under it only slice updates and arming or
 //     stopping the timer.
-//   - waiter.mu: ep, waiting (the epoll fd and the pidfd → child table); under it only epoll_ctl,
-//     close, wait4(WNOHANG) and map updates, never a blocking wait or a session lock.
-//   - orphanReaper.gate (RWMutex): the order of "a child of ours exists" and "the orphan reaper
-//     looks at zombies": held shared by every start of a child we wait for ourselves (spawn,
-//     StartChild) from before the fork until its pid is in own, exclusively by the orphan reaper
-//     while it peeks and reaps; taken with no other lock held.
-//   - orphanReaper.mu: own (pids of our own children not reaped yet: added under gate, removed by
-//     their waiter after the reap); taken under waiter.mu and under gate; nothing is taken under
-//     it.
+//   - child.Waiter.mu, orphanReaper.gate and orphanReaper.mu: internal/child's (its doc);
+//     session takes them (Watch, Detach, Start, Adopt, Reaped) with none of its own locks held,
+//     and no session lock is taken under them.
 //   - fdReserve.mu (killFDs): the kill path's reserve of descriptors; held by withFDs only when a
 //     step failed for want of a descriptor, while it runs the step again on the released reserve
 //     and refills it (a cgroup wait included), so two such kills take turns; may be taken under

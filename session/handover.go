@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/internal/cgroup"
+	"github.com/muxterm/muxterm/internal/child"
 	"github.com/muxterm/muxterm/internal/procfs"
 	"github.com/muxterm/muxterm/otel"
 )
@@ -174,7 +175,7 @@ func (r *Registry) Handover(ctx context.Context) (*HandoverState, error) {
 	for _, s := range ss {
 		want[s.pid] = true
 	}
-	pidfds := r.opts.children.detach(want)
+	pidfds := r.opts.children.Detach(want)
 	st.Taken = r.now()
 	for _, s := range ss {
 		pidfd, waited := pidfds[s.pid]
@@ -269,29 +270,6 @@ func (s *Session) handedLocked(pidfd int, now time.Time) HandedSession {
 	return h
 }
 
-// detach takes the pidfds of the children in want out of the waiter, still open, by pid: from
-// here on this image does not reap them. When none is left it closes the instance.
-func (w *waiter) detach(want map[int]bool) map[int]int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make(map[int]int, len(want))
-	if w.ep == nil {
-		return out
-	}
-	for fd, e := range w.waiting {
-		if !want[e.pid] {
-			continue
-		}
-		out[e.pid] = int(fd)
-		_ = w.ctl(unix.EPOLL_CTL_DEL, int(fd), nil)
-		delete(w.waiting, fd)
-	}
-	if len(w.waiting) == 0 {
-		w.closeLocked()
-	}
-	return out
-}
-
 // ResumeHandover undoes Handover in this image (the exec failed): every session's child goes
 // back to the waiter and its master back to the readers, and the registry opens again. A
 // reader still in its turn re-arms at its end as usual.
@@ -324,10 +302,8 @@ func (r *Registry) ResumeHandover(st *HandoverState) {
 
 // waitChild hands pidfd to the waiter (or a blocking wait when it will not take it).
 func (s *Session) waitChild(pidfd int) {
-	if err := s.opts.children.add(s.pid, pidfd, s.reaped); err != nil {
+	if err := s.opts.children.Watch(s.pid, pidfd, s.reaped); err != nil {
 		s.opts.Logger.Warn("child waiter", "session", s.id, "pid", s.pid, "err", err)
-		unix.Close(pidfd)
-		blockingWait(&waitEntry{pid: s.pid, reaped: s.reaped})
 	}
 }
 
@@ -437,7 +413,7 @@ func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) 
 	}
 	if h.Exit == nil {
 		// Our child still: the orphan reaper must leave its exit status to the waiter.
-		orphans.adopt(h.Pid)
+		child.Adopt(h.Pid)
 	}
 	if s.unwatchedSince.IsZero() {
 		s.unwatchedSince = taken // the viewers it had were left behind with the old image
@@ -486,7 +462,7 @@ func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) 
 		// Nothing we can wait for or safely signal: the status is lost, and no waiter will
 		// ever say the pid was reaped, so it is no longer ours for the orphan reaper.
 		if h.Exit == nil {
-			orphans.reaped(h.Pid)
+			child.Reaped(h.Pid)
 		}
 		s.exit = ExitStatus{Code: -1}
 		s.exitSettled = true

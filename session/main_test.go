@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/child"
 	"github.com/muxterm/muxterm/internal/leakcheck"
 	"github.com/muxterm/muxterm/internal/testutil"
 )
@@ -52,8 +53,8 @@ func testOptions() Options {
 // ownPollers gives o a PTY reader and a child waiter of its own instead of the process-wide
 // ones, so a test can set their hooks, hold their workers or watch them go idle without
 // touching any other test's sessions. Both stop on their own with their last master and child.
-func ownPollers(o Options) (Options, *readPoller, *waiter) {
-	o.readers, o.children = new(readPoller), new(waiter)
+func ownPollers(o Options) (Options, *readPoller, *child.Waiter) {
+	o.readers, o.children = new(readPoller), new(child.Waiter)
 	return o, o.readers, o.children
 }
 

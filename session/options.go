@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/muxterm/muxterm/internal/cgroup"
+	"github.com/muxterm/muxterm/internal/child"
 	"github.com/muxterm/muxterm/otel"
 )
 
@@ -133,10 +134,10 @@ type Options struct {
 	Instruments *otel.Instruments
 
 	// readers reads the sessions' masters and children waits for their children. Default: the
-	// process-wide ones (readers.go, waiter.go), shared by every registry. Tests set their own
+	// process-wide ones (readers.go, spawn.go), shared by every registry. Tests set their own
 	// to own their hooks and their counts (ownPollers).
 	readers  *readPoller
-	children *waiter
+	children *child.Waiter
 	// feeder catches lagging screens up. Default: the process-wide one (screen.go).
 	feeder *screenFeeder
 	// recordings counts the ends of recordings still writing (endRecording), which

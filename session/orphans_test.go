@@ -1,7 +1,6 @@
 package session
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 const orphanHelperEnv = "MUXTERM_ORPHAN_HELPER"
@@ -25,25 +25,8 @@ func TestOrphanReaperKeepsChildStatuses(t *testing.T) {
 		return
 	}
 	t.Parallel()
-	out := runOwnProcess(t, orphanHelperEnv, "ORPHANS OK")
+	out := testutil.RunOwnProcess(t, orphanHelperEnv, "ORPHANS OK")
 	t.Logf("helper: %s", strings.TrimSpace(out))
-}
-
-// runOwnProcess runs the calling test again in a process of its own (this test binary, with
-// env=1 and the extra NAME=value pairs, which makes the test run its helper) and fails unless
-// it ends well and printed ok. AdoptOrphans is for the life of a process, so its tests run
-// there; so do tests that count the whole process's threads.
-func runOwnProcess(t *testing.T, env, ok string, extra ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
-	cmd.Env = append(append(os.Environ(), env+"=1"), extra...)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), ok) {
-		t.Fatalf("helper: %v\n%s", err, out)
-	}
-	return string(out)
 }
 
 // orphanHelper becomes a subreaper, runs sessions and a plain command that each leave

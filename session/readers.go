@@ -66,9 +66,6 @@ type readPoller struct {
 	testWaitFails atomic.Bool
 }
 
-// Lock order: Session.mu before readPoller.mu. Re-arming takes readPoller.mu under Session.mu;
-// nothing takes a Session.mu while holding readPoller.mu.
-
 // add registers s's master, armed. It fails only if the epoll instance cannot be made or will
 // not take the master.
 func (r *readPoller) add(s *Session) error {
@@ -165,6 +162,20 @@ func (r *readPoller) ctlLocked(op int, s *Session) error {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT,
 		Fd: int32(uint32(s.readToken)), Pad: int32(uint32(s.readToken >> 32))}
 	return unix.EpollCtl(r.epfd, op, s.masterFD, &ev)
+}
+
+// newEpoll makes an epoll instance whose fd is non-blocking and registered with the runtime
+// poller, so a goroutine waiting for its events parks without holding an OS thread.
+func newEpoll(name string) (*os.File, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("epoll fd nonblocking: %w", err)
+	}
+	return os.NewFile(uintptr(epfd), name), nil
 }
 
 // rawFD stores f's descriptor in fd without Fd(), which would make it blocking.

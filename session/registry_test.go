@@ -425,7 +425,7 @@ func TestIdleSessionsUseFewThreads(t *testing.T) {
 	t.Parallel()
 	for _, procs := range []int{runtime.GOMAXPROCS(0), 128} {
 		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
-			out := runOwnProcess(t, threadsHelperEnv, "--- PASS", fmt.Sprintf("GOMAXPROCS=%d", procs))
+			out := testutil.RunOwnProcess(t, threadsHelperEnv, "--- PASS", fmt.Sprintf("GOMAXPROCS=%d", procs))
 			for line := range strings.Lines(out) {
 				if i := strings.Index(line, "OS threads with"); i >= 0 {
 					t.Log(strings.TrimSpace(line[i:]))
@@ -478,7 +478,7 @@ func idleSessionsUseFewThreads(t *testing.T) {
 		testutil.WaitClosed(t, s.ReaderDone(), 10*time.Second, "reader of "+s.ID())
 	}
 	testutil.WaitFor(t, 10*time.Second, "readers to stop once no master is registered", func() bool { return !rp.running() })
-	testutil.WaitFor(t, 10*time.Second, "the waiter to stop once no child is left", w.idle)
+	testutil.WaitFor(t, 10*time.Second, "the waiter to stop once no child is left", w.Idle)
 }
 
 // A teardown of a session nobody claimed leaves the registry as a kill does: the session is no

@@ -52,8 +52,8 @@ const maxScreenSizes = 64
 
 // screen is a session's terminal model and where it has read the output up to.
 type screen struct {
-	// mu guards term, off and lost. Lock order: screen.mu before Registry.mu before
-	// Session.mu; it is never taken with either of those held.
+	// mu guards term, off and lost. It is never taken with Registry.mu or Session.mu held (the
+	// order: Registry.mu).
 	mu   sync.Mutex
 	term *vt.Terminal
 	off  int64 // offset of the next output byte the model reads

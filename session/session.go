@@ -270,7 +270,7 @@ func (s *Session) Info() Info {
 	return in
 }
 
-// reaped publishes the child's exit once the waiter (waiter.go) has reaped it: it records the
+// reaped publishes the child's exit once the waiter (internal/child) has reaped it: it records the
 // status, closes exited and wakes the viewers.
 func (s *Session) reaped(ws unix.WaitStatus, err error) {
 	switch {

@@ -19,8 +19,17 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
+	"github.com/muxterm/muxterm/internal/child"
 	"github.com/muxterm/muxterm/otel"
 )
+
+// children waits for every session's child with one goroutine instead of one per session
+// (child.Waiter).
+//
+// This is the process-wide instance, every Registry's default (Options.children): one epoll
+// instance and one goroutine per process. A test may give its Options a waiter of its own, to
+// set its test hook or to see it go idle, without touching other tests' children.
+var children child.Waiter
 
 // spawn starts spec on a new PTY, or on pipes (Spec.Pipes). The child leads its own session and
 // process group, with the PTY as its controlling terminal (a pipe session's has none). The
@@ -120,7 +129,7 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 		removeCgroup(cg)
 		return nil, err
 	}
-	err = orphans.start(cmd)
+	err = child.Start(cmd)
 	if cgDir != nil {
 		cgDir.Close()
 	}
@@ -137,7 +146,7 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 		// Without a pidfd we cannot wait without a thread; kill the child and give up.
 		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 		_ = cmd.Wait()
-		orphans.reaped(s.pid)
+		child.Reaped(s.pid)
 		closeOurs()
 		removeCgroup(cg)
 		s.discardRecording()
@@ -150,12 +159,7 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 	opts.Instruments.Sessions.Add(context.Background(), 1)
 	// We wait through our own pidfd; os.Process's is one more fd per session for nothing.
 	_ = cmd.Process.Release()
-	if err := opts.children.add(s.pid, pidfd, s.reaped); err != nil {
-		// Correct, if costlier: a goroutine holding a thread in a blocking wait.
-		opts.Logger.Warn("child waiter", "session", s.id, "pid", s.pid, "err", err)
-		unix.Close(pidfd)
-		blockingWait(&waitEntry{pid: s.pid, reaped: s.reaped})
-	}
+	s.waitChild(pidfd)
 	// Under s.mu: the child may already have exited, and reaped looks at readState.
 	s.mu.Lock()
 	if s.pipe != nil {

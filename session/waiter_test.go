@@ -3,22 +3,12 @@ package session
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/muxterm/muxterm/internal/testutil"
-
-	"golang.org/x/sys/unix"
 )
-
-// idle reports whether w has stopped: no epoll fd, no goroutine.
-func (w *waiter) idle() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.ep == nil
-}
 
 // TestWaiterReapsChildrenThatExitTogether: 64 children share one waiter and exit at once; each
 // session gets its own child's status, and the waiter's goroutine and epoll fd go away with
@@ -34,7 +24,7 @@ func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 		script := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.01; done; exit %d", gate, i+1)
 		sessions[i] = spawnT(t, opts, "/bin/sh", "-c", script)
 	}
-	if w.idle() {
+	if w.Idle() {
 		t.Fatal("waiter idle with 64 children unreaped")
 	}
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
@@ -49,38 +39,10 @@ func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 	for _, s := range sessions {
 		testutil.WaitClosed(t, s.ReaderDone(), 10*time.Second, "reader end")
 	}
-	testutil.WaitFor(t, 5*time.Second, "the waiter to stop", w.idle)
+	testutil.WaitFor(t, 5*time.Second, "the waiter to stop", w.Idle)
 	// Descriptors close after the reader ends and the waiter stops, on their goroutines: a
 	// loaded machine takes its time (the fresh clone's run at load ~10 once took over 5 s).
 	testutil.WaitFor(t, 20*time.Second, "fds back to the start", func() bool { return countFDs() == fds })
-}
-
-// TestBlockingWaitFallback: a child the shared waiter cannot take (no epoll, or a tracer holding
-// its zombie) is reaped by a blocking wait of its own, with its real status.
-func TestBlockingWaitFallback(t *testing.T) {
-	cmd := exec.Command("/bin/sh", "-c", "kill -TERM $$")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	_ = cmd.Process.Release() // as spawn does: our wait4 reaps it, not os/exec
-	type result struct {
-		ws  unix.WaitStatus
-		err error
-	}
-	got := make(chan result, 1)
-	blockingWait(&waitEntry{pid: pid, reaped: func(ws unix.WaitStatus, err error) { got <- result{ws, err} }})
-	select {
-	case r := <-got:
-		if r.err != nil || !r.ws.Signaled() || r.ws.Signal() != unix.SIGTERM {
-			t.Errorf("got status %v, err %v; want killed by SIGTERM", r.ws, r.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("child not reaped within 10s")
-	}
-	if testutil.Alive(pid) {
-		t.Errorf("pid %d still exists after the reap", pid)
-	}
 }
 
 // TestWaiterHandsOverAChildItCannotReap: a child whose pidfd says it exited but which wait4
@@ -92,7 +54,7 @@ func TestWaiterHandsOverAChildItCannotReap(t *testing.T) {
 	opts, _, w := ownPollers(testOptions())
 	var target atomic.Int64 // the child's pid, once spawned
 	calls := 0              // only the waiter goroutine calls the hook
-	w.testHookNotWaitable = func(pid int) bool {
+	w.TestHookNotWaitable = func(pid int) bool {
 		if int64(pid) == target.Load() {
 			calls++
 			return true

@@ -1,4 +1,4 @@
-package session
+package child
 
 import (
 	"fmt"
@@ -8,28 +8,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// children waits for every session's child with one goroutine instead of one per session: each
+// Waiter waits for the children added to it with one goroutine instead of one per child: each
 // unreaped child's pidfd is registered, level-triggered, with one epoll instance, and the epoll
 // fd itself is registered with the runtime poller, so the goroutine parks without holding an
-// OS thread. The goroutine and the epoll fd exist only while some child is unreaped.
-//
-// This is the process-wide instance, every Registry's default (Options.children): one epoll
-// instance and one goroutine per process. A test may give its Options a waiter of its own, to
-// set its test hook or to see it go idle, without touching other tests' children.
-var children waiter
-
-// waiter waits for the children added to it; see children.
-type waiter struct {
+// OS thread. The goroutine and the epoll fd exist only while some child is unreaped. The zero
+// Waiter is ready; its methods may be called from any goroutine.
+type Waiter struct {
 	// mu guards ep and waiting. Under it only epoll_ctl, close, wait4(WNOHANG) and map updates
 	// run, never a blocking wait or a session lock; orphanReaper.mu is taken under it.
 	mu      sync.Mutex
 	ep      *os.File             // the epoll instance; nil while nothing is waited for
 	waiting map[int32]*waitEntry // by pidfd
 
-	// testHookNotWaitable, when set, makes the waiter treat a child it reports true for as
+	// TestHookNotWaitable, when set, makes the waiter treat a child it reports true for as
 	// exited but not yet waitable (as a traced child is), without calling wait4. Set before the
 	// first child is added; nil in production.
-	testHookNotWaitable func(pid int) bool
+	TestHookNotWaitable func(pid int) bool
 }
 
 type waitEntry struct {
@@ -39,10 +33,23 @@ type waitEntry struct {
 	reaped func(unix.WaitStatus, error)
 }
 
+// Watch waits for pid through pidfd, which it owns from now on, and calls reaped once the child
+// is reaped, on a goroutine of its own. When the epoll instance cannot be made or will not take
+// the pidfd, it closes the pidfd, hands the child to a blocking wait (correct, if costlier: a
+// goroutine holding a thread) and returns why, for the caller to log.
+func (w *Waiter) Watch(pid, pidfd int, reaped func(unix.WaitStatus, error)) error {
+	err := w.add(pid, pidfd, reaped)
+	if err != nil {
+		unix.Close(pidfd)
+		blockingWait(&waitEntry{pid: pid, reaped: reaped})
+	}
+	return err
+}
+
 // add waits for pid through pidfd, which it owns from now on (it closes it after the reap), and
 // calls reaped once the child is reaped. It fails only if the epoll instance cannot be made or
 // will not take the pidfd; pidfd is then still the caller's.
-func (w *waiter) add(pid, pidfd int, reaped func(unix.WaitStatus, error)) error {
+func (w *Waiter) add(pid, pidfd int, reaped func(unix.WaitStatus, error)) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ep == nil {
@@ -66,7 +73,7 @@ func (w *waiter) add(pid, pidfd int, reaped func(unix.WaitStatus, error)) error 
 }
 
 // ctl runs epoll_ctl on the current instance. w.mu is held.
-func (w *waiter) ctl(op, fd int, ev *unix.EpollEvent) error {
+func (w *Waiter) ctl(op, fd int, ev *unix.EpollEvent) error {
 	rc, err := w.ep.SyscallConn()
 	if err != nil {
 		return err
@@ -79,7 +86,7 @@ func (w *waiter) ctl(op, fd int, ev *unix.EpollEvent) error {
 }
 
 // closeLocked closes the epoll instance; its loop sees the close and returns. w.mu is held.
-func (w *waiter) closeLocked() {
+func (w *Waiter) closeLocked() {
 	w.ep.Close()
 	w.ep, w.waiting = nil, nil
 }
@@ -96,6 +103,36 @@ func newEpoll(name string) (*os.File, error) {
 		return nil, fmt.Errorf("epoll fd nonblocking: %w", err)
 	}
 	return os.NewFile(uintptr(epfd), name), nil
+}
+
+// Detach takes the pidfds of the children in want out of the waiter, still open, by pid: from
+// here on this image does not reap them. When none is left it closes the instance.
+func (w *Waiter) Detach(want map[int]bool) map[int]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[int]int, len(want))
+	if w.ep == nil {
+		return out
+	}
+	for fd, e := range w.waiting {
+		if !want[e.pid] {
+			continue
+		}
+		out[e.pid] = int(fd)
+		_ = w.ctl(unix.EPOLL_CTL_DEL, int(fd), nil)
+		delete(w.waiting, fd)
+	}
+	if len(w.waiting) == 0 {
+		w.closeLocked()
+	}
+	return out
+}
+
+// Idle reports whether w has stopped: no epoll fd, no goroutine.
+func (w *Waiter) Idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ep == nil
 }
 
 // blockingWait hands e over to a goroutine of its own that blocks in wait4, holding a thread:
@@ -117,10 +154,10 @@ func blockingWait(e *waitEntry) {
 
 // loop waits for the pidfds in ep to become readable (their child exited), reaps those
 // children, and returns once none is left.
-func (w *waiter) loop(ep *os.File) {
+func (w *Waiter) loop(ep *os.File) {
 	rc, err := ep.SyscallConn()
 	if err != nil {
-		panic(fmt.Sprintf("session: child waiter: %v", err)) // an *os.File always has one
+		panic(fmt.Sprintf("child: waiter: %v", err)) // an *os.File always has one
 	}
 	events := make([]unix.EpollEvent, 32)
 	var ready []int32
@@ -159,7 +196,7 @@ func (w *waiter) loop(ep *os.File) {
 			var ws unix.WaitStatus
 			var wpid int
 			var werr error
-			if h := w.testHookNotWaitable; h != nil && h(e.pid) {
+			if h := w.TestHookNotWaitable; h != nil && h(e.pid) {
 				wpid = 0
 			} else {
 				wpid, werr = unix.Wait4(e.pid, &ws, unix.WNOHANG, nil)

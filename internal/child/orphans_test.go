@@ -1,4 +1,4 @@
-package session
+package child
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/internal/procfs"
+	"github.com/muxterm/muxterm/internal/testutil"
 )
 
 const orphanFirstPassEnv = "MUXTERM_ORPHAN_FIRST_PASS"
@@ -22,7 +23,7 @@ func TestOrphanReaperFirstPass(t *testing.T) {
 		return
 	}
 	t.Parallel()
-	runOwnProcess(t, orphanFirstPassEnv, "FIRST PASS OK")
+	testutil.RunOwnProcess(t, orphanFirstPassEnv, "FIRST PASS OK")
 }
 
 // orphanFirstPassHelper leaves a child unwaited until it is a zombie, then adopts orphans and
@@ -44,7 +45,8 @@ func orphanFirstPassHelper() {
 	if !waitUntil(10*time.Second, zombie) {
 		fail("child %d never became a zombie", pid)
 	}
-	// The warm-up session's waiter left a kick behind; a new image after exec has none.
+	// Nothing here kicked the reaper, as in a new image after exec; a kick left behind would
+	// hide a missing first pass.
 	select {
 	case <-orphans.kick:
 	default:
