@@ -50,7 +50,11 @@ func readRecording(t *testing.T, s *Session) (record.Header, []record.Event) {
 func TestSessionRecording(t *testing.T) {
 	t.Parallel()
 	opts := testOptions()
-	opts.Record = RecordOptions{Dir: t.TempDir(), All: true, Input: true}
+	// The exit marker is written when both the reader and the waiter are done, by whichever is
+	// last, after it published its end: the file is read once the recording has ended.
+	ended := make(chan struct{})
+	opts.Record = RecordOptions{Dir: t.TempDir(), All: true, Input: true,
+		OnEnd: func(string, RecordingInfo) { close(ended) }}
 	r := NewRegistry(opts, nil)
 	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", `stty -echo; read x; printf 'got:%s\n' "$x"; read y; exit 3`)
@@ -79,6 +83,11 @@ func TestSessionRecording(t *testing.T) {
 		t.Fatal("no exit")
 	}
 	<-s.readerDone
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the recording did not end within 10s of the program's end")
+	}
 	h, evs := readRecording(t, s)
 	if h.Width != 80 || h.Height != 24 || !strings.Contains(h.Command, "stty -echo") {
 		t.Fatalf("header %+v", h)
