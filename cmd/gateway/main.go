@@ -21,6 +21,7 @@ import (
 	"github.com/muxterm/muxterm/gateway"
 	"github.com/muxterm/muxterm/internal/cgroup"
 	"github.com/muxterm/muxterm/internal/earlysignal"
+	"github.com/muxterm/muxterm/internal/upgrade"
 	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/otel"
 	"github.com/muxterm/muxterm/reaper"
@@ -50,14 +51,15 @@ func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
 func main() {
-	if handled, code := handoverCheck(os.Args[1:], os.Stdout); handled { // upgrade.go
+	if handled, code := handoverCheck(os.Args[1:], os.Stdout); handled { // handovercheck.go
 		os.Exit(code)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// What a fresh start inherited reaches no session; an image started by an upgrade marks it
 	// in run, once it has adopted (cloexec.go).
-	if inheritedFD < 0 && inheritedErr == nil && keepInherited == "" {
+	handed, handedErr := upgrade.Inherited()
+	if !handed && handedErr == nil && keepInherited == "" {
 		if err := closeOnExecInherited(); err != nil {
 			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
 		}
@@ -66,12 +68,12 @@ func main() {
 	// tests that call run must keep their own children's exit statuses). An image started by
 	// an upgrade does it in run, once the sessions it adopted have registered their children,
 	// so that the orphan reaper never takes an adopted child's exit status.
-	if inheritedFD < 0 {
+	if !handed {
 		if err := session.AdoptOrphans(slog.Default()); err != nil {
 			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
 		}
 	}
-	go func() { // also one caught before NotifyContext (internal/earlysignal, upgrade.go)
+	go func() { // also one caught before NotifyContext (internal/earlysignal, internal/upgrade)
 		<-earlysignal.Stop
 		stop()
 	}()
@@ -100,13 +102,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	// An upgrade in place hands over listeners, sessions and a generated token (upgrade_adopt.go).
-	ho, err := takeHandover(log, c.killGrace)
+	// An upgrade in place hands over listeners, sessions and a generated token (internal/upgrade).
+	ho, err := upgrade.Take(log, c.killGrace)
 	if err != nil {
 		return err
 	}
-	defer ho.tearDownUnlessAdopted(log, c.killGrace)
-	ho.mark("decode")
+	defer ho.TearDownUnlessAdopted(log, c.killGrace)
+	ho.Mark("decode")
 	if err := c.rec.prepare(log); err != nil { // record.go
 		return err
 	}
@@ -140,12 +142,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// The cluster token acts for any principal: it must be no principal's own.
 		return errors.New("--cluster-token must differ from every principal's token")
 	}
-	hl, err := listenOrInherit(ho, "main", c.listen)
+	hl, err := upgrade.ListenOrInherit(ho, "main", c.listen)
 	if err != nil {
 		return err
 	}
 	listeners := map[string]*gateway.HandoverListener{"main": hl}
-	ho.mark("listener")
+	ho.Mark("listener")
 	var ln net.Listener = hl
 	addr := ln.Addr().String()
 	tel, err := otel.Setup(ctx, otel.Options{ServiceVersion: version, Prometheus: c.metrics || c.metricsAddr != ""})
@@ -160,7 +162,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Warn("telemetry flush", "err", err)
 		}
 	}()
-	ho.mark("telemetry")
+	ho.Mark("telemetry")
 	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
 		MaxPendingPerAddr: c.sec.maxPendingPerAddr, TLS: c.sec.tlsCert != "", Logger: log,
 		Telemetry: tel})
@@ -178,7 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ln.Close()
 		return err
 	}
-	ho.mark("cgroups")
+	ho.Mark("cgroups")
 	var reg *session.Registry
 	var node *cluster.Node
 	var observer func(session.Event)
@@ -252,7 +254,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var msrv *http.Server         // replaced when an upgrade that cannot exec serves again
 	var metricsMux *http.ServeMux // msrv's handler
 	if c.metricsAddr != "" {
-		mln, err := listenOrInherit(ho, "metrics", c.metricsAddr)
+		mln, err := upgrade.ListenOrInherit(ho, "metrics", c.metricsAddr)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("metrics: %w", err)
@@ -302,11 +304,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reapCtx, stopReaper := context.WithCancel(context.Background())
 	defer func() { stopReaper() }() // the one current at the return (up.resume replaces it)
 	rp.Start(reapCtx)
-	ho.mark("setup")
+	ho.Mark("setup")
 
 	// After an upgrade the listener serves before the sessions are adopted: what needs them
-	// (WebSocket upgrades, /readyz) waits for the adoption (adoptionGate, upgrade_adopt.go).
-	handler := ho.gate(gw)
+	// (WebSocket upgrades, /readyz) waits for the adoption (internal/upgrade's adoption gate).
+	handler := ho.Gate(gw)
 	newMainServer := func() *http.Server {
 		s := newServer(handler, c.sec.httpIdle)
 		s.ConnState = guard.ConnState
@@ -319,10 +321,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	srv := newMainServer()
 	serve(srv, ln)
-	ho.mark("serve")
+	ho.Mark("serve")
 	if ho != nil {
-		holdForTest(log) // upgrade_adopt.go; nothing unless built for that test
-		adoptHandover(ho, reg, log)
+		upgrade.HoldForTest(log) // nothing unless built for that test
+		upgrade.Adopt(ho, reg, log)
 		tel.Instruments.Upgrades.Add(ctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrUpgradeOutcome, otel.UpgradeAdopted)))
 		// What is still inheritable now was not handed over to be adopted: what an image older
 		// than cloexec.go inherited from its launcher and passed on unmarked. Nothing has been
@@ -334,10 +336,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err := session.AdoptOrphans(log); err != nil {
 			log.Warn("child subreaper", "err", err)
 		}
-		ho.openGate()
-		ho.mark("adopt")
-		ho.logTimeline(log)
-		ho.releaseImage() // upgrade_adopt.go
+		ho.OpenGate()
+		ho.Mark("adopt")
+		ho.LogTimeline(log)
+		ho.ReleaseImage()
 	}
 	if c.rec.dir != "" {
 		// After the adoption: a handed session's recording is active, never pruned.
@@ -385,7 +387,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", reg.Len(),
 			"took", time.Since(ho.Signalled).Round(time.Microsecond))
 	}
-	up := newUpgrader(log, c.shutdownWait, ho.binary(), listeners, srv, msrv, gw, reg, func() {
+	up := upgrade.New(log, version, c.shutdownWait, ho.BinaryPath(), listeners, srv, msrv, gw, reg, func() {
 		stopReaper()
 		select {
 		case <-rp.Done():
@@ -393,13 +395,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	})
 	if generated {
-		up.token = c.token
+		up.Token = c.token
 	}
-	up.terminating = func() bool { return ctx.Err() != nil }
+	up.Terminating = func() bool { return ctx.Err() != nil }
 	// An upgrade that stopped serving and then could not exec serves again in this image, on
-	// the same sockets (upgrade.go, relisten).
-	up.resume = func(fds map[string]int) error {
-		lns, err := relisten(fds)
+	// the same sockets (upgrade.Relisten).
+	up.Resume = func(fds map[string]int) error {
+		lns, err := upgrade.Relisten(fds)
 		if err != nil {
 			return err
 		}
@@ -423,17 +425,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		gw.Resume()
 		srv = newMainServer()
 		serve(srv, mainLn)
-		up.servers = []*http.Server{srv}
+		up.Servers = []*http.Server{srv}
 		if mln := lns["metrics"]; mln != nil {
 			msrv = newServer(metricsMux, c.sec.httpIdle)
 			go func() { _ = msrv.Serve(mln) }()
-			up.servers = append(up.servers, msrv)
+			up.Servers = append(up.Servers, msrv)
 		}
-		up.listeners = lns
+		up.Listeners = lns
 		return nil
 	}
 wait:
-	for !ho.terminate(log) {
+	for !ho.StopRequested(log) {
 		select {
 		case <-ctx.Done():
 			break wait
@@ -448,16 +450,16 @@ wait:
 				return errors.Join(fmt.Errorf("serve: %w", err), serr)
 			}
 			return fmt.Errorf("serve: %w", err)
-		case <-upgradeSignals:
+		case <-upgrade.Signals:
 			// Returns if refused (nothing changed), failed (this image serves again) or aborted
 			// (shut down below).
-			err := up.upgrade(time.Now())
-			if errors.Is(err, errUpgradeAborted) {
+			err := up.Upgrade(time.Now())
+			if errors.Is(err, upgrade.ErrAborted) {
 				break wait
 			}
 			if err != nil {
 				outcome := otel.UpgradeRefused
-				if errors.Is(err, errUpgradeFailed) {
+				if errors.Is(err, upgrade.ErrFailed) {
 					outcome = otel.UpgradeFailed
 				}
 				tel.Instruments.Upgrades.Add(ctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrUpgradeOutcome, outcome)))
@@ -466,6 +468,12 @@ wait:
 	}
 	log.Info("shutting down")
 	return shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups, cl)
+}
+
+// serveResult is the end of one http.Server's Serve.
+type serveResult struct {
+	srv *http.Server
+	err error
 }
 
 // shutdown stops the gateway in order: the reaper, new connections, the sockets (within
