@@ -250,9 +250,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold; "+fix,
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
 	}
+	s := &server{c: c, log: log, tel: tel, cgroups: cgroups, cl: cl, serveErr: make(chan serveResult, 1)}
 	var metricsOnMain http.Handler
-	var msrv *http.Server         // replaced when an upgrade that cannot exec serves again
-	var metricsMux *http.ServeMux // msrv's handler
 	if c.metricsAddr != "" {
 		mln, err := upgrade.ListenOrInherit(ho, "metrics", c.metricsAddr)
 		if err != nil {
@@ -264,11 +263,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			// Metrics reveal no terminal content, but they are unauthenticated here.
 			log.Warn("serving /metrics without auth on a non-loopback address", "metrics-listen", mln.Addr().String())
 		}
-		metricsMux = http.NewServeMux()
-		metricsMux.Handle("GET /metrics", tel.Metrics)
-		msrv = newServer(metricsMux, c.sec.httpIdle)
-		go func() { _ = msrv.Serve(mln) }()
-		defer func() { msrv.Close() }()
+		s.metricsMux = http.NewServeMux()
+		s.metricsMux.Handle("GET /metrics", tel.Metrics)
+		s.serveMetrics(mln)
+		defer func() { s.msrv.Close() }() // the one current at the return (resume replaces it)
 		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
 	} else if c.metrics {
 		metricsOnMain = tel.Metrics
@@ -299,28 +297,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ln.Close()
 		return err
 	}
-	rp := reaper.New(reaper.Options{Registry: reg, Grace: c.idleGrace, Interval: c.reapInterval,
+	s.gw, s.reg, s.guard = gw, reg, guard
+	s.rp = reaper.New(reaper.Options{Registry: reg, Grace: c.idleGrace, Interval: c.reapInterval,
 		Logger: log, Telemetry: tel})
-	reapCtx, stopReaper := context.WithCancel(context.Background())
-	defer func() { stopReaper() }() // the one current at the return (up.resume replaces it)
-	rp.Start(reapCtx)
+	s.startReaper()
+	defer func() { s.stopReaper() }() // the one current at the return (resume replaces it)
 	ho.Mark("setup")
 
 	// After an upgrade the listener serves before the sessions are adopted: what needs them
 	// (WebSocket upgrades, /readyz) waits for the adoption (internal/upgrade's adoption gate).
-	handler := ho.Gate(gw)
-	newMainServer := func() *http.Server {
-		s := newServer(handler, c.sec.httpIdle)
-		s.ConnState = guard.ConnState
-		s.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-		return s
-	}
-	serveErr := make(chan serveResult, 1)
-	serve := func(s *http.Server, l net.Listener) {
-		go func() { serveErr <- serveResult{s, s.Serve(l)} }()
-	}
-	srv := newMainServer()
-	serve(srv, ln)
+	s.handler = ho.Gate(gw)
+	s.serveMain(ln)
 	ho.Mark("serve")
 	if ho != nil {
 		upgrade.HoldForTest(log) // nothing unless built for that test
@@ -387,87 +374,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", reg.Len(),
 			"took", time.Since(ho.Signalled).Round(time.Microsecond))
 	}
-	up := upgrade.New(log, version, c.shutdownWait, ho.BinaryPath(), listeners, srv, msrv, gw, reg, func() {
-		stopReaper()
-		select {
-		case <-rp.Done():
-		case <-time.After(c.shutdownWait):
-		}
-	})
+	s.up = upgrade.New(log, version, c.shutdownWait, ho.BinaryPath(), listeners, s.srv, s.msrv, gw, reg,
+		s.pauseReaper)
 	if generated {
-		up.Token = c.token
+		s.up.Token = c.token
 	}
-	up.Terminating = func() bool { return ctx.Err() != nil }
+	s.up.Terminating = func() bool { return ctx.Err() != nil }
 	// An upgrade that stopped serving and then could not exec serves again in this image, on
-	// the same sockets (upgrade.Relisten).
-	up.Resume = func(fds map[string]int) error {
-		lns, err := upgrade.Relisten(fds)
-		if err != nil {
-			return err
-		}
-		mainLn, _, err := c.sec.secureListener(guard.Listener(lns["main"]), log)
-		if err != nil {
-			for _, l := range lns {
-				l.Close()
-			}
-			return err
-		}
-		// The upgrade stopped the reaper but waited for its loop only up to --shutdown-timeout
-		// (a sweep may still be tearing a session down): the loop must end before another starts.
-		select {
-		case <-rp.Done():
-		case <-time.After(c.shutdownWait):
-		}
-		reapCtx, stopReaper = context.WithCancel(context.Background())
-		if !rp.Start(reapCtx) {
-			log.Error("upgrade: the reaper's previous loop has not ended; idle sessions are not reaped in this image")
-		}
-		gw.Resume()
-		srv = newMainServer()
-		serve(srv, mainLn)
-		up.Servers = []*http.Server{srv}
-		if mln := lns["metrics"]; mln != nil {
-			msrv = newServer(metricsMux, c.sec.httpIdle)
-			go func() { _ = msrv.Serve(mln) }()
-			up.Servers = append(up.Servers, msrv)
-		}
-		up.Listeners = lns
-		return nil
-	}
-wait:
-	for !ho.StopRequested(log) {
-		select {
-		case <-ctx.Done():
-			break wait
-		case r := <-serveErr:
-			if r.srv != srv {
-				continue // a server an upgrade shut down before this image served again
-			}
-			err := r.err
-			// Still end every session: the processes must not outlive the gateway.
-			log.Error("serve failed; shutting down", "err", err)
-			if serr := shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups, cl); serr != nil {
-				return errors.Join(fmt.Errorf("serve: %w", err), serr)
-			}
-			return fmt.Errorf("serve: %w", err)
-		case <-upgrade.Signals:
-			// Returns if refused (nothing changed), failed (this image serves again) or aborted
-			// (shut down below).
-			err := up.Upgrade(time.Now())
-			if errors.Is(err, upgrade.ErrAborted) {
-				break wait
-			}
-			if err != nil {
-				outcome := otel.UpgradeRefused
-				if errors.Is(err, upgrade.ErrFailed) {
-					outcome = otel.UpgradeFailed
-				}
-				tel.Instruments.Upgrades.Add(ctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrUpgradeOutcome, outcome)))
-			}
-		}
-	}
-	log.Info("shutting down")
-	return shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups, cl)
+	// the same sockets.
+	s.up.Resume = s.resume
+	return s.serve(ctx, ho)
 }
 
 // serveResult is the end of one http.Server's Serve.
@@ -480,11 +396,11 @@ type serveResult struct {
 // --shutdown-timeout), then every kill to its end, whatever the timeout (each is bounded by its
 // own escalation), then the cgroups. The last log line and the error name what ran out of time
 // or failed; nil means everything ended in time.
-func shutdown(c *config, log *slog.Logger, srv *http.Server, gw *gateway.Gateway, rp *reaper.Reaper,
-	stopReaper func(), reg *session.Registry, cgroups *cgroup.Tree, cl *joined) error {
+func (s *server) shutdown() error {
+	c, log, srv, gw, rp, reg, cgroups, cl := s.c, s.log, s.srv, s.gw, s.rp, s.reg, s.cgroups, s.cl
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownWait)
 	defer cancel()
-	stopReaper()
+	s.stopReaper()
 	// Stop accepting first; http.Server.Shutdown does not touch hijacked sockets, so the
 	// gateway drains those itself.
 	httpDone := make(chan error, 1)

@@ -191,9 +191,9 @@ type Upgrader struct {
 	bin     string // binaryPath at the first start; "" when it could not be resolved
 	Token   string // the generated token, handed on
 	wait    time.Duration
-	// Listeners by name, before any TLS wrapping, and the Servers serving them.
-	Listeners map[string]*gateway.HandoverListener
-	Servers   []*http.Server
+	// listeners by name, before any TLS wrapping, and the servers serving them.
+	listeners map[string]*gateway.HandoverListener
+	servers   []*http.Server
 	gw        *gateway.Gateway
 	reg       *session.Registry
 	// stopReaper stops the reaper's loop and returns once it has ended.
@@ -201,9 +201,11 @@ type Upgrader struct {
 	// Terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived.
 	Terminating func() bool
 	// Resume serves again in this image, on new listeners made from duplicates of the sockets
-	// (fds by name), with a new reaper loop, after an upgrade past the point of no return that
-	// could not exec; it replaces Listeners and Servers. nil: the gateway shuts down instead.
-	Resume func(fds map[string]int) error
+	// (fds by name, which stay the Upgrader's to close), with a new reaper loop, after an
+	// upgrade past the point of no return that could not exec; it returns the new listeners (by
+	// name, before any TLS wrapping) and the servers serving them, which the next upgrade
+	// stops. nil: the gateway shuts down instead.
+	Resume func(fds map[string]int) (map[string]*gateway.HandoverListener, []*http.Server, error)
 	busy   atomic.Bool
 }
 
@@ -249,8 +251,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 			f.Close()
 		}
 	}
-	fds := make(map[string]int, len(u.Listeners))
-	for name, ln := range u.Listeners {
+	fds := make(map[string]int, len(u.listeners))
+	for name, ln := range u.listeners {
 		fd, err := gateway.ListenerFD(ln)
 		if err != nil {
 			for _, fd := range fds {
@@ -272,11 +274,11 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	// accepted, with Connection: close (not http.Server.Shutdown: it drops a request it reads
 	// after it began, unanswered). The sockets are told and closed with 1012. Then every
 	// connection accepted has ended, or is closed when drainWait runs out.
-	for _, ln := range u.Listeners {
+	for _, ln := range u.listeners {
 		ln.Stop()
 	}
 	stopped := time.Now()
-	for _, srv := range u.Servers {
+	for _, srv := range u.servers {
 		srv.SetKeepAlivesEnabled(false)
 	}
 	if err := u.gw.Restart(ctx); err != nil {
@@ -289,13 +291,13 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	// Shutdown: Shutdown leaves a connection that sent no request open for its first 5 s, so
 	// it would only wait out a second deadline; a socket that did not end is closed by the exec).
 	dctx, dcancel := context.WithTimeout(context.Background(), drainWait)
-	for name, ln := range u.Listeners {
+	for name, ln := range u.listeners {
 		if err := ln.Drain(dctx); err != nil {
 			u.log.Warn("upgrade: connections that sent no request are closed", "listener", name, "err", err)
 		}
 	}
 	dcancel()
-	for _, srv := range u.Servers {
+	for _, srv := range u.servers {
 		_ = srv.Close() // nothing blocks: it closes the listener and what is left
 	}
 	drained := time.Now()
@@ -359,10 +361,12 @@ func (u *Upgrader) abort(st *session.HandoverState, fds map[string]int) error {
 	if u.Resume == nil {
 		return ErrAborted
 	}
-	if err := u.Resume(fds); err != nil {
+	lns, servers, err := u.Resume(fds)
+	if err != nil {
 		u.log.Error("upgrade: serving again failed; shutting down", "err", err)
 		return ErrAborted
 	}
+	u.listeners, u.servers = lns, servers
 	u.log.Warn("upgrade failed after the sockets were closed; this image serves again, with every session",
 		"sessions", u.reg.Len())
 	return ErrFailed
@@ -465,10 +469,10 @@ func restoreCloexec(fds []int) {
 // then it is resolved here.
 func New(log *slog.Logger, version string, wait time.Duration, bin string, listeners map[string]*gateway.HandoverListener, srv, msrv *http.Server,
 	gw *gateway.Gateway, reg *session.Registry, stopReaper func()) *Upgrader {
-	u := &Upgrader{log: log, version: version, wait: wait, Listeners: listeners, Servers: []*http.Server{srv},
+	u := &Upgrader{log: log, version: version, wait: wait, listeners: listeners, servers: []*http.Server{srv},
 		gw: gw, reg: reg, stopReaper: stopReaper}
 	if msrv != nil {
-		u.Servers = append(u.Servers, msrv)
+		u.servers = append(u.servers, msrv)
 	}
 	if bin == "" {
 		var err error
