@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/muxterm/muxterm/gateway"
@@ -155,4 +156,62 @@ func (s *server) resume(fds map[string]int) (map[string]*gateway.HandoverListene
 		servers = append(servers, s.msrv)
 	}
 	return lns, servers, nil
+}
+
+// serveResult is the end of one http.Server's Serve.
+type serveResult struct {
+	srv *http.Server
+	err error
+}
+
+// shutdown stops the gateway in order: the reaper, new connections, the sockets (within
+// --shutdown-timeout), then every kill to its end, whatever the timeout (each is bounded by its
+// own escalation), then the cgroups. The last log line and the error name what ran out of time
+// or failed; nil means everything ended in time.
+func (s *server) shutdown() error {
+	c, log, srv, gw, rp, reg, cgroups, cl := s.c, s.log, s.srv, s.gw, s.rp, s.reg, s.cgroups, s.cl
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownWait)
+	defer cancel()
+	s.stopReaper()
+	// Stop accepting first; http.Server.Shutdown does not touch hijacked sockets, so the
+	// gateway drains those itself.
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Shutdown(sctx) }()
+	var failed, notes []string
+	if err := gw.Shutdown(sctx); errors.Is(err, gateway.ErrSocketsOpen) {
+		// A client that does not read keeps its close frame from being written; nothing of a
+		// session depends on it, and the exit closes the socket: said, not a failure.
+		notes = append(notes, fmt.Sprintf("%v (--shutdown-timeout %v), closed by the exit", err, c.shutdownWait))
+	} else if err != nil && !errors.Is(err, session.ErrSurvivors) {
+		// The kills' own outcome is reported once, from reg.Shutdown below.
+		failed = append(failed, fmt.Sprintf("%v (--shutdown-timeout %v)", err, c.shutdownWait))
+	}
+	<-rp.Done() // the reaper's teardowns are kills too: each is bounded by its own timeout
+	if err := <-httpDone; err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	if err := reg.Shutdown(context.Background()); err != nil {
+		failed = append(failed, err.Error())
+	}
+	// After the kills: their sessions' removals go to the directory, within a bound of its own.
+	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	cl.close(dctx)
+	dcancel()
+	if cgroups != nil {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		n, err := cgroups.Close(cctx)
+		ccancel()
+		if err != nil {
+			failed = append(failed, err.Error())
+		} else if n > 0 {
+			log.Warn("cgroups: killed processes that outlived their session's kill", "processes", n)
+		}
+	}
+	if len(failed) > 0 {
+		msg := strings.Join(append(failed, notes...), "; ")
+		log.Error("stopped: " + msg)
+		return errors.New(strings.Join(failed, "; "))
+	}
+	log.Info(strings.Join(append([]string{"stopped: every session process ended"}, notes...), "; "))
+	return nil
 }
