@@ -27,7 +27,7 @@ func TestUpgradeServesBeforeAdoption(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := filepath.Join(dir, "gateway-held")
-	buildGateway(t, held, "-X main.holdAdoption="+fifo)
+	buildGateway(t, held, "-X github.com/muxterm/muxterm/internal/upgrade.holdAdoption="+fifo)
 
 	tok := randomToken()
 	g := launchGatewayBin(t, bin, tok, nil, "--token", tok, "--allow-cmd", "sh", "--resume-hold", "60s")
@@ -162,7 +162,7 @@ func TestUpgradeServesBeforeAdoption(t *testing.T) {
 func TestUpgradeThatCannotExecServesAgain(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "gateway")
-	buildGateway(t, bin, "-X main.breakExec=1")
+	buildGateway(t, bin, "-X github.com/muxterm/muxterm/internal/upgrade.breakExec=1")
 	tok := randomToken()
 	g := launchGatewayBin(t, bin, tok, nil, "--token", tok, "--allow-cmd", "sh", "--allow-cmd", "cat",
 		"--resume-hold", "60s")

@@ -83,7 +83,7 @@ func TestUpgradeRunsTheCheckedImage(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	buildGateway(t, bin, "-X main.version=7.7.7-held -X main.holdAfterCheck="+fifo)
+	buildGateway(t, bin, "-X main.version=7.7.7-held -X github.com/muxterm/muxterm/internal/upgrade.holdAfterCheck="+fifo)
 	release := func() {
 		t.Helper()
 		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)

@@ -255,7 +255,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	next := filepath.Join(dir, "gateway-next")
 	buildGateway(t, next, "-X main.version=9.9.9-e2e")
 	other := filepath.Join(dir, "gateway-other-state")
-	buildGateway(t, other, "-X main.stateVersion=99")
+	buildGateway(t, other, "-X github.com/muxterm/muxterm/internal/upgrade.stateVersion=99")
 
 	tok := randomToken()
 	g := launchGatewayBin(t, bin, tok, nil, "--token", tok, "--allow-cmd", "sh", "--allow-cmd", "cat",
@@ -532,7 +532,7 @@ func reflectEqual(a, b proto.SessionInfo) bool {
 func TestUpgradeUnadoptableStateIsTornDown(t *testing.T) {
 	dir, bin := binaryCopy(t)
 	broken := filepath.Join(dir, "gateway-broken")
-	buildGateway(t, broken, "-X main.breakAdoption=1")
+	buildGateway(t, broken, "-X github.com/muxterm/muxterm/internal/upgrade.breakAdoption=1")
 
 	tok := randomToken()
 	g := launchGatewayBin(t, bin, tok, nil, "--token", tok, "--allow-cmd", "sh", "--kill-grace", "100ms")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/muxterm/muxterm/cluster"
 	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/internal/upgrade"
 	"github.com/muxterm/muxterm/otel"
 )
 
@@ -173,7 +174,7 @@ func (c *clusterConfig) newNode(addr string, tls bool, sessions func() int, in *
 // start runs the embedded server if asked, then starts node. ho, an upgrade in place's
 // handover (nil without one): its sessions keep their directory entries through the start.
 // ctx ends the start at any moment (a signal), with what it started stopped.
-func (c *clusterConfig) start(ctx context.Context, node *cluster.Node, ho *upgradeState, log *slog.Logger) (*joined, error) {
+func (c *clusterConfig) start(ctx context.Context, node *cluster.Node, ho *upgrade.State, log *slog.Logger) (*joined, error) {
 	j := &joined{node: node}
 	if ho != nil && ho.Sessions != nil {
 		ids := make([]string, 0, len(ho.Sessions.Sessions))

@@ -1,13 +1,14 @@
 // Command gateway runs muxterm: a WebSocket gateway that multiplexes PTY sessions over one
 // socket. It parses flags and MUXTERM_* environment (flags.go: config, parse, usage, the flag
-// types, --help by groups), wires the packages (main.go), keeps a generated token between starts
-// in the user's state directory (tokenstate.go), writes --pid-file (pidfile.go), records sessions
-// (record.go: --record and retention), marks inherited descriptors close-on-exec at start
-// (cloexec.go), handles signals, runs the shutdown in order, joins a cluster (cluster.go) and
-// runs the upgrade in place (upgrade.go: SIGUSR2, the --handover-check dry run, the exec, serving
-// again when it cannot exec; upgrade_image.go: the sealed copy of the binary; upgrade_adopt.go:
-// reading an inherited state, the adoption gate, adopting, the timeline). How an upgrade in place
-// works, step by step: docs/operations.md, "How an upgrade in place works".
+// types, --help by groups), wires the packages (main.go: run) into a server (server.go: serve,
+// the signal loop; resume, serving again after an upgrade that could not exec; shutdown, in
+// order), keeps a generated token between starts in the user's state directory (tokenstate.go),
+// writes --pid-file (pidfile.go), records sessions (record.go: --record and retention), marks
+// inherited descriptors close-on-exec at start (cloexec.go), joins a cluster (cluster.go) and
+// wires the upgrade in place, which internal/upgrade runs (SIGUSR2, the dry run, the exec, the
+// adoption gate, adopting); its part of the dry run, the configuration the new image would start
+// with, is handovercheck.go's. How an upgrade in place works, step by step: docs/operations.md,
+// "How an upgrade in place works".
 //
 // # Shutdown
 //
@@ -47,16 +48,17 @@
 //
 // # Goroutines
 //
-//   - The signal loop: run's own goroutine waits for stop signals and SIGUSR2, and runs an
-//     upgrade (upgrader.upgrade: the dry run, quiescing, the exec) on itself; nothing else runs
-//     an upgrade (upgrader.busy refuses a second one meanwhile). An upgrade is refused (returns),
-//     fails (this image serves again) or the exec replaces the image.
+//   - The signal loop: run's own goroutine, in server.serve, waits for stop signals and
+//     SIGUSR2, and runs an upgrade (upgrade.Upgrader.Upgrade: the dry run, quiescing, the exec)
+//     on itself; nothing else runs an upgrade (the Upgrader refuses a second one meanwhile). An
+//     upgrade is refused (returns), fails (this image serves again: server.resume, on this
+//     goroutine) or the exec replaces the image. It owns the server's srv, msrv and stopReaper.
 //   - The early stop watcher (one, from main): internal/earlysignal.Stop cancels run's context;
 //     it lasts until the process ends.
-//   - The HTTP server's Serve (from run, again from upgrader.resume after an upgrade that could
-//     not exec): accepting through a gateway.HandoverListener; it ends with http.Server.Shutdown
-//     or, on an upgrade, with its listener's Stop; run's loop ignores the end of servers an
-//     upgrade shut down (serveResult).
+//   - The HTTP server's Serve (server.serveMain, from run, again from server.resume after an
+//     upgrade that could not exec): accepting through a gateway.HandoverListener; it ends with
+//     http.Server.Shutdown or, on an upgrade, with its listener's Stop; the signal loop ignores
+//     the end of servers an upgrade shut down (serveResult).
 //   - The metrics server (with --metrics-listen, from run) and the pprof server (with
 //     --pprof-listen, loopback only, from servePprof): /metrics and /debug/pprof/ on their own
 //     addresses, until run returns (Close).

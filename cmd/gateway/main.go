@@ -21,6 +21,7 @@ import (
 	"github.com/muxterm/muxterm/gateway"
 	"github.com/muxterm/muxterm/internal/cgroup"
 	"github.com/muxterm/muxterm/internal/earlysignal"
+	"github.com/muxterm/muxterm/internal/upgrade"
 	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/otel"
 	"github.com/muxterm/muxterm/reaper"
@@ -50,14 +51,15 @@ func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
 func main() {
-	if handled, code := handoverCheck(os.Args[1:], os.Stdout); handled { // upgrade.go
+	if handled, code := handoverCheck(os.Args[1:], os.Stdout); handled { // handovercheck.go
 		os.Exit(code)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// What a fresh start inherited reaches no session; an image started by an upgrade marks it
 	// in run, once it has adopted (cloexec.go).
-	if inheritedFD < 0 && inheritedErr == nil && keepInherited == "" {
+	handed, handedErr := upgrade.Inherited()
+	if !handed && handedErr == nil && keepInherited == "" {
 		if err := closeOnExecInherited(); err != nil {
 			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
 		}
@@ -66,12 +68,12 @@ func main() {
 	// tests that call run must keep their own children's exit statuses). An image started by
 	// an upgrade does it in run, once the sessions it adopted have registered their children,
 	// so that the orphan reaper never takes an adopted child's exit status.
-	if inheritedFD < 0 {
+	if !handed {
 		if err := session.AdoptOrphans(slog.Default()); err != nil {
 			fmt.Fprintln(os.Stderr, "muxterm: warning:", err)
 		}
 	}
-	go func() { // also one caught before NotifyContext (internal/earlysignal, upgrade.go)
+	go func() { // also one caught before NotifyContext (internal/earlysignal, internal/upgrade)
 		<-earlysignal.Stop
 		stop()
 	}()
@@ -100,13 +102,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	// An upgrade in place hands over listeners, sessions and a generated token (upgrade_adopt.go).
-	ho, err := takeHandover(log, c.killGrace)
+	// An upgrade in place hands over listeners, sessions and a generated token (internal/upgrade).
+	ho, err := upgrade.Take(log, c.killGrace)
 	if err != nil {
 		return err
 	}
-	defer ho.tearDownUnlessAdopted(log, c.killGrace)
-	ho.mark("decode")
+	defer ho.TearDownUnlessAdopted(log, c.killGrace)
+	ho.Mark("decode")
 	if err := c.rec.prepare(log); err != nil { // record.go
 		return err
 	}
@@ -140,12 +142,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// The cluster token acts for any principal: it must be no principal's own.
 		return errors.New("--cluster-token must differ from every principal's token")
 	}
-	hl, err := listenOrInherit(ho, "main", c.listen)
+	hl, err := upgrade.ListenOrInherit(ho, "main", c.listen)
 	if err != nil {
 		return err
 	}
 	listeners := map[string]*gateway.HandoverListener{"main": hl}
-	ho.mark("listener")
+	ho.Mark("listener")
 	var ln net.Listener = hl
 	addr := ln.Addr().String()
 	tel, err := otel.Setup(ctx, otel.Options{ServiceVersion: version, Prometheus: c.metrics || c.metricsAddr != ""})
@@ -160,7 +162,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Warn("telemetry flush", "err", err)
 		}
 	}()
-	ho.mark("telemetry")
+	ho.Mark("telemetry")
 	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
 		MaxPendingPerAddr: c.sec.maxPendingPerAddr, TLS: c.sec.tlsCert != "", Logger: log,
 		Telemetry: tel})
@@ -178,7 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ln.Close()
 		return err
 	}
-	ho.mark("cgroups")
+	ho.Mark("cgroups")
 	var reg *session.Registry
 	var node *cluster.Node
 	var observer func(session.Event)
@@ -248,11 +250,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold; "+fix,
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
 	}
+	s := &server{c: c, log: log, tel: tel, cgroups: cgroups, cl: cl, serveErr: make(chan serveResult, 1)}
 	var metricsOnMain http.Handler
-	var msrv *http.Server         // replaced when an upgrade that cannot exec serves again
-	var metricsMux *http.ServeMux // msrv's handler
 	if c.metricsAddr != "" {
-		mln, err := listenOrInherit(ho, "metrics", c.metricsAddr)
+		mln, err := upgrade.ListenOrInherit(ho, "metrics", c.metricsAddr)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("metrics: %w", err)
@@ -262,11 +263,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			// Metrics reveal no terminal content, but they are unauthenticated here.
 			log.Warn("serving /metrics without auth on a non-loopback address", "metrics-listen", mln.Addr().String())
 		}
-		metricsMux = http.NewServeMux()
-		metricsMux.Handle("GET /metrics", tel.Metrics)
-		msrv = newServer(metricsMux, c.sec.httpIdle)
-		go func() { _ = msrv.Serve(mln) }()
-		defer func() { msrv.Close() }()
+		s.metricsMux = http.NewServeMux()
+		s.metricsMux.Handle("GET /metrics", tel.Metrics)
+		s.serveMetrics(mln)
+		defer func() { s.msrv.Close() }() // the one current at the return (resume replaces it)
 		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
 	} else if c.metrics {
 		metricsOnMain = tel.Metrics
@@ -297,32 +297,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ln.Close()
 		return err
 	}
-	rp := reaper.New(reaper.Options{Registry: reg, Grace: c.idleGrace, Interval: c.reapInterval,
+	s.gw, s.reg, s.guard = gw, reg, guard
+	s.rp = reaper.New(reaper.Options{Registry: reg, Grace: c.idleGrace, Interval: c.reapInterval,
 		Logger: log, Telemetry: tel})
-	reapCtx, stopReaper := context.WithCancel(context.Background())
-	defer func() { stopReaper() }() // the one current at the return (up.resume replaces it)
-	rp.Start(reapCtx)
-	ho.mark("setup")
+	s.startReaper()
+	defer func() { s.stopReaper() }() // the one current at the return (resume replaces it)
+	ho.Mark("setup")
 
 	// After an upgrade the listener serves before the sessions are adopted: what needs them
-	// (WebSocket upgrades, /readyz) waits for the adoption (adoptionGate, upgrade_adopt.go).
-	handler := ho.gate(gw)
-	newMainServer := func() *http.Server {
-		s := newServer(handler, c.sec.httpIdle)
-		s.ConnState = guard.ConnState
-		s.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-		return s
-	}
-	serveErr := make(chan serveResult, 1)
-	serve := func(s *http.Server, l net.Listener) {
-		go func() { serveErr <- serveResult{s, s.Serve(l)} }()
-	}
-	srv := newMainServer()
-	serve(srv, ln)
-	ho.mark("serve")
+	// (WebSocket upgrades, /readyz) waits for the adoption (internal/upgrade's adoption gate).
+	s.handler = ho.Gate(gw)
+	s.serveMain(ln)
+	ho.Mark("serve")
 	if ho != nil {
-		holdForTest(log) // upgrade_adopt.go; nothing unless built for that test
-		adoptHandover(ho, reg, log)
+		upgrade.HoldForTest(log) // nothing unless built for that test
+		upgrade.Adopt(ho, reg, log)
 		tel.Instruments.Upgrades.Add(ctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrUpgradeOutcome, otel.UpgradeAdopted)))
 		// What is still inheritable now was not handed over to be adopted: what an image older
 		// than cloexec.go inherited from its launcher and passed on unmarked. Nothing has been
@@ -334,10 +323,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err := session.AdoptOrphans(log); err != nil {
 			log.Warn("child subreaper", "err", err)
 		}
-		ho.openGate()
-		ho.mark("adopt")
-		ho.logTimeline(log)
-		ho.releaseImage() // upgrade_adopt.go
+		ho.OpenGate()
+		ho.Mark("adopt")
+		ho.LogTimeline(log)
+		ho.ReleaseImage()
 	}
 	if c.rec.dir != "" {
 		// After the adoption: a handed session's recording is active, never pruned.
@@ -385,139 +374,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", reg.Len(),
 			"took", time.Since(ho.Signalled).Round(time.Microsecond))
 	}
-	up := newUpgrader(log, c.shutdownWait, ho.binary(), listeners, srv, msrv, gw, reg, func() {
-		stopReaper()
-		select {
-		case <-rp.Done():
-		case <-time.After(c.shutdownWait):
-		}
-	})
+	s.up = upgrade.New(log, version, c.shutdownWait, ho.BinaryPath(), listeners, s.srv, s.msrv, gw, reg,
+		s.pauseReaper)
 	if generated {
-		up.token = c.token
+		s.up.Token = c.token
 	}
-	up.terminating = func() bool { return ctx.Err() != nil }
+	s.up.Terminating = func() bool { return ctx.Err() != nil }
 	// An upgrade that stopped serving and then could not exec serves again in this image, on
-	// the same sockets (upgrade.go, relisten).
-	up.resume = func(fds map[string]int) error {
-		lns, err := relisten(fds)
-		if err != nil {
-			return err
-		}
-		mainLn, _, err := c.sec.secureListener(guard.Listener(lns["main"]), log)
-		if err != nil {
-			for _, l := range lns {
-				l.Close()
-			}
-			return err
-		}
-		// The upgrade stopped the reaper but waited for its loop only up to --shutdown-timeout
-		// (a sweep may still be tearing a session down): the loop must end before another starts.
-		select {
-		case <-rp.Done():
-		case <-time.After(c.shutdownWait):
-		}
-		reapCtx, stopReaper = context.WithCancel(context.Background())
-		if !rp.Start(reapCtx) {
-			log.Error("upgrade: the reaper's previous loop has not ended; idle sessions are not reaped in this image")
-		}
-		gw.Resume()
-		srv = newMainServer()
-		serve(srv, mainLn)
-		up.servers = []*http.Server{srv}
-		if mln := lns["metrics"]; mln != nil {
-			msrv = newServer(metricsMux, c.sec.httpIdle)
-			go func() { _ = msrv.Serve(mln) }()
-			up.servers = append(up.servers, msrv)
-		}
-		up.listeners = lns
-		return nil
-	}
-wait:
-	for !ho.terminate(log) {
-		select {
-		case <-ctx.Done():
-			break wait
-		case r := <-serveErr:
-			if r.srv != srv {
-				continue // a server an upgrade shut down before this image served again
-			}
-			err := r.err
-			// Still end every session: the processes must not outlive the gateway.
-			log.Error("serve failed; shutting down", "err", err)
-			if serr := shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups, cl); serr != nil {
-				return errors.Join(fmt.Errorf("serve: %w", err), serr)
-			}
-			return fmt.Errorf("serve: %w", err)
-		case <-upgradeSignals:
-			// Returns if refused (nothing changed), failed (this image serves again) or aborted
-			// (shut down below).
-			err := up.upgrade(time.Now())
-			if errors.Is(err, errUpgradeAborted) {
-				break wait
-			}
-			if err != nil {
-				outcome := otel.UpgradeRefused
-				if errors.Is(err, errUpgradeFailed) {
-					outcome = otel.UpgradeFailed
-				}
-				tel.Instruments.Upgrades.Add(ctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrUpgradeOutcome, outcome)))
-			}
-		}
-	}
-	log.Info("shutting down")
-	return shutdown(c, log, srv, gw, rp, stopReaper, reg, cgroups, cl)
-}
-
-// shutdown stops the gateway in order: the reaper, new connections, the sockets (within
-// --shutdown-timeout), then every kill to its end, whatever the timeout (each is bounded by its
-// own escalation), then the cgroups. The last log line and the error name what ran out of time
-// or failed; nil means everything ended in time.
-func shutdown(c *config, log *slog.Logger, srv *http.Server, gw *gateway.Gateway, rp *reaper.Reaper,
-	stopReaper func(), reg *session.Registry, cgroups *cgroup.Tree, cl *joined) error {
-	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownWait)
-	defer cancel()
-	stopReaper()
-	// Stop accepting first; http.Server.Shutdown does not touch hijacked sockets, so the
-	// gateway drains those itself.
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Shutdown(sctx) }()
-	var failed, notes []string
-	if err := gw.Shutdown(sctx); errors.Is(err, gateway.ErrSocketsOpen) {
-		// A client that does not read keeps its close frame from being written; nothing of a
-		// session depends on it, and the exit closes the socket: said, not a failure.
-		notes = append(notes, fmt.Sprintf("%v (--shutdown-timeout %v), closed by the exit", err, c.shutdownWait))
-	} else if err != nil && !errors.Is(err, session.ErrSurvivors) {
-		// The kills' own outcome is reported once, from reg.Shutdown below.
-		failed = append(failed, fmt.Sprintf("%v (--shutdown-timeout %v)", err, c.shutdownWait))
-	}
-	<-rp.Done() // the reaper's teardowns are kills too: each is bounded by its own timeout
-	if err := <-httpDone; err != nil {
-		log.Warn("http shutdown", "err", err)
-	}
-	if err := reg.Shutdown(context.Background()); err != nil {
-		failed = append(failed, err.Error())
-	}
-	// After the kills: their sessions' removals go to the directory, within a bound of its own.
-	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
-	cl.close(dctx)
-	dcancel()
-	if cgroups != nil {
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-		n, err := cgroups.Close(cctx)
-		ccancel()
-		if err != nil {
-			failed = append(failed, err.Error())
-		} else if n > 0 {
-			log.Warn("cgroups: killed processes that outlived their session's kill", "processes", n)
-		}
-	}
-	if len(failed) > 0 {
-		msg := strings.Join(append(failed, notes...), "; ")
-		log.Error("stopped: " + msg)
-		return errors.New(strings.Join(failed, "; "))
-	}
-	log.Info(strings.Join(append([]string{"stopped: every session process ended"}, notes...), "; "))
-	return nil
+	// the same sockets.
+	s.up.Resume = s.resume
+	return s.serve(ctx, ho)
 }
 
 // HTTP timeouts of every server (main, metrics, pprof). A request head must arrive within

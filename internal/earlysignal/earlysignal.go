@@ -1,5 +1,5 @@
 // Package earlysignal catches the gateway's process signals from its first package
-// initializer on. After an upgrade in place (cmd/gateway/upgrade.go) the new image holds every
+// initializer on. After an upgrade in place (internal/upgrade) the new image holds every
 // session from its first instruction; a SIGTERM, SIGINT or SIGUSR2 whose default action ran
 // before the gateway's main package had registered for it would end the process and orphan every
 // session. This package imports only os/signal, so it is initialized before the heavy

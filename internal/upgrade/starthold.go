@@ -1,6 +1,6 @@
 //go:build muxterm_starthold
 
-package main
+package upgrade
 
 // A build for one test only (go build -tags muxterm_starthold): an image started by an upgrade
 // waits at its start, before internal/earlysignal, for the test (internal/earlysignal/starthold).

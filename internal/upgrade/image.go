@@ -1,4 +1,4 @@
-package main
+package upgrade
 
 import (
 	"errors"
@@ -83,7 +83,7 @@ func imagePath(img *os.File) string {
 }
 
 // ownImage opens this process's executable (close-on-exec), for the next image to close once
-// it has adopted the sessions (upgradeState.Image): when the last reference to a memfd goes,
+// it has adopted the sessions (State.Image): when the last reference to a memfd goes,
 // its pages are freed, and the exec drops the old image's at the end of the exec, a few
 // milliseconds of freeing within the window in which no stop signal is caught. 0 when it
 // cannot be opened.

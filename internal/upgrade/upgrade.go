@@ -1,9 +1,8 @@
-package main
+package upgrade
 
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -35,7 +33,7 @@ const handoverEnv = "MUXTERM_HANDOVER_FD"
 
 // ignoredEnv carries the wall-clock time (Unix nanoseconds) at which the old image set the stop
 // signals to SIG_IGN for the exec: the start of the window in which a stop signal is not
-// caught, which ends at internal/earlysignal's init (logTimeline's "unguarded"). init removes
+// caught, which ends at internal/earlysignal's init (LogTimeline's "unguarded"). init removes
 // it from the environment.
 const ignoredEnv = "MUXTERM_HANDOVER_IGNORED"
 
@@ -44,18 +42,20 @@ const ignoredEnv = "MUXTERM_HANDOVER_IGNORED"
 // running gateway was started with, 3 when it cannot, 2 on a usage error.
 const handoverCheckFlag = "--handover-check"
 
-// stateVersion, when set with -ldflags "-X main.stateVersion=N", makes this build write and
-// accept state version N instead of session.HandoverVersion. For tests of a refused upgrade.
+// The test builds' knobs (this one, breakAdoption, holdAfterCheck, breakExec, holdAdoption) are
+// set with -ldflags "-X github.com/muxterm/muxterm/internal/upgrade.NAME=VALUE".
+
+// stateVersion, when set to N, makes this build write and accept state version N instead of
+// session.HandoverVersion. For tests of a refused upgrade.
 var stateVersion = ""
 
-// breakAdoption, when set with -ldflags "-X main.breakAdoption=1", makes this build pass the
-// dry run but fail to read the state after the exec. For the test of the teardown that follows.
+// breakAdoption, when set to 1, makes this build pass the dry run but fail to read the state
+// after the exec. For the test of the teardown that follows.
 var breakAdoption = ""
 
-// holdAfterCheck, when set with -ldflags "-X main.holdAfterCheck=PATH" (a FIFO), makes this
-// build, once an upgrade's dry run has passed, open PATH for reading before it goes on: it
-// waits there until a test opens the FIFO for writing. For the test of a binary replaced after
-// its dry run.
+// holdAfterCheck, when set to PATH (a FIFO), makes this build, once an upgrade's dry run has
+// passed, open PATH for reading before it goes on: it waits there until a test opens the FIFO
+// for writing. For the test of a binary replaced after its dry run.
 var holdAfterCheck = ""
 
 // drainWait bounds how long an upgrade waits for HTTP connections accepted before it stopped
@@ -79,6 +79,10 @@ var (
 	inheritedFD  = -1
 	inheritedErr error
 )
+
+// Inherited reports whether this image was started by an upgrade in place with a state it can
+// read (handed), or with one whose variable it could not read (err).
+func Inherited() (handed bool, err error) { return inheritedFD >= 0, inheritedErr }
 
 // ignoredAt is ignoredEnv's time; zero when absent.
 var ignoredAt time.Time
@@ -104,9 +108,10 @@ func init() {
 	inheritedFD = fd
 }
 
-// handoverCheck runs the dry run when args start with --handover-check: it reports whether
-// it can adopt the version named, and whether it handled args.
-func handoverCheck(args []string, stdout io.Writer) (handled bool, code int) {
+// HandoverCheck runs the dry run when args start with --handover-check: it reports whether
+// it can adopt the version named, and whether it handled args. version is this build's;
+// checkConfig parses the rest of args as the gateway would, and loads the files it loads.
+func HandoverCheck(args []string, stdout io.Writer, version string, checkConfig func([]string) error) (handled bool, code int) {
 	if len(args) == 0 || args[0] != handoverCheckFlag {
 		return false, 0
 	}
@@ -130,38 +135,8 @@ func handoverCheck(args []string, stdout io.Writer) (handled bool, code int) {
 	return true, 0
 }
 
-// checkConfig parses args as run would and loads the files run loads, without listening. The
-// flag package's usage text is dropped: the error says what is wrong.
-func checkConfig(args []string) error {
-	c, err := parse(args, os.Getenv, io.Discard)
-	if err != nil {
-		return err
-	}
-	for _, f := range [][2]string{{"--tokens", c.sec.tokensFile}, {"--tls-cert", c.sec.tlsCert}, {"--tls-key", c.sec.tlsKey}} {
-		if inheritedDescriptor(f[1]) {
-			return fmt.Errorf("%s %s names a descriptor inherited at start, which an upgrade in place does not pass on; restart instead", f[0], f[1])
-		}
-	}
-	if c.sec.tokensFile != "" {
-		if _, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, slog.New(slog.DiscardHandler)); err != nil {
-			return err
-		}
-	}
-	if c.sec.tlsCert != "" {
-		if _, err := tls.LoadX509KeyPair(c.sec.tlsCert, c.sec.tlsKey); err != nil {
-			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
-		}
-	}
-	return nil
-}
-
-// inheritedDescriptor reports whether path names one of this process's descriptors.
-func inheritedDescriptor(path string) bool {
-	return strings.HasPrefix(path, "/dev/fd/") || strings.HasPrefix(path, "/proc/self/fd/")
-}
-
-// upgradeState is the whole handover: the gateway's part and the registry's.
-type upgradeState struct {
+// State is the whole handover: the gateway's part and the registry's.
+type State struct {
 	FromVersion string
 	Signalled   time.Time // when SIGUSR2 arrived, for the log line of the next image
 	// Token is the generated token (none was configured), so the URL printed stays valid.
@@ -188,15 +163,15 @@ type upgradeState struct {
 	// Zero in a state from an image without them.
 	Stopped, Quiesced time.Time
 
-	adopted bool          // set by adoptHandover; not part of the state
+	adopted bool          // set by Adopt; not part of the state
 	marks   []mark        // the new image's start, for the "upgrade timeline" log line
-	ready   chan struct{} // closed by openGate once the sessions are adopted (adoptionGate)
+	ready   chan struct{} // closed by OpenGate once the sessions are adopted (adoptionGate)
 }
 
 // binaryPath is the binary an upgrade executes: the path this process was started from
 // (argv[0] resolved against $PATH and the working directory, at start), not /proc/self/exe,
 // so a deploy that replaced the file at that path is what SIGUSR2 runs. An image started by an
-// upgrade takes the path from the state instead (upgradeState.Binary): the first start's.
+// upgrade takes the path from the state instead (State.Binary): the first start's.
 func binaryPath() (string, error) {
 	p := os.Args[0]
 	if filepath.Base(p) == p {
@@ -209,12 +184,13 @@ func binaryPath() (string, error) {
 	return filepath.Abs(p)
 }
 
-// upgrader runs an upgrade in place on SIGUSR2.
-type upgrader struct {
-	log   *slog.Logger
-	bin   string // binaryPath at the first start; "" when it could not be resolved
-	token string // the generated token, handed on
-	wait  time.Duration
+// Upgrader runs an upgrade in place on SIGUSR2.
+type Upgrader struct {
+	log     *slog.Logger
+	version string // this build's, handed on as FromVersion
+	bin     string // binaryPath at the first start; "" when it could not be resolved
+	Token   string // the generated token, handed on
+	wait    time.Duration
 	// listeners by name, before any TLS wrapping, and the servers serving them.
 	listeners map[string]*gateway.HandoverListener
 	servers   []*http.Server
@@ -222,39 +198,34 @@ type upgrader struct {
 	reg       *session.Registry
 	// stopReaper stops the reaper's loop and returns once it has ended.
 	stopReaper func()
-	// terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived.
-	terminating func() bool
-	// resume serves again in this image, on new listeners made from duplicates of the sockets
-	// (fds by name), with a new reaper loop, after an upgrade past the point of no return that
-	// could not exec; it replaces listeners and servers. nil: the gateway shuts down instead.
-	resume func(fds map[string]int) error
+	// Terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived.
+	Terminating func() bool
+	// Resume serves again in this image, on new listeners made from duplicates of the sockets
+	// (fds by name, which stay the Upgrader's to close), with a new reaper loop, after an
+	// upgrade past the point of no return that could not exec; it returns the new listeners (by
+	// name, before any TLS wrapping) and the servers serving them, which the next upgrade
+	// stops. nil: the gateway shuts down instead.
+	Resume func(fds map[string]int) (map[string]*gateway.HandoverListener, []*http.Server, error)
 	busy   atomic.Bool
 }
 
-// serveResult is the end of one http.Server's Serve.
-type serveResult struct {
-	srv *http.Server
-	err error
-}
-
-// errUpgradeAborted: the upgrade got past the point of no return, could not exec, and this
+// ErrAborted: the upgrade got past the point of no return, could not exec, and this
 // image could not serve again either: the sessions are back in this image but nothing serves
-// them, so the caller shuts down. errUpgradeFailed: the same, but this image serves again.
+// them, so the caller shuts down. ErrFailed: the same, but this image serves again.
 var (
-	errUpgradeAborted = errors.New("upgrade aborted after quiescing")
-	errUpgradeFailed  = errors.New("upgrade failed after quiescing; serving again")
+	ErrAborted = errors.New("upgrade aborted after quiescing")
+	ErrFailed  = errors.New("upgrade failed after quiescing; serving again")
 )
 
-// breakExec, when set with -ldflags "-X main.breakExec=1", makes every exec of an upgrade fail
-// (the fallback's too). For the test of an upgrade that serves again.
+// breakExec, when set to 1, makes every exec of an upgrade fail (the fallback's too). For the test of an upgrade that serves again.
 var breakExec = ""
 
-// upgrade copies the binary into a sealed memfd (holdImage), asks that copy whether it can
+// Upgrade copies the binary into a sealed memfd (holdImage), asks that copy whether it can
 // adopt this state, then quiesces everything and execs the same copy. It returns only when the upgrade was refused (nothing changed: the gateway serves on),
 // or when the quiesce failed after the sockets were closed or even the fallback exec failed:
-// then the sessions go back to this image, which serves again (errUpgradeFailed), or, if that
-// fails too, errUpgradeAborted (docs/operations.md: the gateway then shuts down).
-func (u *upgrader) upgrade(signalled time.Time) error {
+// then the sessions go back to this image, which serves again (ErrFailed), or, if that
+// fails too, ErrAborted (docs/operations.md: the gateway then shuts down).
+func (u *Upgrader) Upgrade(signalled time.Time) error {
 	if !u.busy.CompareAndSwap(false, true) {
 		u.log.Warn("upgrade refused: an upgrade is running")
 		return errors.New("upgrade running")
@@ -344,8 +315,8 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 	if self > 0 {
 		defer unix.Close(self) // still here: the exec failed
 	}
-	state := &upgradeState{FromVersion: version, Signalled: signalled, Token: u.token,
-		Listeners: fds, Sessions: st, Terminate: u.terminating != nil && u.terminating(),
+	state := &State{FromVersion: u.version, Signalled: signalled, Token: u.Token,
+		Listeners: fds, Sessions: st, Terminate: u.Terminating != nil && u.Terminating(),
 		Binary: u.bin, Comm: ownComm(), Image: self, Stopped: stopped, Quiesced: quiesced}
 	memfd, err := session.WriteHandoverMemfd(handoverVersion(), state)
 	if err != nil {
@@ -376,9 +347,9 @@ func (u *upgrader) upgrade(signalled time.Time) error {
 }
 
 // abort puts the sessions back in this image after a failed exec (st; nil after a failed
-// quiesce, which undid itself) and serves again; errUpgradeAborted if it cannot, and the
+// quiesce, which undid itself) and serves again; ErrAborted if it cannot, and the
 // caller shuts down.
-func (u *upgrader) abort(st *session.HandoverState, fds map[string]int) error {
+func (u *Upgrader) abort(st *session.HandoverState, fds map[string]int) error {
 	if st != nil {
 		u.reg.ResumeHandover(st)
 	}
@@ -387,21 +358,23 @@ func (u *upgrader) abort(st *session.HandoverState, fds map[string]int) error {
 			unix.Close(fd)
 		}
 	}()
-	if u.resume == nil {
-		return errUpgradeAborted
+	if u.Resume == nil {
+		return ErrAborted
 	}
-	if err := u.resume(fds); err != nil {
+	lns, servers, err := u.Resume(fds)
+	if err != nil {
 		u.log.Error("upgrade: serving again failed; shutting down", "err", err)
-		return errUpgradeAborted
+		return ErrAborted
 	}
+	u.listeners, u.servers = lns, servers
 	u.log.Warn("upgrade failed after the sockets were closed; this image serves again, with every session",
 		"sessions", u.reg.Len())
-	return errUpgradeFailed
+	return ErrFailed
 }
 
-// relisten makes Go listeners of duplicates of the listening sockets fds (by name), which stay
+// Relisten makes Go listeners of duplicates of the listening sockets fds (by name), which stay
 // open for the caller to close.
-func relisten(fds map[string]int) (map[string]*gateway.HandoverListener, error) {
+func Relisten(fds map[string]int) (map[string]*gateway.HandoverListener, error) {
 	lns := make(map[string]*gateway.HandoverListener, len(fds))
 	for name, fd := range fds {
 		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
@@ -428,7 +401,7 @@ func relisten(fds map[string]int) (map[string]*gateway.HandoverListener, error) 
 
 // check runs the dry run of img, the copy of the new binary, with the state version. img is
 // the dry run's descriptor 3, which it executes; its argv[0] is the binary's path.
-func (u *upgrader) check(img *os.File) error {
+func (u *Upgrader) check(img *os.File) error {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	args := append([]string{handoverCheckFlag, strconv.FormatUint(uint64(handoverVersion()), 10)}, os.Args[1:]...)
@@ -467,7 +440,7 @@ func truncate(b []byte, n int) string {
 // lock keeps any concurrent fork from inheriting them, and a failed exec sets it again.
 func execKeeping(bin string, argv, env []string, keep []int) error {
 	if breakExec != "" {
-		return fmt.Errorf("exec %s: broken by this build (-X main.breakExec)", bin)
+		return fmt.Errorf("exec %s: broken by this build (-X internal/upgrade.breakExec)", bin)
 	}
 	syscall.ForkLock.Lock()
 	defer syscall.ForkLock.Unlock()
@@ -477,7 +450,7 @@ func execKeeping(bin string, argv, env []string, keep []int) error {
 			return fmt.Errorf("clear close-on-exec on fd %d: %w", fd, err)
 		}
 	}
-	restore := ignoreAcrossExec() // upgrade_sigaction.go
+	restore := ignoreAcrossExec() // sigaction.go
 	env = append(env[:len(env):len(env)], ignoredEnv+"="+strconv.FormatInt(time.Now().UnixNano(), 10))
 	err := syscall.Exec(bin, argv, env)
 	restore()
@@ -491,12 +464,12 @@ func restoreCloexec(fds []int) {
 	}
 }
 
-// newUpgrader wires an upgrader; msrv may be nil.
-// bin is the path the previous image handed over (upgradeState.Binary), "" when started fresh:
+// New wires an Upgrader for this build's version; msrv may be nil.
+// bin is the path the previous image handed over (State.Binary), "" when started fresh:
 // then it is resolved here.
-func newUpgrader(log *slog.Logger, wait time.Duration, bin string, listeners map[string]*gateway.HandoverListener, srv, msrv *http.Server,
-	gw *gateway.Gateway, reg *session.Registry, stopReaper func()) *upgrader {
-	u := &upgrader{log: log, wait: wait, listeners: listeners, servers: []*http.Server{srv},
+func New(log *slog.Logger, version string, wait time.Duration, bin string, listeners map[string]*gateway.HandoverListener, srv, msrv *http.Server,
+	gw *gateway.Gateway, reg *session.Registry, stopReaper func()) *Upgrader {
+	u := &Upgrader{log: log, version: version, wait: wait, listeners: listeners, servers: []*http.Server{srv},
 		gw: gw, reg: reg, stopReaper: stopReaper}
 	if msrv != nil {
 		u.servers = append(u.servers, msrv)
@@ -511,7 +484,7 @@ func newUpgrader(log *slog.Logger, wait time.Duration, bin string, listeners map
 	return u
 }
 
-// upgradeSignals receives SIGUSR2, caught from the process's first package initializer on
+// Signals receives SIGUSR2, caught from the process's first package initializer on
 // (internal/earlysignal): its default action would end the gateway, and orphan every session,
 // if one arrived before run is ready, in particular in a new image still adopting.
-var upgradeSignals = earlysignal.Upgrade
+var Signals = earlysignal.Upgrade

@@ -1,4 +1,4 @@
-package main
+package upgrade
 
 import (
 	"errors"
@@ -21,9 +21,9 @@ import (
 // state, the listeners it hands over, serving behind the adoption gate, adopting, and the
 // timeline of where the upgrade's time went.
 
-// holdAdoption, when set with -ldflags "-X main.holdAdoption=PATH" (a FIFO), makes this build,
-// once it serves after an upgrade, open PATH for reading before it adopts the sessions: it
-// waits there until a test opens the FIFO for writing. For the test of the adoption gate.
+// holdAdoption, when set to PATH (a FIFO; -X, as upgrade.go's knobs), makes this build, once it
+// serves after an upgrade, open PATH for reading before it adopts the sessions: it waits there
+// until a test opens the FIFO for writing. For the test of the adoption gate.
 var holdAdoption = ""
 
 // mark is one moment of the new image's start.
@@ -32,22 +32,22 @@ type mark struct {
 	at   time.Time
 }
 
-// mark records that the new image reached the step name (nothing when started fresh).
-func (st *upgradeState) mark(name string) {
+// Mark records that the new image reached the step name (nothing when started fresh).
+func (st *State) Mark(name string) {
 	if st != nil {
 		st.marks = append(st.marks, mark{name, time.Now()})
 	}
 }
 
-// logTimeline logs where the upgrade's time went, each step as the time since the one before
+// LogTimeline logs where the upgrade's time went, each step as the time since the one before
 // (wall clock across the exec, monotonic after it): from the signal to the listeners' stop (the
 // dry run), the quiesce (sockets closed, connections drained, sessions snapshotted), the exec
 // (the state's encoding, the exec, the runtime's start up to internal/earlysignal's init), then
-// each step of run; no_accept is the window from the listeners' stop to the new image's Serve,
+// each step the new image marked (Mark); no_accept is the window from the listeners' stop to the new image's Serve,
 // in which connections wait in the backlog, adopted the time from the signal to the last
 // step, and unguarded the window in which a stop signal is not caught: from the old image's
 // SIG_IGN right before the exec to internal/earlysignal's init (docs/operations.md, Limits).
-func (st *upgradeState) logTimeline(log *slog.Logger) {
+func (st *State) LogTimeline(log *slog.Logger) {
 	if st == nil || st.Stopped.IsZero() || st.Quiesced.IsZero() {
 		return
 	}
@@ -73,10 +73,10 @@ func (st *upgradeState) logTimeline(log *slog.Logger) {
 	log.Info("upgrade timeline", attrs...)
 }
 
-// tearDownUnlessAdopted is deferred by run: if run fails after the state was read and before
+// TearDownUnlessAdopted is deferred by the gateway's run: if it fails after the state was read and before
 // its sessions were adopted (a listener or a TLS key that no longer loads), the sessions'
 // processes must not outlive this process: they are torn down as a shutdown would.
-func (st *upgradeState) tearDownUnlessAdopted(log *slog.Logger, killGrace time.Duration) {
+func (st *State) TearDownUnlessAdopted(log *slog.Logger, killGrace time.Duration) {
 	if st == nil || st.adopted {
 		return
 	}
@@ -84,8 +84,8 @@ func (st *upgradeState) tearDownUnlessAdopted(log *slog.Logger, killGrace time.D
 	log.Error("upgrade: the new image could not start; the handed-over sessions were torn down", "ended", ended)
 }
 
-// terminate reports whether the previous image was asked to stop during the upgrade.
-func (st *upgradeState) terminate(log *slog.Logger) bool {
+// StopRequested reports whether the previous image was asked to stop during the upgrade.
+func (st *State) StopRequested(log *slog.Logger) bool {
 	if st == nil || !st.Terminate {
 		return false
 	}
@@ -94,10 +94,10 @@ func (st *upgradeState) terminate(log *slog.Logger) bool {
 	return true
 }
 
-// takeHandover reads and decodes the state the previous image handed over; nil when started
+// Take reads and decodes the state the previous image handed over; nil when started
 // fresh. A state that cannot be read is torn down as a shutdown would (every child of this
 // process killed, every descriptor it carried closed) and reported as an error.
-func takeHandover(log *slog.Logger, killGrace time.Duration) (*upgradeState, error) {
+func Take(log *slog.Logger, killGrace time.Duration) (*State, error) {
 	if inheritedErr != nil || inheritedFD < 0 {
 		if inheritedErr == nil {
 			return nil, nil
@@ -108,21 +108,21 @@ func takeHandover(log *slog.Logger, killGrace time.Duration) (*upgradeState, err
 		return nil, err
 	}
 	data, err := session.ReadHandoverFD(inheritedFD)
-	st := &upgradeState{}
+	st := &State{}
 	if err == nil {
 		err = session.DecodeHandover(data, handoverVersion(), st)
 	}
 	if err == nil && breakAdoption != "" {
-		err = errors.New("adoption broken by this build (-X main.breakAdoption)")
+		err = errors.New("adoption broken by this build (-X internal/upgrade.breakAdoption)")
 	}
 	if err == nil && st.Sessions == nil {
 		st.Sessions = &session.HandoverState{}
 	}
 	if err == nil {
-		restoreComm(st.Comm) // upgrade_image.go
+		restoreComm(st.Comm) // image.go
 	}
 	if st.Image > 0 {
-		unix.CloseOnExec(st.Image) // until releaseImage closes it
+		unix.CloseOnExec(st.Image) // until ReleaseImage closes it
 	}
 	if err != nil {
 		ended := session.KillOrphans(log, killGrace)
@@ -132,26 +132,26 @@ func takeHandover(log *slog.Logger, killGrace time.Duration) (*upgradeState, err
 	return st, nil
 }
 
-// releaseImage closes the previous image's executable, kept open across the exec
-// (upgradeState.Image).
-func (st *upgradeState) releaseImage() {
+// ReleaseImage closes the previous image's executable, kept open across the exec
+// (State.Image).
+func (st *State) ReleaseImage() {
 	if st != nil && st.Image > 0 {
 		unix.Close(st.Image)
 		st.Image = 0
 	}
 }
 
-// binary is the path the previous image read the binary from; "" when started fresh.
-func (st *upgradeState) binary() string {
+// BinaryPath is the path the previous image read the binary from; "" when started fresh.
+func (st *State) BinaryPath() string {
 	if st == nil {
 		return ""
 	}
 	return st.Binary
 }
 
-// listenOrInherit returns the listener the previous image handed over under name, or a new
+// ListenOrInherit returns the listener the previous image handed over under name, or a new
 // one on addr, wrapped so an upgrade can stop it without closing its socket.
-func listenOrInherit(st *upgradeState, name, addr string) (*gateway.HandoverListener, error) {
+func ListenOrInherit(st *State, name, addr string) (*gateway.HandoverListener, error) {
 	var ln net.Listener
 	var err error
 	if fd, ok := st.listener(name); ok {
@@ -176,7 +176,7 @@ func listenOrInherit(st *upgradeState, name, addr string) (*gateway.HandoverList
 }
 
 // listener takes the handed-over listener name out of st.
-func (st *upgradeState) listener(name string) (int, bool) {
+func (st *State) listener(name string) (int, bool) {
 	if st == nil {
 		return -1, false
 	}
@@ -186,7 +186,7 @@ func (st *upgradeState) listener(name string) (int, bool) {
 }
 
 // closeUnused closes handed-over listeners this image does not use (a flag removed).
-func (st *upgradeState) closeUnused(log *slog.Logger) {
+func (st *State) closeUnused(log *slog.Logger) {
 	for name, fd := range st.Listeners {
 		log.Warn("upgrade: handed-over listener not used; closing it", "listener", name)
 		unix.Close(fd)
@@ -196,9 +196,9 @@ func (st *upgradeState) closeUnused(log *slog.Logger) {
 // adoptWait bounds how long a request that needs the sessions waits for their adoption.
 const adoptWait = 30 * time.Second
 
-// gate returns h wrapped in an adoptionGate until the sessions are adopted, or h itself when
+// Gate returns h wrapped in an adoptionGate until the sessions are adopted, or h itself when
 // started fresh.
-func (st *upgradeState) gate(h http.Handler) http.Handler {
+func (st *State) Gate(h http.Handler) http.Handler {
 	if st == nil {
 		return h
 	}
@@ -214,7 +214,7 @@ func (st *upgradeState) gate(h http.Handler) http.Handler {
 // without the sessions it resumes.
 type adoptionGate struct {
 	next  http.Handler
-	ready chan struct{} // closed by upgradeState.openGate
+	ready chan struct{} // closed by State.OpenGate
 }
 
 func (g *adoptionGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -238,8 +238,8 @@ func (g *adoptionGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
-// holdForTest waits on the FIFO holdAdoption names, in a build made for that test.
-func holdForTest(log *slog.Logger) {
+// HoldForTest waits on the FIFO holdAdoption names, in a build made for that test.
+func HoldForTest(log *slog.Logger) {
 	if holdAdoption == "" {
 		return
 	}
@@ -251,17 +251,17 @@ func holdForTest(log *slog.Logger) {
 	}
 }
 
-// openGate lets the requests the adoption gate holds through (once the sessions are adopted
+// OpenGate lets the requests the adoption gate holds through (once the sessions are adopted
 // and the orphan reaper started).
-func (st *upgradeState) openGate() {
+func (st *State) OpenGate() {
 	if st != nil && st.ready != nil {
 		close(st.ready)
 		st.ready = nil
 	}
 }
 
-// adoptHandover registers the handed-over sessions and closes what this image does not use.
-func adoptHandover(st *upgradeState, reg *session.Registry, log *slog.Logger) {
+// Adopt registers the handed-over sessions and closes what this image does not use.
+func Adopt(st *State, reg *session.Registry, log *slog.Logger) {
 	st.adopted = true
 	st.closeUnused(log)
 	start := time.Now()
