@@ -29,6 +29,7 @@ type config struct {
 	Gateway   string        `json:"gateway"`
 	TTYD      string        `json:"ttyd"`
 	Chromium  string        `json:"chromium"`
+	TestHook  string        `json:"testhook"` // the UI's test hook, which the probe drives muxterm's page through
 	Reps      int           `json:"reps"`
 	IdleN     int           `json:"idle_n"`        // keystrokes from idle per repetition
 	IdlePause time.Duration `json:"idle_pause_ns"` // the pause before each of them
@@ -48,6 +49,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.Gateway, "gateway", "bin/gateway", "muxterm's gateway binary (it serves the embedded UI)")
 	fs.StringVar(&c.TTYD, "ttyd", "", "ttyd binary (scripts/build-ttyd.sh builds one); required")
 	fs.StringVar(&c.Chromium, "chromium", "/usr/bin/chromium", "Chromium binary")
+	fs.StringVar(&c.TestHook, "testhook", "frontend/dist-test/testhook.js", "the UI's test hook (built beside the UI, never embedded in the gateway); the probe drives muxterm's page through it")
 	fs.IntVar(&c.Reps, "reps", 5, "interleaved repetitions")
 	fs.IntVar(&c.IdleN, "idle-n", 30, "keystrokes from idle per repetition")
 	fs.DurationVar(&c.IdlePause, "idle-pause", 300*time.Millisecond, "pause before each keystroke from idle")
@@ -81,7 +83,7 @@ func parseFlags(args []string) (config, error) {
 	if c.TTYD == "" {
 		return c, errors.New("-ttyd is required (scripts/build-ttyd.sh builds ttyd in a scratch folder)")
 	}
-	for name, p := range map[string]string{"-gateway": c.Gateway, "-ttyd": c.TTYD, "-chromium": c.Chromium} {
+	for name, p := range map[string]string{"-gateway": c.Gateway, "-ttyd": c.TTYD, "-chromium": c.Chromium, "-testhook": c.TestHook} {
 		if _, err := os.Stat(p); err != nil {
 			return c, fmt.Errorf("%s: %w", name, err)
 		}

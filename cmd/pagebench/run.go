@@ -44,6 +44,11 @@ func pages(cfg config) []string {
 
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	started := time.Now()
+	hook, err := os.ReadFile(cfg.TestHook)
+	if err != nil {
+		return fmt.Errorf("the UI's test hook (make frontend builds it): %w", err)
+	}
+	pageJS = string(hook) + "\n" + probeJS
 	dir, err := os.MkdirTemp("", "pagebench-")
 	if err != nil {
 		return fmt.Errorf("scratch dir: %w", err)
