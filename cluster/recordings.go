@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/muxterm/muxterm/internal/record"
@@ -217,7 +218,9 @@ func (n *Node) recordingStore(ctx context.Context, create bool) (jetstream.Objec
 			Description: "muxterm recordings: <recording id> → its asciicast file", TTL: ret.MaxAge,
 			Storage: jetstream.FileStorage, Replicas: n.cfg.Replicas})
 	} else {
-		obs, err = n.js.ObjectStore(ctx, RecordingsBucket)
+		obs, err = jsRetry(ctx, jsAttempt, func(ctx context.Context) (jetstream.ObjectStore, error) {
+			return n.js.ObjectStore(ctx, RecordingsBucket)
+		})
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			return nil, nil
 		}
@@ -340,7 +343,9 @@ func (n *Node) Recordings(ctx context.Context, principal string, admin bool, id 
 		return nil, err
 	}
 	if obs != nil {
-		infos, err := obs.List(ctx)
+		infos, err := jsRetry(ctx, jsAttempt, func(ctx context.Context) ([]*jetstream.ObjectInfo, error) {
+			return obs.List(ctx)
+		})
 		if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
 			return nil, fmt.Errorf("recordings: list the store: %w", err)
 		}
@@ -445,7 +450,9 @@ func (n *Node) readStored(ctx context.Context, principal string, admin bool, p p
 	if err != nil || obs == nil {
 		return proto.RecordingReadResult{}, cmp.Or(err, mux.ErrNotRemote)
 	}
-	oi, err := obs.GetInfo(ctx, p.Recording)
+	oi, err := jsRetry(ctx, jsAttempt, func(ctx context.Context) (*jetstream.ObjectInfo, error) {
+		return obs.GetInfo(ctx, p.Recording)
+	})
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return proto.RecordingReadResult{}, mux.ErrNotRemote
 	}
@@ -491,7 +498,8 @@ func (n *Node) storedContent(ctx context.Context, obs jetstream.ObjectStore, oi 
 	if size, _ := strconv.ParseInt(m[metaBytes], 10, 64); size > MaxStoredRecording {
 		return nil, fmt.Errorf("recordings: %s: %d bytes, larger than the store's bound", oi.Name, size)
 	}
-	data, err := obs.GetBytes(ctx, oi.Name)
+	// No bound per attempt: a large recording may take a while to arrive.
+	data, err := jsRetry(ctx, 0, func(ctx context.Context) ([]byte, error) { return obs.GetBytes(ctx, oi.Name) })
 	if err != nil {
 		return nil, fmt.Errorf("recordings: get %s: %w", oi.Name, err)
 	}
@@ -579,7 +587,9 @@ func (n *Node) storedNames() (map[string]bool, error) {
 	if err != nil || obs == nil {
 		return map[string]bool{}, err
 	}
-	list, err := obs.List(ctx)
+	list, err := jsRetry(ctx, jsAttempt, func(ctx context.Context) ([]*jetstream.ObjectInfo, error) {
+		return obs.List(ctx)
+	})
 	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, fmt.Errorf("recordings: list the store: %w", err)
 	}
@@ -588,4 +598,35 @@ func (n *Node) storedNames() (map[string]bool, error) {
 		stored[oi.Name] = true
 	}
 	return stored, nil
+}
+
+// jsAttempt bounds one attempt of a read of the store within its caller's deadline.
+const jsAttempt = opTimeout / 2
+
+// jsRetry runs op until it succeeds, fails for good, or ctx ends. While a stream's leader is
+// being elected (a store just created, a node just started or lost), JetStream answers "no
+// responders", or a request goes unanswered: each attempt gets at most attempt of ctx's time
+// (0: all of it), and those two failures are tried again after a backoff (50 ms, doubling to
+// 1 s). The last attempt's error is returned.
+func jsRetry[T any](ctx context.Context, attempt time.Duration, op func(context.Context) (T, error)) (T, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if attempt > 0 {
+			actx, cancel = context.WithTimeout(ctx, attempt)
+		}
+		v, err := op(actx)
+		cancel()
+		transient := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+			errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+		if err == nil || !transient || ctx.Err() != nil {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }

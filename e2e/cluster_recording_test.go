@@ -197,9 +197,14 @@ func TestClusterRecordingOfACrashStoredAtRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Listed as ended through b is not yet stored (b asks a too): a says when it stored it.
 	testutil.WaitFor(t, 20*time.Second, "the first recording stored", func() bool {
-		list, err := cb.Recordings(ctx, first.Session())
-		return err == nil && len(list) == 1 && !list[0].Active
+		for _, l := range strings.Split(a.Logs(), "\n") {
+			if strings.Contains(l, `msg="recordings: stored"`) && strings.Contains(l, " recording="+first.Session()+" ") {
+				return true
+			}
+		}
+		return false
 	})
 
 	ch := catSession(ctx, t, ca)
