@@ -41,6 +41,8 @@ type config struct {
 	Variants  []string      `json:"variants,omitempty"`  // NAME=BIN: more gateways (other builds of the UI) measured beside muxterm
 	JSON      string        `json:"json,omitempty"`
 	MD        string        `json:"md,omitempty"`
+	// CPUProfile: a directory for a CPU profile of each page's bulk output (empty: none).
+	CPUProfile string `json:"cpuprofile,omitempty"`
 }
 
 func parseFlags(args []string) (config, error) {
@@ -74,6 +76,7 @@ func parseFlags(args []string) (config, error) {
 	})
 	fs.StringVar(&c.JSON, "json", "bench-results/page.json", "write the report as JSON here (empty: don't)")
 	fs.StringVar(&c.MD, "md", "", "also write the Markdown table here")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "profile each page's JavaScript during the bulk output into DIR/SERVER-RENDERER-REP.cpuprofile (Chrome DevTools' Performance panel opens it); the sampling slows both pages alike")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/profiler"
 	"github.com/chromedp/chromedp"
 )
 
@@ -105,7 +106,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 					url = g.base + "/?renderer=" + r + "&token=" + tokens[s]
 				}
 				t := time.Now()
-				m, err := measure(ctx, bctx, cfg, s, r, url)
+				m, err := measure(ctx, bctx, cfg, s, r, url, rep+1)
 				if err != nil {
 					return fmt.Errorf("repetition %d, %s, %s: %w", rep+1, s, r, err)
 				}
@@ -161,7 +162,7 @@ func rotate(vs []string, rep int) []string {
 
 // measure runs every measurement on a fresh page (a fresh browser context, so muxterm's UI
 // starts with one new session) and closes it.
-func measure(ctx context.Context, bctx context.Context, cfg config, server, renderer, url string) (m measurement, err error) {
+func measure(ctx context.Context, bctx context.Context, cfg config, server, renderer, url string, rep int) (m measurement, err error) {
 	m = measurement{Server: server, Renderer: renderer}
 	p, err := openPage(bctx, url, true)
 	if err != nil {
@@ -181,7 +182,11 @@ func measure(ctx context.Context, bctx context.Context, cfg config, server, rend
 	if m.Load, m.LoadDelivery, m.Discards, err = underLoad(ctx, p, cfg, server, url); err != nil {
 		return m, fmt.Errorf("under load: %w", err)
 	}
-	if m.Bulk, m.LongTasks, err = bulk(p, cfg.SeqN); err != nil {
+	prof := ""
+	if cfg.CPUProfile != "" {
+		prof = filepath.Join(cfg.CPUProfile, fmt.Sprintf("%s-%s-%d.cpuprofile", server, renderer, rep))
+	}
+	if m.Bulk, m.LongTasks, err = bulk(p, cfg.SeqN, prof); err != nil {
 		return m, fmt.Errorf("bulk output: %w", err)
 	}
 	if m.HeapMiB, m.BackingMiB, err = p.heapMiB(); err != nil {
@@ -263,7 +268,7 @@ func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms,
 
 // bulk types `seq 1 N`, then times Enter to the frame that shows N on its own row, with the
 // frames between and the long tasks that started between.
-func bulk(p *tab, n int) (keyResult, []float64, error) {
+func bulk(p *tab, n int, prof string) (keyResult, []float64, error) {
 	cmd := fmt.Sprintf("seq 1 %d", n)
 	if err := p.typeText(cmd); err != nil {
 		return keyResult{}, nil, err
@@ -271,9 +276,40 @@ func bulk(p *tab, n int) (keyResult, []float64, error) {
 	if err := p.waitJS(fmt.Sprintf("window.__pb.hasRow(%q)", "$ "+cmd), 10*time.Second); err != nil {
 		return keyResult{}, nil, err
 	}
+	if prof != "" {
+		if err := chromedp.Do(p.ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			if _, err := cdp.Call(ctx, tg, profiler.Enable, cdp.Empty{}); err != nil {
+				return err
+			}
+			if _, err := cdp.Call(ctx, tg, profiler.SetSamplingInterval, profiler.SetSamplingIntervalParams{Interval: 200}); err != nil {
+				return err
+			}
+			_, err := cdp.Call(ctx, tg, profiler.Start, cdp.Empty{})
+			return err
+		})); err != nil {
+			return keyResult{}, nil, fmt.Errorf("start the profiler: %w", err)
+		}
+	}
 	r, err := p.timed(fmt.Sprint(n), true, charKey('\r'), 10*time.Minute)
 	if err != nil {
 		return r, nil, err
+	}
+	if prof != "" {
+		var pr *profiler.Profile
+		if err := chromedp.Do(p.ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			res, err := cdp.Call(ctx, tg, profiler.Stop, cdp.Empty{})
+			pr = res.Profile
+			return err
+		})); err != nil {
+			return r, nil, fmt.Errorf("stop the profiler: %w", err)
+		}
+		b, err := json.Marshal(pr)
+		if err != nil {
+			return r, nil, err
+		}
+		if err := writeFile(prof, b); err != nil {
+			return r, nil, err
+		}
 	}
 	if err := p.waitJS("window.__pb.hasRow('$ ')", 30*time.Second); err != nil {
 		return r, nil, err
