@@ -167,9 +167,10 @@
 // attach with a size or a resize) and a used stamp from Session.sizeSeq (bumped when it declares
 // a size, and when it types under the latest policy: Viewer.Write). applySize computes the
 // policy's size over them (wantSizeLocked, under Session.mu), then, if it differs from the
-// applied one, does the TIOCSWINSZ ioctl with only Session.resizeMu held, stores the size, bumps
-// Session.sizeGen and wakes every viewer. It runs after a viewer declares a size, types (when
-// that makes it the latest) or leaves (Viewer.Close, CloseHolding: after Session.mu is released).
+// applied one, does the TIOCSWINSZ ioctl with only Session.resizeMu held (and the screen.mu of a
+// painted attach that declares its size), stores the size, bumps Session.sizeGen and wakes every
+// viewer. It runs after a viewer declares a size, types (when that makes it the latest) or
+// leaves (Viewer.Close, CloseHolding: after Session.mu is released).
 // Each computation is fresh under resizeMu, so concurrent changes end with the size of the final
 // state. A socket's writer compares sizeGen (an atomic) with the generation its channel last
 // reported.
@@ -405,9 +406,10 @@
 //     hang-up.
 //   - Session.resizeMu: serialises computing and applying the window size (applySize,
 //     Session.Resize), so the size stored is the size applied and the last computation wins; held
-//     across the TIOCSWINSZ ioctl (through SyscallConn().Control), with no other lock; taken
-//     before Session.mu, never while holding Session.mu or Registry.mu (a leaving viewer applies
-//     the size after releasing Session.mu).
+//     across the TIOCSWINSZ ioctl (through SyscallConn().Control), with no other lock but, when a
+//     painted attach declares its size, its screen.mu; taken before Session.mu, never while
+//     holding Session.mu or Registry.mu (a leaving viewer applies the size after releasing
+//     Session.mu).
 //   - Session.inMu: inQueue, inDraining; held across one non-blocking write(2) attempt on the
 //     master, so input stays in order; taken before Session.mu when a write fails (never after).
 //   - readPoller.mu: ep, epfd, sessions, next (the readers' epoll fd and the token → session
