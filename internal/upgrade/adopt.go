@@ -113,7 +113,8 @@ func Take(log *slog.Logger, killGrace time.Duration) (*State, error) {
 		err = session.DecodeHandover(data, handoverVersion(), st)
 	}
 	if err == nil && breakAdoption != "" {
-		err = errors.New("adoption broken by this build (-X internal/upgrade.breakAdoption)")
+		err = errors.New("adoption broken by this build " +
+			"(-X github.com/muxterm/muxterm/internal/upgrade.breakAdoption)")
 	}
 	if err == nil && st.Sessions == nil {
 		st.Sessions = &session.HandoverState{}

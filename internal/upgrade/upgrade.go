@@ -440,7 +440,8 @@ func truncate(b []byte, n int) string {
 // lock keeps any concurrent fork from inheriting them, and a failed exec sets it again.
 func execKeeping(bin string, argv, env []string, keep []int) error {
 	if breakExec != "" {
-		return fmt.Errorf("exec %s: broken by this build (-X internal/upgrade.breakExec)", bin)
+		return fmt.Errorf("exec %s: broken by this build "+
+			"(-X github.com/muxterm/muxterm/internal/upgrade.breakExec)", bin)
 	}
 	syscall.ForkLock.Lock()
 	defer syscall.ForkLock.Unlock()
