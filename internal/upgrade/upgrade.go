@@ -184,29 +184,55 @@ func binaryPath() (string, error) {
 	return filepath.Abs(p)
 }
 
-// Upgrader runs an upgrade in place on SIGUSR2.
-type Upgrader struct {
-	log     *slog.Logger
-	version string // this build's, handed on as FromVersion
-	bin     string // binaryPath at the first start; "" when it could not be resolved
-	Token   string // the generated token, handed on
-	wait    time.Duration
-	// listeners by name, before any TLS wrapping, and the servers serving them.
-	listeners map[string]*gateway.HandoverListener
-	servers   []*http.Server
-	gw        *gateway.Gateway
-	reg       *session.Registry
-	// stopReaper stops the reaper's loop and returns once it has ended.
-	stopReaper func()
-	// Terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived.
+// Options wire an Upgrader (New).
+type Options struct {
+	// Logger receives the upgrade's log lines. Required.
+	Logger *slog.Logger
+	// Version is this build's, handed on as State.FromVersion.
+	Version string
+	// Wait bounds the sockets' end (gateway.Gateway.Restart) and, separately, the sessions'
+	// quiesce (session.Registry.Handover): cmd/gateway's --shutdown-timeout. Required.
+	Wait time.Duration
+	// Binary is the path upgrades read the binary from: the one the previous image handed
+	// over (State.BinaryPath). Default (""): argv[0] resolved at New; if that fails, every
+	// upgrade is refused.
+	Binary string
+	// Listeners are the listeners by name ("main", "metrics"), before any TLS wrapping, and
+	// Servers the HTTP servers serving them. An upgrade stops both; one that serves again
+	// replaces them with what Resume returns.
+	Listeners map[string]*gateway.HandoverListener
+	Servers   []*http.Server
+	// Gateway and Registry are what an upgrade quiesces (the sockets, the sessions). Required.
+	Gateway  *gateway.Gateway
+	Registry *session.Registry
+	// StopReaper stops the reaper's loop and returns once it has ended (or its own wait ran
+	// out). Required.
+	StopReaper func()
+	// Token is the generated token, handed on (State.Token). Default (""): none was generated.
+	Token string
+	// Terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived; the new image
+	// then shuts down once it has adopted everything (State.Terminate). Default (nil): never.
 	Terminating func() bool
 	// Resume serves again in this image, on new listeners made from duplicates of the sockets
 	// (fds by name, which stay the Upgrader's to close), with a new reaper loop, after an
 	// upgrade past the point of no return that could not exec; it returns the new listeners (by
 	// name, before any TLS wrapping) and the servers serving them, which the next upgrade
-	// stops. nil: the gateway shuts down instead.
+	// stops. Default (nil): the gateway shuts down instead (ErrAborted).
 	Resume func(fds map[string]int) (map[string]*gateway.HandoverListener, []*http.Server, error)
-	busy   atomic.Bool
+}
+
+// Upgrader runs an upgrade in place on SIGUSR2.
+type Upgrader struct {
+	// immutable after New (opts.Listeners and opts.Servers are only the first ones):
+	opts Options
+	log  *slog.Logger // opts.Logger
+	bin  string       // opts.Binary or binaryPath at New; "" when it could not be resolved
+
+	busy atomic.Bool // an Upgrade runs; the one that set it owns the fields below
+
+	// listeners and servers are the current ones: Upgrade stops them, abort replaces them.
+	listeners map[string]*gateway.HandoverListener
+	servers   []*http.Server
 }
 
 // ErrAborted: the upgrade got past the point of no return, could not exec, and this
@@ -265,10 +291,10 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	}
 	u.log.Info("upgrade: the new binary can adopt this state; quiescing", "binary", u.bin,
 		"state_version", handoverVersion(), "dry_run", time.Since(signalled).Round(time.Microsecond))
-	ctx, cancel := context.WithTimeout(context.Background(), u.wait)
+	ctx, cancel := context.WithTimeout(context.Background(), u.opts.Wait)
 	defer cancel()
 	// From here on there is no way back but the fallback exec of this very image.
-	u.stopReaper()
+	u.opts.StopReaper()
 	// The listeners stop accepting (the duplicates keep the sockets and their backlogs). The
 	// HTTP servers close their idle keep-alive connections and answer every request already
 	// accepted, with Connection: close (not http.Server.Shutdown: it drops a request it reads
@@ -281,7 +307,7 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	for _, srv := range u.servers {
 		srv.SetKeepAlivesEnabled(false)
 	}
-	if err := u.gw.Restart(ctx); err != nil {
+	if err := u.opts.Gateway.Restart(ctx); err != nil {
 		u.log.Warn("upgrade: sockets did not end in time; their viewers hold no resume", "err", err)
 	}
 	restarted := time.Now()
@@ -303,8 +329,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	drained := time.Now()
 	// The readers get a wait of their own: ctx may be spent by a socket that did not end, and
 	// only a reader that does not stop fails the quiesce.
-	hctx, hcancel := context.WithTimeout(context.Background(), u.wait)
-	st, err := u.reg.Handover(hctx)
+	hctx, hcancel := context.WithTimeout(context.Background(), u.opts.Wait)
+	st, err := u.opts.Registry.Handover(hctx)
 	hcancel()
 	if err != nil {
 		u.log.Error("upgrade: quiescing failed", "err", err)
@@ -315,8 +341,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	if self > 0 {
 		defer unix.Close(self) // still here: the exec failed
 	}
-	state := &State{FromVersion: u.version, Signalled: signalled, Token: u.Token,
-		Listeners: fds, Sessions: st, Terminate: u.Terminating != nil && u.Terminating(),
+	state := &State{FromVersion: u.opts.Version, Signalled: signalled, Token: u.opts.Token,
+		Listeners: fds, Sessions: st, Terminate: u.opts.Terminating != nil && u.opts.Terminating(),
 		Binary: u.bin, Comm: ownComm(), Image: self, Stopped: stopped, Quiesced: quiesced}
 	memfd, err := session.WriteHandoverMemfd(handoverVersion(), state)
 	if err != nil {
@@ -351,24 +377,24 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 // caller shuts down.
 func (u *Upgrader) abort(st *session.HandoverState, fds map[string]int) error {
 	if st != nil {
-		u.reg.ResumeHandover(st)
+		u.opts.Registry.ResumeHandover(st)
 	}
 	defer func() {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
 	}()
-	if u.Resume == nil {
+	if u.opts.Resume == nil {
 		return ErrAborted
 	}
-	lns, servers, err := u.Resume(fds)
+	lns, servers, err := u.opts.Resume(fds)
 	if err != nil {
 		u.log.Error("upgrade: serving again failed; shutting down", "err", err)
 		return ErrAborted
 	}
 	u.listeners, u.servers = lns, servers
 	u.log.Warn("upgrade failed after the sockets were closed; this image serves again, with every session",
-		"sessions", u.reg.Len())
+		"sessions", u.opts.Registry.Len())
 	return ErrFailed
 }
 
@@ -465,23 +491,17 @@ func restoreCloexec(fds []int) {
 	}
 }
 
-// New wires an Upgrader for this build's version; msrv may be nil.
-// bin is the path the previous image handed over (State.Binary), "" when started fresh:
-// then it is resolved here.
-func New(log *slog.Logger, version string, wait time.Duration, bin string, listeners map[string]*gateway.HandoverListener, srv, msrv *http.Server,
-	gw *gateway.Gateway, reg *session.Registry, stopReaper func()) *Upgrader {
-	u := &Upgrader{log: log, version: version, wait: wait, listeners: listeners, servers: []*http.Server{srv},
-		gw: gw, reg: reg, stopReaper: stopReaper}
-	if msrv != nil {
-		u.servers = append(u.servers, msrv)
-	}
-	if bin == "" {
+// New wires an Upgrader as opts say.
+func New(opts Options) *Upgrader {
+	u := &Upgrader{opts: opts, log: opts.Logger, bin: opts.Binary, listeners: opts.Listeners,
+		servers: opts.Servers}
+	if u.bin == "" {
 		var err error
-		if bin, err = binaryPath(); err != nil {
-			log.Warn("upgrade in place unavailable: the binary's path cannot be resolved", "err", err)
+		if u.bin, err = binaryPath(); err != nil {
+			u.log.Warn("upgrade in place unavailable: the binary's path cannot be resolved",
+				"err", err)
 		}
 	}
-	u.bin = bin
 	return u
 }
 
