@@ -26,6 +26,8 @@
 // # Goroutines
 //
 // None of its own. Upgrader.Upgrade runs on the caller's goroutine (cmd/gateway's signal loop),
-// and Resume with it; a second Upgrade meanwhile is refused (Upgrader.busy). The dry run's
-// child is waited for by that goroutine.
+// and Options.Resume with it; a second Upgrade meanwhile is refused (Upgrader.busy). The dry
+// run's child is waited for by that goroutine. A State belongs to one goroutine (the Upgrade
+// that builds it, the new image's run that takes it); only its adoption gate's channel is
+// shared, with the HTTP handlers that wait on it (State's doc).
 package upgrade

@@ -136,6 +136,12 @@ func HandoverCheck(args []string, stdout io.Writer, version string, checkConfig 
 }
 
 // State is the whole handover: the gateway's part and the registry's.
+//
+// A State belongs to one goroutine, and its methods are not safe for concurrent use. In the old
+// image that is the one running Upgrader.Upgrade, which builds and encodes it. In the new image
+// it is cmd/gateway's run, which takes it (Take), marks its steps, adopts it and opens its gate,
+// and, as the signal loop, asks StopRequested. The one part other goroutines see is the
+// adoption gate (Gate): HTTP handlers wait on its channel, which OpenGate closes.
 type State struct {
 	FromVersion string
 	Signalled   time.Time // when SIGUSR2 arrived, for the log line of the next image
@@ -222,6 +228,14 @@ type Options struct {
 }
 
 // Upgrader runs an upgrade in place on SIGUSR2.
+//
+// Upgrade may be called from any goroutine (cmd/gateway calls it from its signal loop only),
+// but one upgrade runs at a time: a call while another runs is refused at once (busy). The
+// goroutine whose call runs owns the Upgrader's listeners and servers for that long (it stops
+// them and, serving again, replaces them with what Options.Resume returned; the next call sees
+// those), and calls Options.StopReaper, Terminating and Resume on itself. Everything else is
+// immutable after New. An Upgrader starts no goroutine: the dry run's child is waited for by the
+// calling one.
 type Upgrader struct {
 	// immutable after New (opts.Listeners and opts.Servers are only the first ones):
 	opts Options
@@ -230,7 +244,8 @@ type Upgrader struct {
 
 	busy atomic.Bool // an Upgrade runs; the one that set it owns the fields below
 
-	// listeners and servers are the current ones: Upgrade stops them, abort replaces them.
+	// owned by the running Upgrade: the current listeners and servers, which it stops, and
+	// which abort replaces when this image serves again.
 	listeners map[string]*gateway.HandoverListener
 	servers   []*http.Server
 }
