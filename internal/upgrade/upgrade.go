@@ -111,7 +111,8 @@ func init() {
 // HandoverCheck runs the dry run when args start with --handover-check: it reports whether
 // it can adopt the version named, and whether it handled args. version is this build's;
 // checkConfig parses the rest of args as the gateway would, and loads the files it loads.
-func HandoverCheck(args []string, stdout io.Writer, version string, checkConfig func([]string) error) (handled bool, code int) {
+func HandoverCheck(args []string, stdout io.Writer, version string,
+	checkConfig func([]string) error) (handled bool, code int) {
 	if len(args) == 0 || args[0] != handoverCheckFlag {
 		return false, 0
 	}
@@ -121,7 +122,8 @@ func HandoverCheck(args []string, stdout io.Writer, version string, checkConfig 
 	}
 	v, err := strconv.ParseUint(args[1], 10, 32)
 	if err != nil || uint32(v) != handoverVersion() {
-		fmt.Fprintf(stdout, "muxterm %s: cannot adopt handover state version %s (reads %d)\n", version, args[1], handoverVersion())
+		fmt.Fprintf(stdout, "muxterm %s: cannot adopt handover state version %s (reads %d)\n",
+			version, args[1], handoverVersion())
 		return true, 3
 	}
 	// The configuration the new image will be started with (the same flags and environment):
@@ -131,7 +133,8 @@ func HandoverCheck(args []string, stdout io.Writer, version string, checkConfig 
 		fmt.Fprintf(stdout, "muxterm %s: cannot start with this configuration: %v\n", version, err)
 		return true, 3
 	}
-	fmt.Fprintf(stdout, "muxterm %s: can adopt handover state version %d\n", version, handoverVersion())
+	fmt.Fprintf(stdout, "muxterm %s: can adopt handover state version %d\n", version,
+		handoverVersion())
 	return true, 0
 }
 
@@ -258,14 +261,16 @@ var (
 	ErrFailed  = errors.New("upgrade failed after quiescing; serving again")
 )
 
-// breakExec, when set to 1, makes every exec of an upgrade fail (the fallback's too). For the test of an upgrade that serves again.
+// breakExec, when set to 1, makes every exec of an upgrade fail (the fallback's too). For the
+// test of an upgrade that serves again.
 var breakExec = ""
 
 // Upgrade copies the binary into a sealed memfd (holdImage), asks that copy whether it can
-// adopt this state, then quiesces everything and execs the same copy. It returns only when the upgrade was refused (nothing changed: the gateway serves on),
-// or when the quiesce failed after the sockets were closed or even the fallback exec failed:
-// then the sessions go back to this image, which serves again (ErrFailed), or, if that
-// fails too, ErrAborted (docs/operations.md: the gateway then shuts down).
+// adopt this state, then quiesces everything and execs the same copy. It returns only when the
+// upgrade was refused (nothing changed: the gateway serves on), or when the quiesce failed
+// after the sockets were closed or even the fallback exec failed: then the sessions go back to
+// this image, which serves again (ErrFailed), or, if that fails too, ErrAborted
+// (docs/operations.md: the gateway then shuts down).
 func (u *Upgrader) Upgrade(signalled time.Time) error {
 	if !u.busy.CompareAndSwap(false, true) {
 		u.log.Warn("upgrade refused: an upgrade is running")
@@ -287,7 +292,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 		return err
 	}
 	if holdAfterCheck != "" {
-		u.log.Info("upgrade: held after the dry run until " + holdAfterCheck + " is opened (a test build)")
+		u.log.Info("upgrade: held after the dry run until " + holdAfterCheck +
+			" is opened (a test build)")
 		if f, err := os.Open(holdAfterCheck); err == nil {
 			f.Close()
 		}
@@ -305,7 +311,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 		fds[name] = fd
 	}
 	u.log.Info("upgrade: the new binary can adopt this state; quiescing", "binary", u.bin,
-		"state_version", handoverVersion(), "dry_run", time.Since(signalled).Round(time.Microsecond))
+		"state_version", handoverVersion(),
+		"dry_run", time.Since(signalled).Round(time.Microsecond))
 	ctx, cancel := context.WithTimeout(context.Background(), u.opts.Wait)
 	defer cancel()
 	// From here on there is no way back but the fallback exec of this very image.
@@ -334,7 +341,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	dctx, dcancel := context.WithTimeout(context.Background(), drainWait)
 	for name, ln := range u.listeners {
 		if err := ln.Drain(dctx); err != nil {
-			u.log.Warn("upgrade: connections that sent no request are closed", "listener", name, "err", err)
+			u.log.Warn("upgrade: connections that sent no request are closed",
+				"listener", name, "err", err)
 		}
 	}
 	dcancel()
@@ -374,7 +382,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	env := append(os.Environ(), handoverEnv+"="+strconv.Itoa(memfd))
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 	u.log.Info("upgrade: executing", "binary", u.bin, "sessions", len(st.Sessions),
-		"quiesce", r(time.Since(signalled)), "sockets", r(restarted.Sub(stopped)), "drain", r(drained.Sub(restarted)),
+		"quiesce", r(time.Since(signalled)), "sockets", r(restarted.Sub(stopped)),
+		"drain", r(drained.Sub(restarted)),
 		"handover", r(quiesced.Sub(drained)), "encode", r(time.Since(quiesced)))
 	// The checked copy, not the path: argv stays os.Args, so the new image's argv[0] is this
 	// one's.
@@ -408,7 +417,8 @@ func (u *Upgrader) abort(st *session.HandoverState, fds map[string]int) error {
 		return ErrAborted
 	}
 	u.listeners, u.servers = lns, servers
-	u.log.Warn("upgrade failed after the sockets were closed; this image serves again, with every session",
+	u.log.Warn("upgrade failed after the sockets were closed; "+
+		"this image serves again, with every session",
 		"sessions", u.opts.Registry.Len())
 	return ErrFailed
 }
@@ -445,7 +455,8 @@ func Relisten(fds map[string]int) (map[string]*gateway.HandoverListener, error) 
 func (u *Upgrader) check(img *os.File) error {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
-	args := append([]string{handoverCheckFlag, strconv.FormatUint(uint64(handoverVersion()), 10)}, os.Args[1:]...)
+	args := append([]string{handoverCheckFlag, strconv.FormatUint(uint64(handoverVersion()), 10)},
+		os.Args[1:]...)
 	cmd := exec.CommandContext(ctx, "/proc/self/fd/3", args...)
 	cmd.Args[0] = u.bin
 	cmd.ExtraFiles = []*os.File{img}
@@ -465,7 +476,8 @@ func (u *Upgrader) check(img *os.File) error {
 		return fmt.Errorf("dry run %s: no answer within %v", handoverCheckFlag, checkTimeout)
 	}
 	if err != nil {
-		return fmt.Errorf("dry run %s %d: %w: %q", handoverCheckFlag, handoverVersion(), err, truncate(out, 200))
+		return fmt.Errorf("dry run %s %d: %w: %q", handoverCheckFlag, handoverVersion(), err,
+			truncate(out, 200))
 	}
 	return nil
 }
@@ -493,7 +505,8 @@ func execKeeping(bin string, argv, env []string, keep []int) error {
 		}
 	}
 	restore := ignoreAcrossExec() // sigaction.go
-	env = append(env[:len(env):len(env)], ignoredEnv+"="+strconv.FormatInt(time.Now().UnixNano(), 10))
+	env = append(env[:len(env):len(env)],
+		ignoredEnv+"="+strconv.FormatInt(time.Now().UnixNano(), 10))
 	err := syscall.Exec(bin, argv, env)
 	restore()
 	restoreCloexec(keep)
