@@ -3,13 +3,21 @@ package mux
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
 	"github.com/muxterm/muxterm/client"
 	"github.com/muxterm/muxterm/internal/testutil"
+	"github.com/muxterm/muxterm/otel"
 	"github.com/muxterm/muxterm/proto"
 )
 
@@ -95,6 +103,10 @@ type fakeRelay struct {
 	errs     []*proto.Error
 	detached bool
 	ended    bool
+	// resizeErr and signalErr are what Resize and Signal return (nil: they succeed); asked
+	// lists the calls that reached the relay ("resize 100x40", "signal INT").
+	resizeErr, signalErr error
+	asked                []string
 }
 
 func (r *fakeRelay) do(f func()) {
@@ -153,11 +165,22 @@ func (r *fakeRelay) Write(p []byte) error {
 	return nil
 }
 
-func (r *fakeRelay) Resize(context.Context, int, int) (proto.ResizeResult, error) {
-	return proto.ResizeResult{}, nil
+func (r *fakeRelay) Resize(_ context.Context, cols, rows int) (proto.ResizeResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked = append(r.asked, fmt.Sprintf("resize %dx%d", cols, rows))
+	if r.resizeErr != nil {
+		return proto.ResizeResult{}, r.resizeErr
+	}
+	return proto.ResizeResult{Cols: cols, Rows: rows}, nil
 }
 
-func (r *fakeRelay) Signal(context.Context, string) error { return nil }
+func (r *fakeRelay) Signal(_ context.Context, name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked = append(r.asked, "signal "+name)
+	return r.signalErr
+}
 
 func (r *fakeRelay) Close(detach bool) {
 	r.mu.Lock()
@@ -276,4 +299,115 @@ func TestRelayedChannel(t *testing.T) {
 		t.Fatalf("closed: reason %q, want node_lost", ch.Reason())
 	}
 	testutil.Await(t, r.changed, 10*time.Second, "the relay closed", func() bool { return r.get(func(r *fakeRelay) bool { return r.ended }) })
+}
+
+// wakeOnEnd is a span recorder that signals after each span ends: a relayed request's span ends
+// after its reply is written, so a test that read the reply waits for the span on this.
+type wakeOnEnd struct {
+	*tracetest.SpanRecorder
+	signal func()
+}
+
+func (w wakeOnEnd) OnEnd(s sdktrace.ReadOnlySpan) {
+	w.SpanRecorder.OnEnd(s)
+	w.signal()
+}
+
+// TestRelayedRequestErrors: a relayed session.resize or session.signal that the relay fails
+// gets the relay's error as its reply (a protocol error as it is, ErrNotRemote as
+// unknown_session, anything else as internal) and marks its span failed; session.closeStdin on
+// a relayed channel is refused with invalid_request without reaching the relay; and the channel
+// goes on serving requests after each failure.
+func TestRelayedRequestErrors(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	ended, signalEnded := testutil.WakeChan()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(wakeOnEnd{rec, signalEnded}))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tel := otel.Noop()
+	tel.Tracer = tp.Tracer(otel.ScopeName)
+	rem := &fakeRemote{}
+	s := newServer(t, ServerOptions{Remote: rem, Node: "a", Telemetry: tel}, nil)
+	c := s.dial(t)
+	ctx := testCtx(t)
+	ch, _, err := c.Attach(ctx, remoteID, nil)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	r := rem.relay
+
+	resize := func() error { return ch.Resize(ctx, 100, 40) }
+	signal := func() error { return ch.Signal(ctx, "INT") }
+	for _, tc := range []struct {
+		name     string
+		span     string // the request's span
+		call     func() error
+		asked    string // the relay's call
+		fail     *error // the fakeRelay's error field the case sets
+		err      error  // what the relay returns
+		wantKind string
+		wantCode int
+	}{
+		{"resize, the owner's error", otel.SpanSessionResize, resize, "resize 100x40", &r.resizeErr,
+			proto.ErrSessionClosed(remoteID, "killed"), proto.KindSessionClosed, proto.CodeSessionClosed},
+		{"resize, the relay's own failure", otel.SpanSessionResize, resize, "resize 100x40", &r.resizeErr,
+			errors.New("relay: the owner did not answer"), proto.KindInternal, proto.CodeInternal},
+		{"signal, the owner's error", otel.SpanSessionSignal, signal, "signal INT", &r.signalErr,
+			proto.ErrForbidden("read-only"), proto.KindForbidden, proto.CodeForbidden},
+		{"signal, the owner no longer has it", otel.SpanSessionSignal, signal, "signal INT", &r.signalErr,
+			ErrNotRemote, proto.KindUnknownSession, proto.CodeUnknownSession},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.do(func() { *tc.fail, r.asked = tc.err, nil })
+			before := len(rec.Ended())
+			err := tc.call()
+			var pe *proto.Error
+			if !errors.As(err, &pe) || pe.Kind() != tc.wantKind || pe.Code != tc.wantCode {
+				t.Fatalf("reply: got %v, want %s (%d)", err, tc.wantKind, tc.wantCode)
+			}
+			var asked []string
+			r.get(func(r *fakeRelay) bool { asked = slices.Clone(r.asked); return true })
+			if !slices.Equal(asked, []string{tc.asked}) {
+				t.Fatalf("the relay was asked %q, want %q", asked, tc.asked)
+			}
+			var span sdktrace.ReadOnlySpan
+			testutil.Await(t, ended, 10*time.Second, "the request's span ended", func() bool {
+				for _, s := range rec.Ended()[before:] {
+					if s.Name() == tc.span {
+						span = s
+						return true
+					}
+				}
+				return false
+			})
+			if st := span.Status(); st.Code != codes.Error || st.Description != tc.err.Error() {
+				t.Errorf("span status: got %v %q, want Error %q", st.Code, st.Description, tc.err.Error())
+			}
+			var owners *proto.Error
+			if errors.As(tc.err, &owners) {
+				want := semconv.RPCResponseStatusCode(strconv.Itoa(owners.Code))
+				if !slices.Contains(span.Attributes(), want) {
+					t.Errorf("span attributes: got %v, want %v", span.Attributes(), want)
+				}
+			}
+		})
+	}
+
+	// closeStdin is not relayed: refused here, the relay never asked.
+	r.do(func() { r.resizeErr, r.signalErr, r.asked = nil, nil, nil })
+	var pe *proto.Error
+	if err := ch.CloseStdin(ctx); !errors.As(err, &pe) || pe.Kind() != proto.KindInvalidRequest {
+		t.Fatalf("closeStdin on a relayed channel: got %v, want invalid_request", err)
+	}
+	// The channel goes on: the relay answers the next resize and signal.
+	if err := resize(); err != nil {
+		t.Fatalf("resize after the failures: %v", err)
+	}
+	if err := signal(); err != nil {
+		t.Fatalf("signal after the failures: %v", err)
+	}
+	var asked []string
+	r.get(func(r *fakeRelay) bool { asked = slices.Clone(r.asked); return true })
+	if want := []string{"resize 100x40", "signal INT"}; !slices.Equal(asked, want) {
+		t.Fatalf("the relay was asked %q, want %q", asked, want)
+	}
 }

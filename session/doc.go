@@ -157,7 +157,9 @@
 //   - Replay boundary: an attach's live offset is AttachInfo.End, the ring's end read under
 //     Session.mu in the same critical section that subscribes the viewer, so every byte below it
 //     was ingested before the attach and every byte from it on after (ingest appends under the
-//     same lock).
+//     same lock). A painted attach takes effect at its paint: when the paint caught up past that
+//     end (Registry.AttachWith), End is the paint's offset, and the bytes up to it are in the
+//     paint.
 //   - A viewer reports the exit once nothing is pending and the reader reached the end of output,
 //     or exitSettle (50 ms) after the exit when a descendant keeps the PTY open.
 //
@@ -167,9 +169,10 @@
 // attach with a size or a resize) and a used stamp from Session.sizeSeq (bumped when it declares
 // a size, and when it types under the latest policy: Viewer.Write). applySize computes the
 // policy's size over them (wantSizeLocked, under Session.mu), then, if it differs from the
-// applied one, does the TIOCSWINSZ ioctl with only Session.resizeMu held, stores the size, bumps
-// Session.sizeGen and wakes every viewer. It runs after a viewer declares a size, types (when
-// that makes it the latest) or leaves (Viewer.Close, CloseHolding: after Session.mu is released).
+// applied one, does the TIOCSWINSZ ioctl with only Session.resizeMu held (and the screen.mu of a
+// painted attach that declares its size), stores the size, bumps Session.sizeGen and wakes every
+// viewer. It runs after a viewer declares a size, types (when that makes it the latest) or
+// leaves (Viewer.Close, CloseHolding: after Session.mu is released).
 // Each computation is fresh under resizeMu, so concurrent changes end with the size of the final
 // state. A socket's writer compares sizeGen (an atomic) with the generation its channel last
 // reported.
@@ -405,9 +408,10 @@
 //     hang-up.
 //   - Session.resizeMu: serialises computing and applying the window size (applySize,
 //     Session.Resize), so the size stored is the size applied and the last computation wins; held
-//     across the TIOCSWINSZ ioctl (through SyscallConn().Control), with no other lock; taken
-//     before Session.mu, never while holding Session.mu or Registry.mu (a leaving viewer applies
-//     the size after releasing Session.mu).
+//     across the TIOCSWINSZ ioctl (through SyscallConn().Control), with no other lock but, when a
+//     painted attach declares its size, its screen.mu; taken before Session.mu, never while
+//     holding Session.mu or Registry.mu (a leaving viewer applies the size after releasing
+//     Session.mu).
 //   - Session.inMu: inQueue, inDraining; held across one non-blocking write(2) attempt on the
 //     master, so input stays in order; taken before Session.mu when a write fails (never after).
 //   - readPoller.mu: ep, epfd, sessions, next (the readers' epoll fd and the token → session

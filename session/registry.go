@@ -36,19 +36,21 @@ type Registry struct {
 	//	                  │              ├─▶ record Recorder.mu     (the reader's ingest, sizes, markers)
 	//	                  │              └─▶ mux conn.readyMu        (a viewer's wake)
 	//	                  └─▶ cluster Node.localMu ─▶ eventQueue.mu   (the registry's Observer)
-	//	Session.resizeMu ─▶ Session.mu        Session.inMu ─▶ Session.mu, record Recorder.mu (input)
+	//	screen.mu ─▶ Session.resizeMu ─▶ Session.mu   (a painted attach declares its size)
+	//	Session.inMu ─▶ Session.mu, record Recorder.mu (input)
 	//	Session.ptyMu ─▶ fdReserve.mu         child orphanReaper.gate ─▶ orphanReaper.mu ◀─ Waiter.mu
 	//	cluster relay.mu ─▶ client Channel.mu, client Client.mu
 	//	client Client.wmu ─▶ client Channel.mu, client Client.mu
 	//
 	// Taking Session.mu alone is fine; taking Registry.mu while holding a Session.mu, or a
-	// screen.mu while holding either, is a bug (a painted attach holds its session's screen.mu
-	// while it subscribes). A held master is re-armed after readPoller.mu or echoGroup.mu is
-	// released, never under it. Channel.mu and Client.mu are never held together. Nothing is
-	// taken under conn.mu, conn.readyMu, eventQueue.mu, Node.mu, Recorder.mu or any gateway
-	// mutex. No lock is held across a blocking PTY read or write, a socket write (except the Go
-	// client's Client.wmu, bounded by its write timeout), a wait for a process or a blocking
-	// channel send. Which fields each mutex guards: go doc of its package, section "Locks".
+	// screen.mu while holding Registry.mu, a Session.mu or a Session.resizeMu, is a bug (a
+	// painted attach holds its session's screen.mu while it subscribes and declares its size). A
+	// held master is re-armed after readPoller.mu or echoGroup.mu is released, never under it.
+	// Channel.mu and Client.mu are never held together. Nothing is taken under conn.mu,
+	// conn.readyMu, eventQueue.mu, Node.mu, Recorder.mu or any gateway mutex. No lock is held
+	// across a blocking PTY read or write, a socket write (except the Go client's Client.wmu,
+	// bounded by its write timeout), a wait for a process or a blocking channel send. Which
+	// fields each mutex guards: go doc of its package, section "Locks".
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closed   bool                 // Shutdown began; Open refuses

@@ -136,7 +136,8 @@ func (s *Session) wantSizeLocked() (want Size, ok bool) {
 // computes the size afresh under resizeMu, so after concurrent changes the last call applies
 // the size of the final state. The ioctl runs under resizeMu alone, never under s.mu. A change
 // bumps the size generation and wakes every viewer, so each socket's writer reports it. Call
-// with no lock held.
+// with no lock held but, for a painted attach's declared size (Registry.AttachWith), its
+// session's screen.mu.
 func (s *Session) applySize() (Size, error) {
 	s.resizeMu.Lock()
 	defer s.resizeMu.Unlock()

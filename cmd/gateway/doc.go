@@ -59,9 +59,11 @@
 //     upgrade that could not exec): accepting through a gateway.HandoverListener; it ends with
 //     http.Server.Shutdown or, on an upgrade, with its listener's Stop; the signal loop ignores
 //     the end of servers an upgrade shut down (serveResult).
-//   - The metrics server (with --metrics-listen, from run) and the pprof server (with
+//   - The metrics server (with --metrics-listen: server.serveMetrics, from run, again from
+//     server.resume after an upgrade that could not exec) and the pprof server (with
 //     --pprof-listen, loopback only, from servePprof): /metrics and /debug/pprof/ on their own
-//     addresses, until run returns (Close).
+//     addresses, until run returns (Close) or, for the metrics server, an upgrade quiesces
+//     (Close).
 //   - Retention of recordings (one, with --record, from run after the adoption: keepPruned):
 //     Registry.PruneRecordings every hour, until run returns.
 //   - The embedded NATS server's shutdown (one, when the cluster closes): the wait for it is

@@ -374,15 +374,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", reg.Len(),
 			"took", time.Since(ho.Signalled).Round(time.Microsecond))
 	}
-	s.up = upgrade.New(log, version, c.shutdownWait, ho.BinaryPath(), listeners, s.srv, s.msrv, gw, reg,
-		s.pauseReaper)
-	if generated {
-		s.up.Token = c.token
+	servers := []*http.Server{s.srv}
+	if s.msrv != nil {
+		servers = append(servers, s.msrv)
 	}
-	s.up.Terminating = func() bool { return ctx.Err() != nil }
-	// An upgrade that stopped serving and then could not exec serves again in this image, on
-	// the same sockets.
-	s.up.Resume = s.resume
+	uo := upgrade.Options{Logger: log, Version: version, Wait: c.shutdownWait, Binary: ho.BinaryPath(),
+		Listeners: listeners, Servers: servers, Gateway: gw, Registry: reg, StopReaper: s.pauseReaper,
+		Terminating: func() bool { return ctx.Err() != nil },
+		// An upgrade that stopped serving and then could not exec serves again in this image,
+		// on the same sockets.
+		Resume: s.resume}
+	if generated {
+		uo.Token = c.token
+	}
+	s.up = upgrade.New(uo)
 	return s.serve(ctx, ho)
 }
 

@@ -126,7 +126,7 @@ wait:
 // sessions are back in the registry (Registry.ResumeHandover): new listeners on duplicates of
 // the sockets fds (by name; they stay the caller's), a new reaper loop once the previous one
 // has ended, the gateway accepting sockets again, new servers. It returns the listeners (before
-// TLS) and the servers, which the next upgrade stops. Upgrader.Resume.
+// TLS) and the servers, which the next upgrade stops. upgrade.Options.Resume.
 func (s *server) resume(fds map[string]int) (map[string]*gateway.HandoverListener, []*http.Server, error) {
 	lns, err := upgrade.Relisten(fds)
 	if err != nil {

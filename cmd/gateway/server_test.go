@@ -37,6 +37,7 @@ func TestResumeAfterFailedExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = hl.Close() }) // closed already by then, unless the test failed early
 	addr := hl.Addr().String()
 	guard := gateway.NewConnGuard(gateway.GuardOptions{Logger: log})
 	ln, _, err := c.sec.secureListener(guard.Listener(hl), log)
@@ -60,9 +61,31 @@ func TestResumeAfterFailedExec(t *testing.T) {
 	s.startReaper()
 	s.serveMain(ln)
 	first := s.srv
+	// A run that fails half-way still ends every session (no cat outlives it), the reaper and
+	// both main servers, and takes their ends from serveErr (no Serve goroutine is left sending).
+	shutDown, ended := false, 0
+	t.Cleanup(func() {
+		if !shutDown {
+			if err := s.shutdown(); err != nil {
+				t.Errorf("shutdown at cleanup: %v", err)
+			}
+		}
+		started := 1
+		if s.srv != first {
+			started = 2
+		}
+		for ; ended < started; ended++ {
+			select {
+			case <-s.serveErr:
+			case <-time.After(10 * time.Second):
+				t.Errorf("a main server's Serve did not return")
+				return
+			}
+		}
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	resumed := make(chan struct{}, 1)
 	cl, err := client.Dial(ctx, "ws://"+addr+"/ws", client.DialOptions{Token: tok,
 		Reconnect: &client.ReconnectOptions{OnEvent: func(e client.ReconnectEvent) {
@@ -76,7 +99,7 @@ func TestResumeAfterFailedExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(func() { _ = cl.Close() }) // before the shutdown: the client does not reconnect into it
 	cat, err := cl.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"cat"}})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +117,7 @@ func TestResumeAfterFailedExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(fd)
+	t.Cleanup(func() { _ = unix.Close(fd) })
 	s.pauseReaper()
 	hl.Stop()
 	s.srv.SetKeepAlivesEnabled(false)
@@ -144,6 +167,7 @@ func TestResumeAfterFailedExec(t *testing.T) {
 	}
 	pid := cat.Pid()
 
+	shutDown = true
 	if err := s.shutdown(); err != nil {
 		t.Fatalf("shutdown after resume: %v", err)
 	}
@@ -151,7 +175,7 @@ func TestResumeAfterFailedExec(t *testing.T) {
 		t.Errorf("the session's process %d outlived the shutdown", pid)
 	}
 	// Both main servers' ends (the first closed by the upgrade, the second by the shutdown).
-	for range 2 {
+	for ; ended < 2; ended++ {
 		select {
 		case <-s.serveErr:
 		case <-time.After(10 * time.Second):

@@ -1,6 +1,7 @@
 // Package leakcheck fails a test binary whose tests leave goroutines, file descriptors or
-// child processes behind. The session, mux, reaper and gateway packages call Main from their
-// TestMain. It imports no muxterm package.
+// child processes behind. The packages whose tests start sessions, sockets or servers (session,
+// mux, reaper, gateway, cmd/gateway, client, cluster, ...) call Main from their TestMain. It
+// imports no muxterm package but internal/procfs.
 package leakcheck
 
 import (

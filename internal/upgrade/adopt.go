@@ -43,16 +43,18 @@ func (st *State) Mark(name string) {
 // (wall clock across the exec, monotonic after it): from the signal to the listeners' stop (the
 // dry run), the quiesce (sockets closed, connections drained, sessions snapshotted), the exec
 // (the state's encoding, the exec, the runtime's start up to internal/earlysignal's init), then
-// each step the new image marked (Mark); no_accept is the window from the listeners' stop to the new image's Serve,
-// in which connections wait in the backlog, adopted the time from the signal to the last
-// step, and unguarded the window in which a stop signal is not caught: from the old image's
-// SIG_IGN right before the exec to internal/earlysignal's init (docs/operations.md, Limits).
+// each step the new image marked (Mark); no_accept is the window from the listeners' stop to
+// the new image's Serve, in which connections wait in the backlog, adopted the time from the
+// signal to the last step, and unguarded the window in which a stop signal is not caught: from
+// the old image's SIG_IGN right before the exec to internal/earlysignal's init
+// (docs/operations.md, Limits).
 func (st *State) LogTimeline(log *slog.Logger) {
 	if st == nil || st.Stopped.IsZero() || st.Quiesced.IsZero() {
 		return
 	}
 	ms := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
-	attrs := []any{"stop", ms(st.Stopped.Sub(st.Signalled)), "quiesce", ms(st.Quiesced.Sub(st.Stopped)),
+	attrs := []any{"stop", ms(st.Stopped.Sub(st.Signalled)),
+		"quiesce", ms(st.Quiesced.Sub(st.Stopped)),
 		"exec", ms(earlysignal.Started.Sub(st.Quiesced))}
 	prev := earlysignal.Started
 	var serving time.Time
@@ -73,15 +75,16 @@ func (st *State) LogTimeline(log *slog.Logger) {
 	log.Info("upgrade timeline", attrs...)
 }
 
-// TearDownUnlessAdopted is deferred by the gateway's run: if it fails after the state was read and before
-// its sessions were adopted (a listener or a TLS key that no longer loads), the sessions'
-// processes must not outlive this process: they are torn down as a shutdown would.
+// TearDownUnlessAdopted is deferred by the gateway's run: if it fails after the state was read
+// and before its sessions were adopted (a listener or a TLS key that no longer loads), the
+// sessions' processes must not outlive this process: they are torn down as a shutdown would.
 func (st *State) TearDownUnlessAdopted(log *slog.Logger, killGrace time.Duration) {
 	if st == nil || st.adopted {
 		return
 	}
 	ended := session.KillOrphans(log, killGrace)
-	log.Error("upgrade: the new image could not start; the handed-over sessions were torn down", "ended", ended)
+	log.Error("upgrade: the new image could not start; the handed-over sessions were torn down",
+		"ended", ended)
 }
 
 // StopRequested reports whether the previous image was asked to stop during the upgrade.
@@ -104,7 +107,8 @@ func Take(log *slog.Logger, killGrace time.Duration) (*State, error) {
 		}
 		err := inheritedErr
 		ended := session.KillOrphans(log, killGrace)
-		log.Error("upgrade: handover state unreadable; previous sessions torn down", "err", err, "ended", ended)
+		log.Error("upgrade: handover state unreadable; previous sessions torn down",
+			"err", err, "ended", ended)
 		return nil, err
 	}
 	data, err := session.ReadHandoverFD(inheritedFD)
@@ -113,7 +117,8 @@ func Take(log *slog.Logger, killGrace time.Duration) (*State, error) {
 		err = session.DecodeHandover(data, handoverVersion(), st)
 	}
 	if err == nil && breakAdoption != "" {
-		err = errors.New("adoption broken by this build (-X internal/upgrade.breakAdoption)")
+		err = errors.New("adoption broken by this build " +
+			"(-X github.com/muxterm/muxterm/internal/upgrade.breakAdoption)")
 	}
 	if err == nil && st.Sessions == nil {
 		st.Sessions = &session.HandoverState{}
@@ -126,7 +131,8 @@ func Take(log *slog.Logger, killGrace time.Duration) (*State, error) {
 	}
 	if err != nil {
 		ended := session.KillOrphans(log, killGrace)
-		log.Error("upgrade: handover state cannot be adopted; previous sessions torn down", "err", err, "ended", ended)
+		log.Error("upgrade: handover state cannot be adopted; previous sessions torn down",
+			"err", err, "ended", ended)
 		return nil, fmt.Errorf("adopt handover state: %w", err)
 	}
 	return st, nil
@@ -159,9 +165,11 @@ func ListenOrInherit(st *State, name, addr string) (*gateway.HandoverListener, e
 	} else if ln, err = net.Listen("tcp", addr); err != nil {
 		err = fmt.Errorf("listen %s: %w", addr, err)
 		if errors.Is(err, unix.EADDRINUSE) && name == "main" {
-			err = fmt.Errorf("%w: another process listens there (another gateway?); choose another address with --listen (MUXTERM_LISTEN; make run: PORT=8300)", err)
+			err = fmt.Errorf("%w: another process listens there (another gateway?); choose "+
+				"another address with --listen (MUXTERM_LISTEN; make run: PORT=8300)", err)
 		} else if errors.Is(err, unix.EADDRINUSE) {
-			err = fmt.Errorf("%w: another process listens there; choose another address for --%s-listen", err, name)
+			err = fmt.Errorf("%w: another process listens there; choose another address for "+
+				"--%s-listen", err, name)
 		}
 	}
 	if err != nil {
@@ -230,7 +238,8 @@ func (g *adoptionGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			case <-t.C:
 				w.Header().Set("Connection", "close")
-				http.Error(w, "adopting sessions after an upgrade; try again", http.StatusServiceUnavailable)
+				http.Error(w, "adopting sessions after an upgrade; try again",
+					http.StatusServiceUnavailable)
 				return
 			}
 		}
@@ -270,7 +279,8 @@ func Adopt(st *State, reg *session.Registry, log *slog.Logger) {
 		log.Error("upgrade: sessions not adopted (torn down)", "adopted", n, "err", err)
 	}
 	log.Info("upgrade: sessions adopted", "adopted", n, "handed", len(st.Sessions.Sessions),
-		"took", time.Since(start).Round(time.Microsecond), "since_signal", time.Since(st.Signalled).Round(time.Microsecond))
+		"took", time.Since(start).Round(time.Microsecond),
+		"since_signal", time.Since(st.Signalled).Round(time.Microsecond))
 	reg.EndStrays(st.Sessions.Dying)
 	st.Sessions = nil // the rings' copies: run keeps st for as long as it runs
 }

@@ -3,12 +3,12 @@
 // the new image. How it works, step by step: docs/operations.md, "How an upgrade in place
 // works". The sessions' side (quiescing, the state's encoding, adopting) is session's
 // (handover.go); the sockets' side (Restart, Resume, the listeners' descriptors) is gateway's
-// (restart.go). cmd/gateway wires it (run; its server serves again through Upgrader.Resume) and
+// (restart.go). cmd/gateway wires it (run; its server serves again through Options.Resume) and
 // decides what follows an upgrade's outcome.
 //
 // The old image's side (upgrade.go): Signals (SIGUSR2, caught by internal/earlysignal), the
 // Upgrader and its Upgrade (the dry run of HandoverCheck, quiescing, the exec, or serving again
-// through Upgrader.Resume when it cannot exec: ErrFailed, else ErrAborted), Relisten; the
+// through Options.Resume when it cannot exec: ErrFailed, else ErrAborted), Relisten; the
 // sealed copy of the binary that the dry run and the exec both run (image.go); the stop signals
 // ignored across the exec (sigaction.go).
 //
@@ -26,6 +26,8 @@
 // # Goroutines
 //
 // None of its own. Upgrader.Upgrade runs on the caller's goroutine (cmd/gateway's signal loop),
-// and Resume with it; a second Upgrade meanwhile is refused (Upgrader.busy). The dry run's
-// child is waited for by that goroutine.
+// and Options.Resume with it; a second Upgrade meanwhile is refused (Upgrader.busy). The dry
+// run's child is waited for by that goroutine. A State belongs to one goroutine (the Upgrade
+// that builds it, the new image's run that takes it); only its adoption gate's channel is
+// shared, with the HTTP handlers that wait on it (State's doc).
 package upgrade

@@ -12,10 +12,10 @@ import (
 )
 
 // The image an upgrade checks is the image it executes (docs/operations.md, "How an
-// upgrade in place works"). The binary at the upgrade's path is copied into a sealed memfd before the dry run;
-// the dry run and the exec both run that copy. A file moved onto the path, or written into it,
-// after the copy cannot reach the exec: the next image is byte for byte the one that answered
-// the dry run.
+// upgrade in place works"). The binary at the upgrade's path is copied into a sealed memfd
+// before the dry run; the dry run and the exec both run that copy. A file moved onto the path,
+// or written into it, after the copy cannot reach the exec: the next image is byte for byte the
+// one that answered the dry run.
 
 // imageName names the memfd: an upgraded gateway's /proc/self/exe reads
 // "/memfd:muxterm-gateway (deleted)".
@@ -23,7 +23,8 @@ const imageName = "muxterm-gateway"
 
 // errImageChanged: the file at the path changed size while it was copied (written in place
 // rather than renamed onto the path).
-var errImageChanged = errors.New("the binary changed while it was read; replace it by renaming onto the path")
+var errImageChanged = errors.New("the binary changed while it was read; " +
+	"replace it by renaming onto the path")
 
 // holdImage copies the executable file at path into a new memfd (close-on-exec), sealed
 // against any change, and returns it at offset 0. The caller closes it.

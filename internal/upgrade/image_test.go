@@ -34,7 +34,8 @@ func TestHoldImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("the held image: got %d bytes, want the %d bytes at the path when it was held", len(got), len(want))
+		t.Fatalf("the held image: got %d bytes, want the %d bytes at the path when it was held",
+			len(got), len(want))
 	}
 	seals, err := unix.FcntlInt(img.Fd(), unix.F_GET_SEALS, 0)
 	if err != nil {
@@ -47,7 +48,8 @@ func TestHoldImage(t *testing.T) {
 	if _, err := img.WriteAt([]byte("x"), 0); err == nil {
 		t.Fatal("a write into the held image succeeded")
 	}
-	if flags, err := unix.FcntlInt(img.Fd(), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
+	if flags, err := unix.FcntlInt(img.Fd(), unix.F_GETFD, 0); err != nil ||
+		flags&unix.FD_CLOEXEC == 0 {
 		t.Fatalf("F_GETFD = %#x, %v; want close-on-exec", flags, err)
 	}
 

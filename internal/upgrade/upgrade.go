@@ -111,7 +111,8 @@ func init() {
 // HandoverCheck runs the dry run when args start with --handover-check: it reports whether
 // it can adopt the version named, and whether it handled args. version is this build's;
 // checkConfig parses the rest of args as the gateway would, and loads the files it loads.
-func HandoverCheck(args []string, stdout io.Writer, version string, checkConfig func([]string) error) (handled bool, code int) {
+func HandoverCheck(args []string, stdout io.Writer, version string,
+	checkConfig func([]string) error) (handled bool, code int) {
 	if len(args) == 0 || args[0] != handoverCheckFlag {
 		return false, 0
 	}
@@ -121,7 +122,8 @@ func HandoverCheck(args []string, stdout io.Writer, version string, checkConfig 
 	}
 	v, err := strconv.ParseUint(args[1], 10, 32)
 	if err != nil || uint32(v) != handoverVersion() {
-		fmt.Fprintf(stdout, "muxterm %s: cannot adopt handover state version %s (reads %d)\n", version, args[1], handoverVersion())
+		fmt.Fprintf(stdout, "muxterm %s: cannot adopt handover state version %s (reads %d)\n",
+			version, args[1], handoverVersion())
 		return true, 3
 	}
 	// The configuration the new image will be started with (the same flags and environment):
@@ -131,11 +133,18 @@ func HandoverCheck(args []string, stdout io.Writer, version string, checkConfig 
 		fmt.Fprintf(stdout, "muxterm %s: cannot start with this configuration: %v\n", version, err)
 		return true, 3
 	}
-	fmt.Fprintf(stdout, "muxterm %s: can adopt handover state version %d\n", version, handoverVersion())
+	fmt.Fprintf(stdout, "muxterm %s: can adopt handover state version %d\n", version,
+		handoverVersion())
 	return true, 0
 }
 
 // State is the whole handover: the gateway's part and the registry's.
+//
+// A State belongs to one goroutine, and its methods are not safe for concurrent use. In the old
+// image that is the one running Upgrader.Upgrade, which builds and encodes it. In the new image
+// it is cmd/gateway's run, which takes it (Take), marks its steps, adopts it and opens its gate,
+// and, as the signal loop, asks StopRequested. The one part other goroutines see is the
+// adoption gate (Gate): HTTP handlers wait on its channel, which OpenGate closes.
 type State struct {
 	FromVersion string
 	Signalled   time.Time // when SIGUSR2 arrived, for the log line of the next image
@@ -184,29 +193,64 @@ func binaryPath() (string, error) {
 	return filepath.Abs(p)
 }
 
-// Upgrader runs an upgrade in place on SIGUSR2.
-type Upgrader struct {
-	log     *slog.Logger
-	version string // this build's, handed on as FromVersion
-	bin     string // binaryPath at the first start; "" when it could not be resolved
-	Token   string // the generated token, handed on
-	wait    time.Duration
-	// listeners by name, before any TLS wrapping, and the servers serving them.
-	listeners map[string]*gateway.HandoverListener
-	servers   []*http.Server
-	gw        *gateway.Gateway
-	reg       *session.Registry
-	// stopReaper stops the reaper's loop and returns once it has ended.
-	stopReaper func()
-	// Terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived.
+// Options wire an Upgrader (New).
+type Options struct {
+	// Logger receives the upgrade's log lines. Required.
+	Logger *slog.Logger
+	// Version is this build's, handed on as State.FromVersion.
+	Version string
+	// Wait bounds the sockets' end (gateway.Gateway.Restart) and, separately, the sessions'
+	// quiesce (session.Registry.Handover): cmd/gateway's --shutdown-timeout. Required.
+	Wait time.Duration
+	// Binary is the path upgrades read the binary from: the one the previous image handed
+	// over (State.BinaryPath). Default (""): argv[0] resolved at New; if that fails, every
+	// upgrade is refused.
+	Binary string
+	// Listeners are the listeners by name ("main", "metrics"), before any TLS wrapping, and
+	// Servers the HTTP servers serving them. An upgrade stops both; one that serves again
+	// replaces them with what Resume returns.
+	Listeners map[string]*gateway.HandoverListener
+	Servers   []*http.Server
+	// Gateway and Registry are what an upgrade quiesces (the sockets, the sessions). Required.
+	Gateway  *gateway.Gateway
+	Registry *session.Registry
+	// StopReaper stops the reaper's loop and returns once it has ended (or its own wait ran
+	// out). Required.
+	StopReaper func()
+	// Token is the generated token, handed on (State.Token). Default (""): none was generated.
+	Token string
+	// Terminating reports whether a stop signal (SIGTERM, SIGINT) has arrived; the new image
+	// then shuts down once it has adopted everything (State.Terminate). Default (nil): never.
 	Terminating func() bool
 	// Resume serves again in this image, on new listeners made from duplicates of the sockets
 	// (fds by name, which stay the Upgrader's to close), with a new reaper loop, after an
 	// upgrade past the point of no return that could not exec; it returns the new listeners (by
 	// name, before any TLS wrapping) and the servers serving them, which the next upgrade
-	// stops. nil: the gateway shuts down instead.
+	// stops. Default (nil): the gateway shuts down instead (ErrAborted).
 	Resume func(fds map[string]int) (map[string]*gateway.HandoverListener, []*http.Server, error)
-	busy   atomic.Bool
+}
+
+// Upgrader runs an upgrade in place on SIGUSR2.
+//
+// Upgrade may be called from any goroutine (cmd/gateway calls it from its signal loop only),
+// but one upgrade runs at a time: a call while another runs is refused at once (busy). The
+// goroutine whose call runs owns the Upgrader's listeners and servers for that long (it stops
+// them and, serving again, replaces them with what Options.Resume returned; the next call sees
+// those), and calls Options.StopReaper, Terminating and Resume on itself. Everything else is
+// immutable after New. An Upgrader starts no goroutine: the dry run's child is waited for by the
+// calling one.
+type Upgrader struct {
+	// immutable after New (opts.Listeners and opts.Servers are only the first ones):
+	opts Options
+	log  *slog.Logger // opts.Logger
+	bin  string       // opts.Binary or binaryPath at New; "" when it could not be resolved
+
+	busy atomic.Bool // an Upgrade runs; the one that set it owns the fields below
+
+	// owned by the running Upgrade: the current listeners and servers, which it stops, and
+	// which abort replaces when this image serves again.
+	listeners map[string]*gateway.HandoverListener
+	servers   []*http.Server
 }
 
 // ErrAborted: the upgrade got past the point of no return, could not exec, and this
@@ -217,14 +261,16 @@ var (
 	ErrFailed  = errors.New("upgrade failed after quiescing; serving again")
 )
 
-// breakExec, when set to 1, makes every exec of an upgrade fail (the fallback's too). For the test of an upgrade that serves again.
+// breakExec, when set to 1, makes every exec of an upgrade fail (the fallback's too). For the
+// test of an upgrade that serves again.
 var breakExec = ""
 
 // Upgrade copies the binary into a sealed memfd (holdImage), asks that copy whether it can
-// adopt this state, then quiesces everything and execs the same copy. It returns only when the upgrade was refused (nothing changed: the gateway serves on),
-// or when the quiesce failed after the sockets were closed or even the fallback exec failed:
-// then the sessions go back to this image, which serves again (ErrFailed), or, if that
-// fails too, ErrAborted (docs/operations.md: the gateway then shuts down).
+// adopt this state, then quiesces everything and execs the same copy. It returns only when the
+// upgrade was refused (nothing changed: the gateway serves on), or when the quiesce failed
+// after the sockets were closed or even the fallback exec failed: then the sessions go back to
+// this image, which serves again (ErrFailed), or, if that fails too, ErrAborted
+// (docs/operations.md: the gateway then shuts down).
 func (u *Upgrader) Upgrade(signalled time.Time) error {
 	if !u.busy.CompareAndSwap(false, true) {
 		u.log.Warn("upgrade refused: an upgrade is running")
@@ -246,7 +292,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 		return err
 	}
 	if holdAfterCheck != "" {
-		u.log.Info("upgrade: held after the dry run until " + holdAfterCheck + " is opened (a test build)")
+		u.log.Info("upgrade: held after the dry run until " + holdAfterCheck +
+			" is opened (a test build)")
 		if f, err := os.Open(holdAfterCheck); err == nil {
 			f.Close()
 		}
@@ -264,11 +311,12 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 		fds[name] = fd
 	}
 	u.log.Info("upgrade: the new binary can adopt this state; quiescing", "binary", u.bin,
-		"state_version", handoverVersion(), "dry_run", time.Since(signalled).Round(time.Microsecond))
-	ctx, cancel := context.WithTimeout(context.Background(), u.wait)
+		"state_version", handoverVersion(),
+		"dry_run", time.Since(signalled).Round(time.Microsecond))
+	ctx, cancel := context.WithTimeout(context.Background(), u.opts.Wait)
 	defer cancel()
 	// From here on there is no way back but the fallback exec of this very image.
-	u.stopReaper()
+	u.opts.StopReaper()
 	// The listeners stop accepting (the duplicates keep the sockets and their backlogs). The
 	// HTTP servers close their idle keep-alive connections and answer every request already
 	// accepted, with Connection: close (not http.Server.Shutdown: it drops a request it reads
@@ -281,7 +329,7 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	for _, srv := range u.servers {
 		srv.SetKeepAlivesEnabled(false)
 	}
-	if err := u.gw.Restart(ctx); err != nil {
+	if err := u.opts.Gateway.Restart(ctx); err != nil {
 		u.log.Warn("upgrade: sockets did not end in time; their viewers hold no resume", "err", err)
 	}
 	restarted := time.Now()
@@ -293,7 +341,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	dctx, dcancel := context.WithTimeout(context.Background(), drainWait)
 	for name, ln := range u.listeners {
 		if err := ln.Drain(dctx); err != nil {
-			u.log.Warn("upgrade: connections that sent no request are closed", "listener", name, "err", err)
+			u.log.Warn("upgrade: connections that sent no request are closed",
+				"listener", name, "err", err)
 		}
 	}
 	dcancel()
@@ -303,8 +352,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	drained := time.Now()
 	// The readers get a wait of their own: ctx may be spent by a socket that did not end, and
 	// only a reader that does not stop fails the quiesce.
-	hctx, hcancel := context.WithTimeout(context.Background(), u.wait)
-	st, err := u.reg.Handover(hctx)
+	hctx, hcancel := context.WithTimeout(context.Background(), u.opts.Wait)
+	st, err := u.opts.Registry.Handover(hctx)
 	hcancel()
 	if err != nil {
 		u.log.Error("upgrade: quiescing failed", "err", err)
@@ -315,8 +364,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	if self > 0 {
 		defer unix.Close(self) // still here: the exec failed
 	}
-	state := &State{FromVersion: u.version, Signalled: signalled, Token: u.Token,
-		Listeners: fds, Sessions: st, Terminate: u.Terminating != nil && u.Terminating(),
+	state := &State{FromVersion: u.opts.Version, Signalled: signalled, Token: u.opts.Token,
+		Listeners: fds, Sessions: st, Terminate: u.opts.Terminating != nil && u.opts.Terminating(),
 		Binary: u.bin, Comm: ownComm(), Image: self, Stopped: stopped, Quiesced: quiesced}
 	memfd, err := session.WriteHandoverMemfd(handoverVersion(), state)
 	if err != nil {
@@ -333,7 +382,8 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 	env := append(os.Environ(), handoverEnv+"="+strconv.Itoa(memfd))
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 	u.log.Info("upgrade: executing", "binary", u.bin, "sessions", len(st.Sessions),
-		"quiesce", r(time.Since(signalled)), "sockets", r(restarted.Sub(stopped)), "drain", r(drained.Sub(restarted)),
+		"quiesce", r(time.Since(signalled)), "sockets", r(restarted.Sub(stopped)),
+		"drain", r(drained.Sub(restarted)),
 		"handover", r(quiesced.Sub(drained)), "encode", r(time.Since(quiesced)))
 	// The checked copy, not the path: argv stays os.Args, so the new image's argv[0] is this
 	// one's.
@@ -351,24 +401,25 @@ func (u *Upgrader) Upgrade(signalled time.Time) error {
 // caller shuts down.
 func (u *Upgrader) abort(st *session.HandoverState, fds map[string]int) error {
 	if st != nil {
-		u.reg.ResumeHandover(st)
+		u.opts.Registry.ResumeHandover(st)
 	}
 	defer func() {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
 	}()
-	if u.Resume == nil {
+	if u.opts.Resume == nil {
 		return ErrAborted
 	}
-	lns, servers, err := u.Resume(fds)
+	lns, servers, err := u.opts.Resume(fds)
 	if err != nil {
 		u.log.Error("upgrade: serving again failed; shutting down", "err", err)
 		return ErrAborted
 	}
 	u.listeners, u.servers = lns, servers
-	u.log.Warn("upgrade failed after the sockets were closed; this image serves again, with every session",
-		"sessions", u.reg.Len())
+	u.log.Warn("upgrade failed after the sockets were closed; "+
+		"this image serves again, with every session",
+		"sessions", u.opts.Registry.Len())
 	return ErrFailed
 }
 
@@ -404,7 +455,8 @@ func Relisten(fds map[string]int) (map[string]*gateway.HandoverListener, error) 
 func (u *Upgrader) check(img *os.File) error {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
-	args := append([]string{handoverCheckFlag, strconv.FormatUint(uint64(handoverVersion()), 10)}, os.Args[1:]...)
+	args := append([]string{handoverCheckFlag, strconv.FormatUint(uint64(handoverVersion()), 10)},
+		os.Args[1:]...)
 	cmd := exec.CommandContext(ctx, "/proc/self/fd/3", args...)
 	cmd.Args[0] = u.bin
 	cmd.ExtraFiles = []*os.File{img}
@@ -424,7 +476,8 @@ func (u *Upgrader) check(img *os.File) error {
 		return fmt.Errorf("dry run %s: no answer within %v", handoverCheckFlag, checkTimeout)
 	}
 	if err != nil {
-		return fmt.Errorf("dry run %s %d: %w: %q", handoverCheckFlag, handoverVersion(), err, truncate(out, 200))
+		return fmt.Errorf("dry run %s %d: %w: %q", handoverCheckFlag, handoverVersion(), err,
+			truncate(out, 200))
 	}
 	return nil
 }
@@ -440,7 +493,8 @@ func truncate(b []byte, n int) string {
 // lock keeps any concurrent fork from inheriting them, and a failed exec sets it again.
 func execKeeping(bin string, argv, env []string, keep []int) error {
 	if breakExec != "" {
-		return fmt.Errorf("exec %s: broken by this build (-X internal/upgrade.breakExec)", bin)
+		return fmt.Errorf("exec %s: broken by this build "+
+			"(-X github.com/muxterm/muxterm/internal/upgrade.breakExec)", bin)
 	}
 	syscall.ForkLock.Lock()
 	defer syscall.ForkLock.Unlock()
@@ -451,7 +505,8 @@ func execKeeping(bin string, argv, env []string, keep []int) error {
 		}
 	}
 	restore := ignoreAcrossExec() // sigaction.go
-	env = append(env[:len(env):len(env)], ignoredEnv+"="+strconv.FormatInt(time.Now().UnixNano(), 10))
+	env = append(env[:len(env):len(env)],
+		ignoredEnv+"="+strconv.FormatInt(time.Now().UnixNano(), 10))
 	err := syscall.Exec(bin, argv, env)
 	restore()
 	restoreCloexec(keep)
@@ -464,23 +519,17 @@ func restoreCloexec(fds []int) {
 	}
 }
 
-// New wires an Upgrader for this build's version; msrv may be nil.
-// bin is the path the previous image handed over (State.Binary), "" when started fresh:
-// then it is resolved here.
-func New(log *slog.Logger, version string, wait time.Duration, bin string, listeners map[string]*gateway.HandoverListener, srv, msrv *http.Server,
-	gw *gateway.Gateway, reg *session.Registry, stopReaper func()) *Upgrader {
-	u := &Upgrader{log: log, version: version, wait: wait, listeners: listeners, servers: []*http.Server{srv},
-		gw: gw, reg: reg, stopReaper: stopReaper}
-	if msrv != nil {
-		u.servers = append(u.servers, msrv)
-	}
-	if bin == "" {
+// New wires an Upgrader as opts say.
+func New(opts Options) *Upgrader {
+	u := &Upgrader{opts: opts, log: opts.Logger, bin: opts.Binary, listeners: opts.Listeners,
+		servers: opts.Servers}
+	if u.bin == "" {
 		var err error
-		if bin, err = binaryPath(); err != nil {
-			log.Warn("upgrade in place unavailable: the binary's path cannot be resolved", "err", err)
+		if u.bin, err = binaryPath(); err != nil {
+			u.log.Warn("upgrade in place unavailable: the binary's path cannot be resolved",
+				"err", err)
 		}
 	}
-	u.bin = bin
 	return u
 }
 

@@ -14,6 +14,7 @@ func TestHandoverVersionOverride(t *testing.T) {
 	}
 	stateVersion = "junk"
 	if got := handoverVersion(); got != session.HandoverVersion {
-		t.Fatalf("handoverVersion() with a bad override = %d, want %d", got, session.HandoverVersion)
+		t.Fatalf("handoverVersion() with a bad override = %d, want %d", got,
+			session.HandoverVersion)
 	}
 }
