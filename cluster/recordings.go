@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/muxterm/muxterm/internal/record"
@@ -343,9 +342,7 @@ func (n *Node) Recordings(ctx context.Context, principal string, admin bool, id 
 		return nil, err
 	}
 	if obs != nil {
-		infos, err := jsRetry(ctx, jsAttempt, func(ctx context.Context) ([]*jetstream.ObjectInfo, error) {
-			return obs.List(ctx)
-		})
+		infos, err := listStore(ctx, obs)
 		if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
 			return nil, fmt.Errorf("recordings: list the store: %w", err)
 		}
@@ -587,9 +584,7 @@ func (n *Node) storedNames() (map[string]bool, error) {
 	if err != nil || obs == nil {
 		return map[string]bool{}, err
 	}
-	list, err := jsRetry(ctx, jsAttempt, func(ctx context.Context) ([]*jetstream.ObjectInfo, error) {
-		return obs.List(ctx)
-	})
+	list, err := listStore(ctx, obs)
 	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, fmt.Errorf("recordings: list the store: %w", err)
 	}
@@ -598,35 +593,4 @@ func (n *Node) storedNames() (map[string]bool, error) {
 		stored[oi.Name] = true
 	}
 	return stored, nil
-}
-
-// jsAttempt bounds one attempt of a read of the store within its caller's deadline.
-const jsAttempt = opTimeout / 2
-
-// jsRetry runs op until it succeeds, fails for good, or ctx ends. While a stream's leader is
-// being elected (a store just created, a node just started or lost), JetStream answers "no
-// responders", or a request goes unanswered: each attempt gets at most attempt of ctx's time
-// (0: all of it), and those two failures are tried again after a backoff (50 ms, doubling to
-// 1 s). The last attempt's error is returned.
-func jsRetry[T any](ctx context.Context, attempt time.Duration, op func(context.Context) (T, error)) (T, error) {
-	backoff := 50 * time.Millisecond
-	for {
-		actx, cancel := ctx, context.CancelFunc(func() {})
-		if attempt > 0 {
-			actx, cancel = context.WithTimeout(ctx, attempt)
-		}
-		v, err := op(actx)
-		cancel()
-		transient := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-			errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
-		if err == nil || !transient || ctx.Err() != nil {
-			return v, err
-		}
-		select {
-		case <-ctx.Done():
-			return v, err
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
-	}
 }
