@@ -107,6 +107,8 @@ test-unit: frontend deps deps-browser
 	$(GO) test $(GOFLAGS_T) ./...
 	@echo "==> @muxterm/client unit tests (fake WebSocket)"
 	cd $(CLIENT) && npm test --silent
+	@echo "==> frontend unit tests (node --test: the ZMODEM sentry's gate against zmodem.js)"
+	cd frontend && npm test --silent
 
 test-race: test-unit
 

@@ -6,6 +6,7 @@ import * as Zmodem from 'zmodem.js/src/zmodem';
 import type { Channel, MuxError } from '@muxterm/client';
 import { showError, writable, type App } from './app';
 import type { Tab } from './tab';
+import { bypassSentry } from './zgate';
 
 /** File bytes per ZCRCQ subpacket of an upload (rz acknowledges each with a ZACK). */
 const BLOCK = 8 * 1024;
@@ -82,11 +83,9 @@ export class TabTransfer {
    * a protocol failure ends the transfer with a notice.
    */
   consume(bytes: Uint8Array): Uint8Array {
-    // Every ZMODEM header begins "**" ZDLE (0x18) "B": while no transfer runs and nothing is
-    // held, output without a ZDLE can neither hold nor start one, and goes to the terminal as
-    // it is, sparing the sentry's per-byte arrays (15% of the page's time in a bulk output). A
-    // trailing "rz\r" still takes the slow path, which holds it for the header that may follow.
-    if (this.phase === 'idle' && this.session === null && this.held.length === 0 && bytes.indexOf(0x18) < 0 && !endsWithRz(bytes)) {
+    // Output that cannot start a transfer skips the sentry (zgate.ts). A trailing "rz\r"
+    // still takes the slow path, which holds it for the header that may follow.
+    if (this.phase === 'idle' && this.session === null && this.held.length === 0 && !endsWithRz(bytes) && bypassSentry(this.sentry, bytes)) {
       return bytes.slice();
     }
     this.shown = [];

@@ -80,6 +80,12 @@ declare module 'zmodem.js/src/zmodem' {
     });
     consume(input: Octets | ArrayBuffer): void;
     get_confirmed_session(): Session | null;
+    // Internals (zsentry.js) that zgate.ts reads to let output skip the sentry: the start of
+    // output it found no whole header in, the session it is in, and a detection not yet
+    // confirmed or denied (kept after a denial until the next output).
+    _cache: Octets;
+    _zsession?: Session | null;
+    _parsed_session?: Session | null;
   }
 
   class Error extends globalThis.Error {}
