@@ -15,8 +15,8 @@
 // (recordings.go): an ended recording is uploaded to the JetStream object store
 // RecordingsBucket with signed metadata, and recording.list and recording.read answer on any
 // node from the store, or from the owner node while the recording is being written. A read of
-// the store is tried again while JetStream elects a stream's leader ("no responders", an
-// unanswered request), within the request's deadline (jsRetry).
+// the store is tried again while JetStream elects a leader ("no responders", "JetStream system
+// temporarily unavailable", an unanswered request), within the request's deadline (jsRetry).
 //
 // It imports nats-server (the embedded server only), nats.go and its jetstream package (no other
 // muxterm package does), client, mux, proto, session (the Observer of opens and removals, the

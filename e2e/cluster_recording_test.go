@@ -197,7 +197,8 @@ func TestClusterRecordingOfACrashStoredAtRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Listed as ended through b is not yet stored (b asks a too): a says when it stored it.
+	// Listed as ended through b is not yet stored (b asks a too): a says when it stored it, in a
+	// debug line (the harness starts every gateway with --log-level debug).
 	testutil.WaitFor(t, 20*time.Second, "the first recording stored", func() bool {
 		for _, l := range strings.Split(a.Logs(), "\n") {
 			if strings.Contains(l, `msg="recordings: stored"`) && strings.Contains(l, " recording="+first.Session()+" ") {
