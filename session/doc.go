@@ -157,8 +157,8 @@
 //   - Replay boundary: an attach's live offset is AttachInfo.End, the ring's end read under
 //     Session.mu in the same critical section that subscribes the viewer, so every byte below it
 //     was ingested before the attach and every byte from it on after (ingest appends under the
-//     same lock). A painted attach takes effect at its paint: when the paint caught up past that
-//     end (Registry.AttachWith), End is the paint's offset, and the bytes up to it are in the
+//     same lock). A painted attach takes effect at its paint, which catches up at least to that
+//     end: End is the paint's offset (Registry.AttachWith), and the bytes up to it are in the
 //     paint.
 //   - A viewer reports the exit once nothing is pending and the reader reached the end of output,
 //     or exitSettle (50 ms) after the exit when a descendant keeps the PTY open.

@@ -296,9 +296,9 @@ func (r *Registry) AttachWith(id, owner string, o AttachOptions, wake func()) (*
 	v.next, v.start, v.paint = snap.Offset, snap.Offset, snap.Paint
 	s.maybeResumeLocked() // a reader paused for the viewer's first offset may go on
 	info.Offset = snap.Offset
-	// The attach takes effect at the paint: a paint caught up past the end read at the
-	// subscription moves the end (and so the result's live) with it.
-	info.End = max(info.End, snap.Offset)
+	// The attach takes effect at the paint, which caught up at least to the end read at the
+	// subscription: the end (and so the result's live) is the paint's offset.
+	info.End = snap.Offset
 	info.Screen, info.ScreenLost = len(snap.Paint), snap.Lost
 	info.ScreenCols, info.ScreenRows = snap.Cols, snap.Rows
 	info.Lost = 0

@@ -364,14 +364,18 @@ func TestPaintPastTheSubscriptionEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitOutput(t, "before\r\nbefore\r\n", 10*time.Second)
-	_, info, err := r.AttachWith(s.ID(), "alice", AttachOptions{From: s.Info().End, Screen: ScreenAlways}, nil)
+	v2, info, err := r.AttachWith(s.ID(), "alice", AttachOptions{From: s.Info().End, Screen: ScreenAlways}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(v2.Close)
 	if info.Offset <= subscribedEnd {
 		t.Fatalf("attach %+v: the paint's offset did not pass the subscription's end %d; the test did not test", info, subscribedEnd)
 	}
-	if info.Offset > info.End {
-		t.Errorf("attach %+v: offset %d passes end %d", info, info.Offset, info.End)
+	if info.End != info.Offset {
+		t.Errorf("attach %+v: end %d is not the paint's offset %d", info, info.End, info.Offset)
+	}
+	if !strings.Contains(string(v2.paint), "between") {
+		t.Errorf("the paint does not hold the output that came before it:\n%q", v2.paint)
 	}
 }

@@ -165,8 +165,8 @@ type AttachInfo struct {
 	Offset int64 // the first offset the viewer will read
 	Lost   int64 // requested bytes the ring no longer holds
 	// End is the live offset: the ring's end read in the critical section that subscribes the
-	// viewer (bytes below it were ingested before the attach, bytes from it on after), or the
-	// paint's offset when a painted attach's paint caught up past it (Registry.AttachWith).
+	// viewer (bytes below it were ingested before the attach, bytes from it on after); for a
+	// painted attach, the paint's offset, which is at least that end (Registry.AttachWith).
 	End int64
 	// Screen is the length of the paint the viewer reads before the byte at Offset (0: no
 	// paint), and ScreenLost the output bytes its screen never read (screen.go).
