@@ -126,7 +126,8 @@ func TestRecordingInputOnlyWhenAsked(t *testing.T) {
 	if _, _, err := r.Open(Spec{Argv: []string{"/bin/true"}, Cols: 80, Rows: 24, Owner: "a", Record: true}, 0, nil); !errors.Is(err, ErrRecordingOff) {
 		t.Fatalf("open with record on a registry without --record: %v, want ErrRecordingOff", err)
 	}
-	opts.Record = RecordOptions{Dir: t.TempDir()}
+	ended := make(chan struct{})
+	opts.Record = RecordOptions{Dir: t.TempDir(), OnEnd: func(string, RecordingInfo) { close(ended) }}
 	r = NewRegistry(opts, nil)
 	wake, wakeFn := testutil.WakeChan()
 	s, v, err := r.Open(Spec{Argv: []string{"/bin/sh", "-c", "stty -echo; echo ready; read x; echo done"}, Cols: 80, Rows: 24, Dir: os.TempDir(), Owner: "a", Record: true}, 0, wakeFn)
@@ -140,13 +141,23 @@ func TestRecordingInputOnlyWhenAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitOutput(t, "done", 10*time.Second)
-	<-s.exited
-	<-s.readerDone
+	select {
+	case <-ended: // the file is complete
+	case <-time.After(10 * time.Second):
+		t.Fatal("the recording did not end within 10s of the program's output")
+	}
 	_, evs := readRecording(t, s)
+	var out strings.Builder
 	for _, e := range evs {
 		if e.Code == "i" || strings.Contains(e.Data, "secret") {
 			t.Fatalf("input recorded without RecordOptions.Input: %+v", e)
 		}
+		if e.Code == "o" {
+			out.WriteString(e.Data)
+		}
+	}
+	if !strings.Contains(out.String(), "done") {
+		t.Fatalf("the recording misses the output after the input: %q", out.String())
 	}
 	other, _ := openT(t, r, "a", nil, "/bin/true")
 	if _, ok := other.Recording(); ok {

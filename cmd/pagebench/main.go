@@ -26,10 +26,14 @@ import (
 
 // config is every knob; it is recorded in the report.
 type config struct {
-	Gateway   string        `json:"gateway"`
-	TTYD      string        `json:"ttyd"`
-	Chromium  string        `json:"chromium"`
-	TestHook  string        `json:"testhook"` // the UI's test hook, which the probe drives muxterm's page through
+	Gateway  string `json:"gateway"`
+	TTYD     string `json:"ttyd"`
+	Chromium string `json:"chromium"`
+	TestHook string `json:"testhook"` // the UI's test hook, which the probe drives muxterm's page through
+	// pageJS is what every page evaluates before its own scripts: the UI's test hook (muxterm's
+	// page hands the hook its app, and the hook sets window.muxterm; ttyd's page never calls
+	// it), then the probe. Set by run.
+	pageJS    string
 	Reps      int           `json:"reps"`
 	IdleN     int           `json:"idle_n"`        // keystrokes from idle per repetition
 	IdlePause time.Duration `json:"idle_pause_ns"` // the pause before each of them
@@ -76,7 +80,7 @@ func parseFlags(args []string) (config, error) {
 	})
 	fs.StringVar(&c.JSON, "json", "bench-results/page.json", "write the report as JSON here (empty: don't)")
 	fs.StringVar(&c.MD, "md", "", "also write the Markdown table here")
-	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "profile each page's JavaScript during the bulk output into DIR/SERVER-RENDERER-REP.cpuprofile (Chrome DevTools' Performance panel opens it); the sampling slows both pages alike")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "profile each page's JavaScript during the bulk output into DIR/SERVER-RENDERER-REP.cpuprofile (Chrome DevTools' Performance panel opens it); a profiled run's timings are not comparable with an unprofiled one's")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -19,10 +19,6 @@ import (
 //go:embed probe.js
 var probeJS string
 
-// pageJS is what every page evaluates before its own scripts: the UI's test hook (muxterm's
-// page hands it window.muxterm; ttyd's never calls it), then the probe. Set once by run.
-var pageJS string
-
 // startBrowser starts headless Chromium with WebGL on SwiftShader (as e2e/browser_test.go
 // does), so that each page picks its renderer itself. stop ends it.
 func startBrowser(cfg config, dataDir string) (ctx context.Context, stop func(), err error) {
@@ -64,8 +60,8 @@ type tab struct {
 }
 
 // openPage opens url in a new tab of the browser context of parent (a fresh one when fresh),
-// with pageJS evaluated before the page's scripts, and waits for its terminal's prompt.
-func openPage(parent context.Context, url string, fresh bool) (*tab, error) {
+// with cfg.pageJS evaluated before the page's scripts, and waits for its terminal's prompt.
+func openPage(parent context.Context, cfg config, url string, fresh bool) (*tab, error) {
 	var opts []chromedp.ContextOption
 	if fresh {
 		opts = append(opts, chromedp.WithNewBrowserContext())
@@ -73,7 +69,7 @@ func openPage(parent context.Context, url string, fresh bool) (*tab, error) {
 	ctx, cancel := chromedp.NewContext(parent, opts...)
 	t := &tab{ctx: ctx, close: cancel}
 	err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		if _, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: pageJS}); err != nil {
+		if _, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: cfg.pageJS}); err != nil {
 			return err
 		}
 		_, err := cdp.Call(ctx, tg, emulation.SetFocusEmulationEnabled, emulation.SetFocusEmulationEnabledParams{Enabled: true})

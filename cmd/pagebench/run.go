@@ -49,7 +49,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("the UI's test hook (make frontend builds it): %w", err)
 	}
-	pageJS = string(hook) + "\n" + probeJS
+	cfg.pageJS = string(hook) + ";\n" + probeJS
 	dir, err := os.MkdirTemp("", "pagebench-")
 	if err != nil {
 		return fmt.Errorf("scratch dir: %w", err)
@@ -164,7 +164,7 @@ func rotate(vs []string, rep int) []string {
 // starts with one new session) and closes it.
 func measure(ctx context.Context, bctx context.Context, cfg config, server, renderer, url string, rep int) (m measurement, err error) {
 	m = measurement{Server: server, Renderer: renderer}
-	p, err := openPage(bctx, url, true)
+	p, err := openPage(bctx, cfg, url, true)
 	if err != nil {
 		return m, err
 	}
@@ -238,7 +238,7 @@ func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms,
 		start = []func() error{
 			func() (err error) {
 				// A second page in the first's browser context.
-				if s, err = openPage(p.ctx, url, false); err != nil {
+				if s, err = openPage(p.ctx, cfg, url, false); err != nil {
 					return fmt.Errorf("second page: %w", err)
 				}
 				return nil
@@ -305,7 +305,7 @@ func bulk(p *tab, n int, prof string) (keyResult, []float64, error) {
 		}
 		b, err := json.Marshal(pr)
 		if err != nil {
-			return r, nil, err
+			return r, nil, fmt.Errorf("encode the profile %s: %w", prof, err)
 		}
 		if err := writeFile(prof, b); err != nil {
 			return r, nil, err
