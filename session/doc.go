@@ -7,8 +7,8 @@
 // claim, and the hand-over of every session to the next image in an upgrade in place.
 //
 // Package session knows nothing of sockets or protocols. It imports creack/pty, os/exec,
-// golang.org/x/sys/unix, otel and, of muxterm's internal packages, cgroup, child, procfs, record
-// and vt.
+// golang.org/x/sys/unix, otel and, of muxterm's internal packages, cgroup, child, poller, procfs,
+// record and vt.
 //
 // # Files
 //
@@ -26,9 +26,9 @@
 //   - read.go: a reader's turn at a master (readState, readReady, readBatch), re-arming it after
 //     backpressure (wakeReaderLocked), the end of reading (failReading, endReading, closePTY,
 //     finishOutput), ingest.
-//   - readers.go: readers, the masters' registrations with a poller and the fair share's place
-//     in a turn's end (add, rearm, remove, settle); defaultReaders, the process-wide one.
-//   - poller.go: poller, the epoll instance and the workers that run each ready fd's callback.
+//   - readers.go: readers, the masters' registrations with an internal/poller Poller (its epoll
+//     instance and workers) and the fair share's place in a turn's end (add, rearm, remove,
+//     settle); defaultReaders, the process-wide one.
 //   - fair.go: the readers' fair share among streaming masters (below).
 //   - echofirst.go: echo first (below): echoGroup, one per owner; keystroke, echoed, holding,
 //     hold, release, unhold, holdReading, Held, DefaultEchoHold.
@@ -67,19 +67,19 @@
 //
 // # Reading
 //
-// No goroutine holds an OS thread while it waits, and no goroutine waits for one session's
-// output: every master is non-blocking (creack/pty's Open returns a blocking master; openPTY
-// duplicates it, sets O_NONBLOCK and wraps it with os.NewFile) and registered with the read
-// poller's epoll instance, whose fd is itself registered with the runtime poller; the workers
-// park on it, one in the poller and the others on its read lock, and the one that wakes takes one
-// ready master (epoll_wait with room for one event, so the next ready master goes to the next
-// worker). Every master is registered EPOLLIN|EPOLLONESHOT, so a master is handed to one worker
-// at a time; a worker claims a reported master by moving its readState from armed to busy, so a
-// stale report is dropped. The child waiter parks the same way on its own epoll fd. Resizes use
+// No goroutine holds an OS thread while it waits, and no goroutine waits for one session's output:
+// every master is non-blocking (creack/pty's Open returns a blocking master; openPTY duplicates it,
+// sets O_NONBLOCK and wraps it with os.NewFile) and registered with the readers' poller
+// (internal/poller), whose epoll fd is itself registered with the runtime poller; the workers park
+// on it, one in the poller and the others on its read lock, and the one that wakes takes one ready
+// master (epoll_wait with room for one event, so the next ready master goes to the next worker).
+// Every master is registered EPOLLIN|EPOLLONESHOT, so a master is handed to one worker at a time; a
+// worker claims a reported master by moving its readState from armed to busy, so a stale report is
+// dropped. The child waiter parks the same way on its own epoll fd. Resizes use
 // SyscallConn().Control, never Fd(), which would turn the master blocking again.
 //
 // Both are owned by the Options a Registry was made with (Options.readers, Options.children,
-// unexported): they default to the process-wide readers and children (withDefaults), so in
+// unexported): they default to the process-wide defaultReaders and children (withDefaults), so in
 // production every registry, and a handover's resume or adoption, shares one epoll instance with
 // its workers and one waiter; a test that sets their test hooks, holds a worker or watches them
 // go idle gives its options instances of its own (ownPollers) and runs in parallel with the
@@ -300,19 +300,19 @@
 //
 // Quiescing a session (Session.stopReading, under Session.mu): handingOver is set. A master that
 // is armed or parked is unregistered at once (readHanded; lock order Session.mu before
-// fairShare.mu and poller.mu, as for a re-arm); one a worker is reading is left to it, and the worker, at the
-// end of its turn (it breaks out of its batches as soon as it sees handingOver), unregisters it
-// instead of re-arming it. Either way readStopped is closed once no worker reads the master, and
-// only then is the ring snapshotted: no byte is read from a master after its ring was
-// snapshotted. Bytes the program writes from then on wait in the PTY (the program blocks when the
-// terminal's buffer is full) and are read by the new image. A master whose reading had already
-// ended (readDone, the PTY hung up) is handed as absent. child.Waiter.Detach takes the pidfds of the
-// handed sessions' children out of the waiter's epoll instance under Waiter.mu (closing the
+// fairShare.mu and Poller.mu, as for a re-arm); one a worker is reading is left to it, and the
+// worker, at the end of its turn (it breaks out of its batches as soon as it sees handingOver),
+// unregisters it instead of re-arming it. Either way readStopped is closed once no worker reads
+// the master, and only then is the ring snapshotted: no byte is read from a master after its ring
+// was snapshotted. Bytes the program writes from then on wait in the PTY (the program blocks when
+// the terminal's buffer is full) and are read by the new image. A master whose reading had already
+// ended (readDone, the PTY hung up) is handed as absent. child.Waiter.Detach takes the pidfds of
+// the handed sessions' children out of the waiter's epoll instance under Waiter.mu (closing the
 // instance when none is left): from then on this image does not reap them; it keeps waiting for
 // the children of sessions being torn down. A child the waiter reaped just before publishes its
 // status on its own goroutine; Handover waits up to 2 s for that exited. A child waited for by a
-// blockingWait (traced) is handed without a pidfd: the new image opens one if the pid is still
-// its child (checked in /proc/<pid>/stat after the open, which pins the process).
+// blockingWait (traced) is handed without a pidfd: the new image opens one if the pid is still its
+// child (checked in /proc/<pid>/stat after the open, which pins the process).
 //
 // The orphan reaper must never take an adopted child's exit status: Adopt registers every live
 // child as ours (child.Adopt) before the new image starts the orphan reaper.
@@ -328,12 +328,13 @@
 //
 // # Goroutines
 //
-//   - poller.loop: GOMAXPROCS workers per poller while any of its masters is being read (the
-//     process-wide defaultReaders serve every registry; only a test gives Options.readers
-//     readers of its own). Started by poller.Add from readers.add in spawn (and startReading
-//     after a resumed or adopted handover) when none run. Each owns one read buffer and takes
-//     one ready master at a time (Reading, above). They end when the last master is unregistered: it closes the epoll fd and
-//     every worker returns; the next spawn starts new ones.
+//   - internal/poller's workers (Poller.loop): GOMAXPROCS per Poller while any of its masters
+//     is being read (the process-wide defaultReaders serve every registry; only a test gives
+//     Options.readers readers of its own). Started by Poller.Add from readers.add in spawn (and
+//     startReading after a resumed or adopted handover) when none run. Each owns one read buffer
+//     and takes one ready master at a time (Reading, above). They end when the last master is
+//     unregistered: it closes the epoll fd and every worker returns; the next spawn starts new
+//     ones.
 //   - screenFeeder.loop: one per process (feeder) while some session's screen lags; started by
 //     screenFeeder.enqueue from ingest when a model lags 64 KiB; catches the queued models up
 //     from the ring and their backlogs, at most 1 MiB per session per turn (Session.feedScreen);
@@ -424,13 +425,13 @@
 //     is let go by re-arming it after fairShare.mu is released, never under it. A master leaves
 //     the fair share (readers.remove) before it is unregistered and closed, so the idle poll
 //     never sees a closed fd.
-//   - poller.mu: ep, epfd, regs, next (the epoll fd and the token → registration table). Under
-//     it only epoll_ctl, close and map updates; no callback runs and no lock is taken under it.
-//     Re-arming a master holds Session.mu and poller.mu across one epoll_ctl, so the state and
-//     the registration change together (so does unregistering it for an upgrade in place,
-//     stopReadingLocked). Whether a master is registered is also an atomic of its registration
-//     (Registered), which a turn's end reads under Session.mu and fairShare.mu: the poller's
-//     failure reaches a session's reading only through failReading, which takes Session.mu.
+//   - poller Poller.mu: internal/poller's (its doc): the epoll fd and the token → registration
+//     table; no callback runs and no lock is taken under it. Re-arming a master holds Session.mu
+//     and Poller.mu across one epoll_ctl, so the state and the registration change together (so
+//     does unregistering it for an upgrade in place, stopReadingLocked). Whether a master is
+//     registered is also an atomic of its registration (Registered), which a turn's end reads
+//     under Session.mu and fairShare.mu: the poller's failure reaches a session's reading only
+//     through failReading, which takes Session.mu.
 //   - echoGroup.mu (one per owner): held, holdTimer; under it only slice updates and arming or
 //     stopping the timer.
 //   - child.Waiter.mu, orphanReaper.gate and orphanReaper.mu: internal/child's (its doc);

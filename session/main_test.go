@@ -15,6 +15,7 @@ import (
 
 	"github.com/muxterm/muxterm/internal/child"
 	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/poller"
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
@@ -54,11 +55,11 @@ func testOptions() Options {
 // ones, so a test can set their hooks, hold their workers or watch them go idle without
 // touching any other test's sessions. Both stop on their own with their last master and child.
 func ownPollers(o Options) (Options, *readers, *child.Waiter) {
-	return ownPollersWith(o, pollerOptions{})
+	return ownPollersWith(o, poller.Options{})
 }
 
 // ownPollersWith is ownPollers with a PTY reader whose poller has options po (its test hooks).
-func ownPollersWith(o Options, po pollerOptions) (Options, *readers, *child.Waiter) {
+func ownPollersWith(o Options, po poller.Options) (Options, *readers, *child.Waiter) {
 	o.readers, o.children = newReaders(po), new(child.Waiter)
 	return o, o.readers, o.children
 }

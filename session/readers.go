@@ -3,10 +3,12 @@ package session
 import (
 	"errors"
 	"fmt"
+
+	"github.com/muxterm/muxterm/internal/poller"
 )
 
 // readers reads every session's PTY master with a few goroutines instead of one per session:
-// each master is registered with a poller (poller.go), whose GOMAXPROCS workers wait on one
+// each master is registered with a poller.Poller, whose GOMAXPROCS workers wait on one
 // epoll instance; the one that wakes takes one ready master and reads it (Session.readReady),
 // so masters that are ready at once are read in parallel and a master is never read by two
 // workers at a time (one-shot: it is disarmed until readReady re-arms it). The workers and the
@@ -18,8 +20,8 @@ import (
 // their own, to set the test hooks or to count their workers, without touching other tests'
 // sessions.
 type readers struct {
-	poller *poller    // immutable after newReaders
-	fair   *fairShare // immutable after newReaders
+	poller *poller.Poller // immutable after newReaders
+	fair   *fairShare     // immutable after newReaders
 
 	// testHookEchoHold, when set, is called with a session whose master is held for another's
 	// echo (true, under its echoGroup.mu) and once it is released (false, under the session's
@@ -27,13 +29,13 @@ type readers struct {
 	testHookEchoHold func(s *Session, held bool)
 }
 
-var defaultReaders = newReaders(pollerOptions{})
+var defaultReaders = newReaders(poller.Options{})
 
 // newReaders returns readers on a poller of their own, made with po (its buffer size aside),
 // with the fair share's defaults.
-func newReaders(po pollerOptions) *readers {
+func newReaders(po poller.Options) *readers {
 	po.BufBytes = readChunk
-	return &readers{poller: newPoller(po), fair: newFairShare()}
+	return &readers{poller: poller.New(po), fair: newFairShare()}
 }
 
 // add registers s's master, armed. It fails only if the epoll instance cannot be made or will
@@ -58,7 +60,7 @@ func (r *readers) add(s *Session) error {
 func (r *readers) rearm(s *Session) error {
 	r.fair.unhold(s)
 	if err := r.poller.Rearm(s.reg); err != nil {
-		if errors.Is(err, errPollerNotRegistered) {
+		if errors.Is(err, poller.ErrNotRegistered) {
 			return errNotRegistered(s)
 		}
 		return fmt.Errorf("re-arm master of %s: epoll_ctl: %w", s.id, err)
@@ -95,7 +97,7 @@ func (r *readers) settle(s *Session, read int, full, paused, closing, echoHeld b
 		return hold, release, nil
 	}
 	if err := r.poller.Rearm(s.reg); err != nil {
-		if errors.Is(err, errPollerNotRegistered) {
+		if errors.Is(err, poller.ErrNotRegistered) {
 			err = errNotRegistered(s)
 		}
 		return false, release, err

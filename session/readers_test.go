@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/poller"
 )
 
 // Many sessions streaming at once through the shared workers: each viewer gets its own
@@ -59,7 +60,7 @@ func TestConcurrentStreamsAreExact(t *testing.T) {
 
 // failCtl returns options whose own readers fail epoll_ctl op with EPERM, and those readers.
 func failCtl(op int) (Options, *readers) {
-	o, rp, _ := ownPollersWith(testOptions(), pollerOptions{TestHookEpollCtl: func(_, o int) error {
+	o, rp, _ := ownPollersWith(testOptions(), poller.Options{TestHookEpollCtl: func(_, o int) error {
 		if o == op {
 			return unix.EPERM
 		}
@@ -118,7 +119,7 @@ func TestFailedRearmEndsReading(t *testing.T) {
 func TestFailedPollerEndsEveryReading(t *testing.T) {
 	t.Parallel()
 	var waitFails atomic.Bool
-	o, rp, _ := ownPollersWith(testOptions(), pollerOptions{TestWaitFails: &waitFails})
+	o, rp, _ := ownPollersWith(testOptions(), poller.Options{TestWaitFails: &waitFails})
 	idle := spawnT(t, o, "/bin/sh", "-c", "exec sleep 60")
 	busy := spawnT(t, o, "/bin/sh", "-c", "read x; echo WOKE; exec sleep 60")
 	waitFails.Store(true)

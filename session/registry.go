@@ -31,7 +31,7 @@ type Registry struct {
 	// taken while holding"; nothing else nests.
 	//
 	//	screen.mu ─▶ Registry.mu ─▶ Session.mu ─▶ fairShare.mu
-	//	                  │              ├─▶ poller.mu               (a re-arm, an unregistering)
+	//	                  │              ├─▶ poller Poller.mu        (a re-arm, an unregistering)
 	//	                  │              ├─▶ echoGroup.mu
 	//	                  │              ├─▶ screenFeeder.mu
 	//	                  │              ├─▶ record Recorder.mu     (the reader's ingest, sizes, markers)
@@ -48,11 +48,10 @@ type Registry struct {
 	// painted attach holds its session's screen.mu while it subscribes and declares its size). A
 	// held master is re-armed after fairShare.mu or echoGroup.mu is released, never under it.
 	// Channel.mu and Client.mu are never held together. Nothing is taken under fairShare.mu,
-	// poller.mu, conn.mu, conn.readyMu, eventQueue.mu, Node.mu, Recorder.mu or any gateway
-	// mutex. No lock is held
-	// across a blocking PTY read or write, a socket write (except the Go client's Client.wmu,
-	// bounded by its write timeout), a wait for a process or a blocking channel send. Which
-	// fields each mutex guards: go doc of its package, section "Locks".
+	// Poller.mu, conn.mu, conn.readyMu, eventQueue.mu, Node.mu, Recorder.mu or any gateway
+	// mutex. No lock is held across a blocking PTY read or write, a socket write (except the Go
+	// client's Client.wmu, bounded by its write timeout), a wait for a process or a blocking
+	// channel send. Which fields each mutex guards: go doc of its package, section "Locks".
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closed   bool                 // Shutdown began; Open refuses

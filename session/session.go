@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/internal/cgroup"
+	"github.com/muxterm/muxterm/internal/poller"
 	"github.com/muxterm/muxterm/internal/record"
 )
 
@@ -100,7 +101,7 @@ type Session struct {
 	readerDone chan struct{}
 	// reg is the master's registration with the readers' poller; written by readers.add (in
 	// spawn, and again when a handover is resumed or adopted) under mu.
-	reg *registration
+	reg *poller.Registration
 	// echo is the echo-first group of the owner's sessions (echofirst.go); set by spawn or
 	// adoptOne before the master is read, never changed.
 	echo *echoGroup

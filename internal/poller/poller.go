@@ -1,4 +1,4 @@
-package session
+package poller
 
 import (
 	"errors"
@@ -11,27 +11,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// poller serves the fds registered with it with a few goroutines instead of one per fd: each
+// Poller serves the fds registered with it with a few goroutines instead of one per fd: each
 // fd is registered with one epoll instance, EPOLLIN | EPOLLONESHOT, and the epoll fd itself is
 // registered with the runtime poller. GOMAXPROCS workers wait on it; the one that wakes takes
 // one ready fd and runs its ready callback, so fds that are ready at once are served in
 // parallel and an fd is never served by two workers at a time (one-shot: it is disarmed until
 // its callback, or whoever it hands the fd to, calls Rearm). The workers and the epoll fd
-// exist only while some fd is registered. Its methods may be called from any goroutine.
-type poller struct {
-	opts pollerOptions // immutable after newPoller
+// exist only while some fd is registered. Make one with New; its methods may be called from
+// any goroutine.
+type Poller struct {
+	opts Options // immutable after New
 
 	// mu guards ep, epfd, regs and next. Under it only epoll_ctl, close and map updates run:
 	// no callback, and no other lock is taken under it.
 	mu   sync.Mutex
 	ep   *os.File                 // the epoll instance; nil while no fd is registered
 	epfd int                      // ep's fd, open as long as some fd is registered
-	regs map[uint64]*registration // by token (the epoll event's data)
+	regs map[uint64]*Registration // by token (the epoll event's data)
 	next uint64                   // the last token handed out
 }
 
-// pollerOptions configure a poller.
-type pollerOptions struct {
+// Options configure a Poller.
+type Options struct {
 	// BufBytes is the size of the buffer each worker owns and lends to every ready callback it
 	// runs. Required.
 	BufBytes int
@@ -46,8 +47,8 @@ type pollerOptions struct {
 	TestWaitFails *atomic.Bool
 }
 
-// registration is one fd registered with a poller, from Add until Remove or a failed wait.
-type registration struct {
+// Registration is one fd registered with a Poller, from Add until Remove or a failed wait.
+type Registration struct {
 	// immutable after Add:
 	fd    int
 	token uint64
@@ -67,21 +68,21 @@ type registration struct {
 // Registered reports whether reg is still registered: it was not removed, and its poller did
 // not fail. A caller that must not act on a registration gone meanwhile serialises with the
 // failed callback itself.
-func (reg *registration) Registered() bool { return reg.live.Load() }
+func (reg *Registration) Registered() bool { return reg.live.Load() }
 
-// errPollerNotRegistered is Rearm's error for a registration that was removed, or whose poller
+// ErrNotRegistered is Rearm's error for a registration that was removed, or whose poller
 // failed.
-var errPollerNotRegistered = errors.New("not registered")
+var ErrNotRegistered = errors.New("not registered")
 
-// newPoller returns a poller with no fd registered (and no worker).
-func newPoller(opts pollerOptions) *poller {
-	return &poller{opts: opts}
+// New returns a Poller with no fd registered (and no worker).
+func New(opts Options) *Poller {
+	return &Poller{opts: opts}
 }
 
 // Add registers fd, armed: once it is readable, a worker calls ready. If the poller's wait
 // fails first, failed is called instead, once. It fails only if the epoll instance cannot be
 // made or will not take fd. fd must stay open until Remove returns.
-func (p *poller) Add(fd int, ready func(buf []byte), failed func(err error)) (*registration, error) {
+func (p *Poller) Add(fd int, ready func(buf []byte), failed func(err error)) (*Registration, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ep == nil {
@@ -90,13 +91,13 @@ func (p *poller) Add(fd int, ready func(buf []byte), failed func(err error)) (*r
 			return nil, err
 		}
 		p.ep, p.epfd = ep, epfd
-		p.regs = make(map[uint64]*registration)
+		p.regs = make(map[uint64]*Registration)
 		for range runtime.GOMAXPROCS(0) {
 			go p.loop(p.ep)
 		}
 	}
 	p.next++
-	reg := &registration{fd: fd, token: p.next, ready: ready, failed: failed}
+	reg := &Registration{fd: fd, token: p.next, ready: ready, failed: failed}
 	if err := p.ctlLocked(unix.EPOLL_CTL_ADD, reg); err != nil {
 		if len(p.regs) == 0 {
 			p.closeLocked()
@@ -109,12 +110,12 @@ func (p *poller) Add(fd int, ready func(buf []byte), failed func(err error)) (*r
 }
 
 // Rearm lets reg's fd be reported again once it is readable (at once if it is now). It fails
-// with errPollerNotRegistered once reg is no longer registered, or with epoll_ctl's error.
-func (p *poller) Rearm(reg *registration) error {
+// with ErrNotRegistered once reg is no longer registered, or with epoll_ctl's error.
+func (p *Poller) Rearm(reg *Registration) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.regs[reg.token] != reg {
-		return errPollerNotRegistered
+		return ErrNotRegistered
 	}
 	return p.ctlLocked(unix.EPOLL_CTL_MOD, reg)
 }
@@ -122,7 +123,7 @@ func (p *poller) Rearm(reg *registration) error {
 // Remove unregisters reg's fd, unless it is no longer registered; it must be called before the
 // fd is closed, so the fd number is never in the instance while it may name another file. The
 // last removal closes the instance, and its workers return.
-func (p *poller) Remove(reg *registration) {
+func (p *Poller) Remove(reg *Registration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.regs[reg.token] != reg {
@@ -137,7 +138,7 @@ func (p *poller) Remove(reg *registration) {
 }
 
 // Running reports whether p has an epoll instance, and so its workers.
-func (p *poller) Running() bool {
+func (p *Poller) Running() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.ep != nil
@@ -146,7 +147,7 @@ func (p *poller) Running() bool {
 // ctlLocked runs epoll_ctl for reg's fd on the current instance. p.mu is held. Both fds are
 // used bare: the instance stays open while reg is registered, and reg's fd is closed only
 // after Remove.
-func (p *poller) ctlLocked(op int, reg *registration) error {
+func (p *Poller) ctlLocked(op int, reg *Registration) error {
 	if h := p.opts.TestHookEpollCtl; h != nil {
 		if err := h(reg.fd, op); err != nil {
 			return err
@@ -174,7 +175,7 @@ func newEpoll(name string) (*os.File, int, error) {
 
 // closeLocked closes the epoll instance; its workers see the close and return. Every
 // registration left is no longer registered. p.mu is held.
-func (p *poller) closeLocked() {
+func (p *Poller) closeLocked() {
 	p.ep.Close()
 	for _, reg := range p.regs {
 		reg.live.Store(false)
@@ -184,7 +185,7 @@ func (p *poller) closeLocked() {
 
 // loop is one worker: it takes one ready fd at a time and runs its ready callback, until the
 // instance is closed.
-func (p *poller) loop(ep *os.File) {
+func (p *Poller) loop(ep *os.File) {
 	rc, err := ep.SyscallConn()
 	if err != nil {
 		panic(fmt.Sprintf("poller: worker: %v", err)) // an *os.File always has one
@@ -213,7 +214,7 @@ func (p *poller) loop(ep *os.File) {
 		if err != nil {
 			// The runtime poller failed us (a registered epoll fd fails a read only once
 			// closed, which is handled above): no fd may stay registered with a dead instance.
-			failed := make([]*registration, 0, len(p.regs))
+			failed := make([]*Registration, 0, len(p.regs))
 			for _, reg := range p.regs {
 				failed = append(failed, reg)
 			}
