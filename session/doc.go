@@ -7,8 +7,8 @@
 // claim, and the hand-over of every session to the next image in an upgrade in place.
 //
 // Package session knows nothing of sockets or protocols. It imports creack/pty, os/exec,
-// golang.org/x/sys/unix, otel and, of muxterm's internal packages, cgroup, child, procfs, record
-// and vt.
+// golang.org/x/sys/unix, otel and, of muxterm's internal packages, cgroup, child, poller, procfs,
+// record and vt.
 //
 // # Files
 //
@@ -26,8 +26,9 @@
 //   - read.go: a reader's turn at a master (readState, readReady, readBatch), re-arming it after
 //     backpressure (wakeReaderLocked), the end of reading (failReading, endReading, closePTY,
 //     finishOutput), ingest.
-//   - readers.go: readPoller, the epoll instance and workers that read the masters; readers, the
-//     process-wide one.
+//   - readers.go: readers, the masters' registrations with an internal/poller Poller (its epoll
+//     instance and workers) and the fair share's place in a turn's end (add, rearm, remove,
+//     settle); defaultReaders, the process-wide one.
 //   - fair.go: the readers' fair share among streaming masters (below).
 //   - echofirst.go: echo first (below): echoGroup, one per owner; keystroke, echoed, holding,
 //     hold, release, unhold, holdReading, Held, DefaultEchoHold.
@@ -66,19 +67,19 @@
 //
 // # Reading
 //
-// No goroutine holds an OS thread while it waits, and no goroutine waits for one session's
-// output: every master is non-blocking (creack/pty's Open returns a blocking master; openPTY
-// duplicates it, sets O_NONBLOCK and wraps it with os.NewFile) and registered with the read
-// poller's epoll instance, whose fd is itself registered with the runtime poller; the workers
-// park on it, one in the poller and the others on its read lock, and the one that wakes takes one
-// ready master (epoll_wait with room for one event, so the next ready master goes to the next
-// worker). Every master is registered EPOLLIN|EPOLLONESHOT, so a master is handed to one worker
-// at a time; a worker claims a reported master by moving its readState from armed to busy, so a
-// stale report is dropped. The child waiter parks the same way on its own epoll fd. Resizes use
+// No goroutine holds an OS thread while it waits, and no goroutine waits for one session's output:
+// every master is non-blocking (creack/pty's Open returns a blocking master; openPTY duplicates it,
+// sets O_NONBLOCK and wraps it with os.NewFile) and registered with the readers' poller
+// (internal/poller), whose epoll fd is itself registered with the runtime poller; the workers park
+// on it, one in the poller and the others on its read lock, and the one that wakes takes one ready
+// master (epoll_wait with room for one event, so the next ready master goes to the next worker).
+// Every master is registered EPOLLIN|EPOLLONESHOT, so a master is handed to one worker at a time; a
+// worker claims a reported master by moving its readState from armed to busy, so a stale report is
+// dropped. The child waiter parks the same way on its own epoll fd. Resizes use
 // SyscallConn().Control, never Fd(), which would turn the master blocking again.
 //
 // Both are owned by the Options a Registry was made with (Options.readers, Options.children,
-// unexported): they default to the process-wide readers and children (withDefaults), so in
+// unexported): they default to the process-wide defaultReaders and children (withDefaults), so in
 // production every registry, and a handover's resume or adoption, shares one epoll instance with
 // its workers and one waiter; a test that sets their test hooks, holds a worker or watches them
 // go idle gives its options instances of its own (ownPollers) and runs in parallel with the
@@ -89,7 +90,7 @@
 // Options.batchSize (32 KiB by default), appending each to the ring and waking the viewers once
 // per batch, until the master would block, backpressure holds, another session of the same owner
 // awaits an echo, or maxBatchesPerTurn (4) batches were read. It then counts the turn in the fair
-// share and re-arms the master (readPoller.settle; Session.inTurn is set from the claim to the
+// share and re-arms the master (readers.settle; Session.inTurn is set from the claim to the
 // count, so the fair share never takes a master in a turn for idle), or leaves it disarmed while
 // backpressure holds, while it is held for an echo (in its owner's echoGroup.held; a master taken
 // while held is parked before it is read) or while the fair share holds it, or ends the session's
@@ -102,7 +103,7 @@
 // master that goes idle (no turn for 5 ms, none under way, its master not readable: its program
 // stopped producing, e.g. after a burst) stops counting, checked before a hold and every 5 ms
 // while one lasts, so it holds nobody. A master under backpressure, held for its owner's echo or
-// past its kill point never counts (readPoller.settle, dropIdleLocked, holdExpired, releaseHeld).
+// past its kill point never counts (fairShare.settle, dropIdleLocked, holdExpired, releaseHeld).
 //
 // Echo first (echofirst.go): a keystroke (Session.Write of at most 64 bytes) marks its session
 // awaitingEcho, makes it its group's last and extends the group's holdUntil to Options.EchoHold
@@ -299,19 +300,19 @@
 //
 // Quiescing a session (Session.stopReading, under Session.mu): handingOver is set. A master that
 // is armed or parked is unregistered at once (readHanded; lock order Session.mu before
-// readPoller.mu, as for a re-arm); one a worker is reading is left to it, and the worker, at the
-// end of its turn (it breaks out of its batches as soon as it sees handingOver), unregisters it
-// instead of re-arming it. Either way readStopped is closed once no worker reads the master, and
-// only then is the ring snapshotted: no byte is read from a master after its ring was
-// snapshotted. Bytes the program writes from then on wait in the PTY (the program blocks when the
-// terminal's buffer is full) and are read by the new image. A master whose reading had already
-// ended (readDone, the PTY hung up) is handed as absent. child.Waiter.Detach takes the pidfds of the
-// handed sessions' children out of the waiter's epoll instance under Waiter.mu (closing the
+// fairShare.mu and Poller.mu, as for a re-arm); one a worker is reading is left to it, and the
+// worker, at the end of its turn (it breaks out of its batches as soon as it sees handingOver),
+// unregisters it instead of re-arming it. Either way readStopped is closed once no worker reads
+// the master, and only then is the ring snapshotted: no byte is read from a master after its ring
+// was snapshotted. Bytes the program writes from then on wait in the PTY (the program blocks when
+// the terminal's buffer is full) and are read by the new image. A master whose reading had already
+// ended (readDone, the PTY hung up) is handed as absent. child.Waiter.Detach takes the pidfds of
+// the handed sessions' children out of the waiter's epoll instance under Waiter.mu (closing the
 // instance when none is left): from then on this image does not reap them; it keeps waiting for
 // the children of sessions being torn down. A child the waiter reaped just before publishes its
 // status on its own goroutine; Handover waits up to 2 s for that exited. A child waited for by a
-// blockingWait (traced) is handed without a pidfd: the new image opens one if the pid is still
-// its child (checked in /proc/<pid>/stat after the open, which pins the process).
+// blockingWait (traced) is handed without a pidfd: the new image opens one if the pid is still its
+// child (checked in /proc/<pid>/stat after the open, which pins the process).
 //
 // The orphan reaper must never take an adopted child's exit status: Adopt registers every live
 // child as ours (child.Adopt) before the new image starts the orphan reaper.
@@ -327,12 +328,13 @@
 //
 // # Goroutines
 //
-//   - readPoller.loop: GOMAXPROCS workers per readPoller while any of its masters is being read
-//     (the process-wide readers serve every registry; only a test gives Options.readers one of
-//     its own). Started by readPoller.add from spawn (and startReading after a resumed or adopted
-//     handover) when none run. Each owns one read buffer and takes one ready master at a time
-//     (Reading, above). They end when the last master is unregistered: it closes the epoll fd and
-//     every worker returns; the next spawn starts new ones.
+//   - internal/poller's workers (Poller.loop): GOMAXPROCS per Poller while any of its masters
+//     is being read (the process-wide defaultReaders serve every registry; only a test gives
+//     Options.readers readers of its own). Started by Poller.Add from readers.add in spawn (and
+//     startReading after a resumed or adopted handover) when none run. Each owns one read buffer
+//     and takes one ready master at a time (Reading, above). They end when the last master is
+//     unregistered: it closes the epoll fd and every worker returns; the next spawn starts new
+//     ones.
 //   - screenFeeder.loop: one per process (feeder) while some session's screen lags; started by
 //     screenFeeder.enqueue from ingest when a model lags 64 KiB; catches the queued models up
 //     from the ring and their backlogs, at most 1 MiB per session per turn (Session.feedScreen);
@@ -348,14 +350,15 @@
 //   - Session.reaped hand-off: one per exit, short, on a goroutine the waiter starts (or on the
 //     blocking wait's): writes exit, closes exited, takes Session.mu, wakes viewers, arms the
 //     settle timer.
-//   - The fair share's hold timer: a time.AfterFunc of readPoller.holdExpired, at most one
-//     pending per readPoller, armed by readPoller.settle when it holds a streaming master back
+//   - The fair share's hold timer: a time.AfterFunc of fairShare.holdExpired, at most one
+//     pending per fairShare, armed by fairShare.settle when it holds a streaming master back
 //     and no timer is pending, and by holdExpired itself while masters stay held (at most
-//     defaultFairIdle, 5 ms, later). It takes readPoller.mu, turns light the streaming masters
+//     defaultFairIdle, 5 ms, later). It takes fairShare.mu, turns light the streaming masters
 //     behind a held one that went idle (a zero-timeout poll finds the master empty) and those
 //     that let a held one wait defaultFairWait (20 ms) without catching up, lets go of the
 //     masters no longer ahead, then re-arms them (releaseHeld: each Session.mu, after
-//     readPoller.mu is released). closeLocked stops a pending one with the last master.
+//     fairShare.mu is released). One still pending when the last held master was re-armed or
+//     unregistered finds nothing held and does nothing.
 //   - The echo hold timer: at most one per owner's echoGroup while a master of that owner's is
 //     held for an echo; armed by Session.hold at the group's holdUntil as the first hold saw it;
 //     runs echoGroup.release (echoGroup.mu to empty held, then each held session's Session.mu,
@@ -414,14 +417,21 @@
 //     Session.mu).
 //   - Session.inMu: inQueue, inDraining; held across one non-blocking write(2) attempt on the
 //     master, so input stays in order; taken before Session.mu when a write fails (never after).
-//   - readPoller.mu: ep, epfd, sessions, next (the readers' epoll fd and the token → session
-//     table); the fair share's shares (bytes read by each streaming master and when its last turn
-//     ended), held and holdTimer. Under it only epoll_ctl, close, map updates, timer calls and
-//     the fair share's zero-timeout poll of an idle-looking master (dropIdleLocked), none of
-//     which waits. A held master is let go by re-arming it after readPoller.mu is released, never
-//     under it. Re-arming a master holds Session.mu and readPoller.mu across one epoll_ctl, so
-//     the state and the registration change together (so does unregistering it for an upgrade in
-//     place, stopReadingLocked).
+//   - fairShare.mu (one per readers): shares (bytes read by each streaming master and when its
+//     last turn ended), held and holdTimer. Under it only map updates, timer calls and the
+//     zero-timeout poll of an idle-looking master (dropIdleLocked), none of which waits; no lock
+//     is taken under it. A turn's end holds Session.mu and fairShare.mu while it is counted, and
+//     re-arms the master after fairShare.mu is released, still under Session.mu; a held master
+//     is let go by re-arming it after fairShare.mu is released, never under it. A master leaves
+//     the fair share (readers.remove) before it is unregistered and closed, so the idle poll
+//     never sees a closed fd.
+//   - poller Poller.mu: internal/poller's (its doc): the epoll fd and the token → registration
+//     table; no callback runs and no lock is taken under it. Re-arming a master holds Session.mu
+//     and Poller.mu across one epoll_ctl, so the state and the registration change together (so
+//     does unregistering it for an upgrade in place, stopReadingLocked). Whether a master is
+//     registered is also an atomic of its registration (Registered), which a turn's end reads
+//     under Session.mu and fairShare.mu: the poller's failure reaches a session's reading only
+//     through failReading, which takes Session.mu.
 //   - echoGroup.mu (one per owner): held, holdTimer; under it only slice updates and arming or
 //     stopping the timer.
 //   - child.Waiter.mu, orphanReaper.gate and orphanReaper.mu: internal/child's (its doc);

@@ -179,7 +179,7 @@ func (s *Session) holdReading() bool {
 	}
 	// Held for an echo, it counts as light in the readers' fair share, so it is not taken as
 	// the slowest stream that another owner's streams wait for (fair.go).
-	s.opts.readers.dropShare(s)
+	s.opts.readers.fair.dropShare(s)
 	s.readState = readParked
 	if s.hold() {
 		return true

@@ -1,7 +1,7 @@
 package session
 
 import (
-	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,8 +52,38 @@ const (
 // is let go.
 const noHeavy = 1 << 62
 
-// share is a heavy master's account in the fair share (readPoller.shares holds heavy masters
-// only: one that turns light loses its share). Guarded by readPoller.mu.
+// fairShare is the fair share among the streaming masters of one readers. Its methods may be
+// called from any goroutine.
+type fairShare struct {
+	// mu guards shares, held and holdTimer: each heavy master's account, the masters held back,
+	// and the timer that, while one is held, looks for idle masters every fairIdle and ends a
+	// hold after fairWait. Under it only map updates, timer calls and the zero-timeout poll of
+	// an idle-looking master (dropIdleLocked) run; it is taken under Session.mu (a turn's end,
+	// a re-arm), and no lock is taken under it.
+	mu        sync.Mutex
+	shares    map[*Session]*share
+	held      map[*Session]struct{}
+	holdTimer *time.Timer
+
+	// fairSlack, fairWait and fairIdle are defaultFairSlack, defaultFairWait and
+	// defaultFairIdle unless a test set them before the first master was added.
+	fairSlack int64
+	fairWait  time.Duration
+	fairIdle  time.Duration
+
+	// testHookHold, when set, runs (under mu) when a master is held by the fair share. Nil in
+	// production.
+	testHookHold func(s *Session)
+}
+
+// newFairShare returns a fair share with nothing counted and the default bounds.
+func newFairShare() *fairShare {
+	return &fairShare{shares: make(map[*Session]*share), held: make(map[*Session]struct{}),
+		fairSlack: defaultFairSlack, fairWait: defaultFairWait, fairIdle: defaultFairIdle}
+}
+
+// share is a heavy master's account in the fair share (fairShare.shares holds heavy masters
+// only: one that turns light loses its share). Guarded by fairShare.mu.
 type share struct {
 	// read counts bytes read since it became heavy, on the scale the heavy masters share: a
 	// master that becomes heavy starts level with the slowest heavy one, not owed what it did
@@ -65,13 +95,13 @@ type share struct {
 	last time.Time
 }
 
-// slowestLocked is the least read among heavy masters, and whether there is one. r.mu is held.
+// slowestLocked is the least read among heavy masters, and whether there is one. f.mu is held.
 // It looks at every heavy master, once or twice per turn of a counted master (a turn reads up
 // to 128 KiB); a light master's turn does not call it.
-func (r *readPoller) slowestLocked() (int64, bool) {
+func (f *fairShare) slowestLocked() (int64, bool) {
 	var m int64
 	found := false
-	for _, sh := range r.shares {
+	for _, sh := range f.shares {
 		if !found || sh.read < m {
 			m, found = sh.read, true
 		}
@@ -82,15 +112,15 @@ func (r *readPoller) slowestLocked() (int64, bool) {
 // dropIdleLocked turns light every heavy master that is not held, has read less than below and
 // is idle at now: no turn of it has ended for fairIdle, none is under way (Session.inTurn) and
 // its master is not readable. It reports whether it dropped one. It polls only the masters
-// behind that have had no turn for fairIdle, the ones that may hold another back. r.mu is held.
-func (r *readPoller) dropIdleLocked(now time.Time, below int64) bool {
+// behind that have had no turn for fairIdle, the ones that may hold another back. f.mu is held.
+func (f *fairShare) dropIdleLocked(now time.Time, below int64) bool {
 	dropped := false
-	for s, sh := range r.shares {
-		if sh.read >= below || now.Sub(sh.last) < r.fairIdle || !sh.heldSince.IsZero() ||
+	for s, sh := range f.shares {
+		if sh.read >= below || now.Sub(sh.last) < f.fairIdle || !sh.heldSince.IsZero() ||
 			s.inTurn.Load() || readable(s.masterFD) {
 			continue
 		}
-		delete(r.shares, s) // light now: it stopped producing, or has had no CPU for fairIdle
+		delete(f.shares, s) // light now: it stopped producing, or has had no CPU for fairIdle
 		dropped = true
 	}
 	return dropped
@@ -98,42 +128,43 @@ func (r *readPoller) dropIdleLocked(now time.Time, below int64) bool {
 
 // readable reports whether a registered master has something to read (or a hang-up to report):
 // a zero-timeout poll. A failed poll counts as readable: the master is not taken for idle. The
-// fd is used bare, as ctlLocked does: it stays open while the master is registered.
+// fd is used bare: a master that has a share stays open (readers.remove takes the share away
+// before the master is unregistered and closed).
 func readable(fd int) bool {
 	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(p, 0)
 	return err != nil || n > 0
 }
 
-// settle ends s's turn with the readers: it counts what the turn read (read bytes; full: it
-// read all maxBatchesPerTurn batches; paused: backpressure holds it; closing: the kill point
-// passed, so what is left is drained, never held; echoHeld: a keystroke's echo holds it, which
-// its caller does, echofirst.go) and re-arms s, unless s is paused or held. It returns the
-// held masters this turn lets go, for the caller to re-arm (releaseHeld) once it has let go of
-// s.mu. s.mu is held.
-func (r *readPoller) settle(s *Session, read int, full, paused, closing, echoHeld bool) (
-	hold bool, release []*Session, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s.inTurn.Store(false) // counted now, and re-armed below (or parked): no longer in a turn
-	if r.sessions[s.readToken] != s {
-		return false, nil, errNotRegistered(s)
+// settle counts s's turn (read bytes; full: it read all maxBatchesPerTurn batches; paused:
+// backpressure holds it; closing: the kill point passed, so what is left is drained, never
+// held; echoHeld: a keystroke's echo holds it, which its caller does, echofirst.go) and says
+// whether s is held (not to be re-armed). It returns the held masters this turn lets go, for
+// the caller to re-arm (releaseHeld) once it has let go of s.mu. It counts nothing and reports
+// !registered if s's master is no longer registered. s.mu is held (readers.settle).
+func (f *fairShare) settle(s *Session, read int, full, paused, closing, echoHeld bool) (
+	hold bool, release []*Session, registered bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s.inTurn.Store(false) // counted now, and re-armed after (or parked): no longer in a turn
+	if !s.reg.Registered() {
+		return false, nil, false
 	}
-	sh := r.shares[s]
+	sh := f.shares[s]
 	counted := sh != nil
 	switch {
 	case paused || closing || echoHeld:
 		// Its viewer holds it back, it ends, or its owner's echo holds it: it must not hold
 		// the others (nor another owner's streams wait for it). A later full turn levels it
 		// anew.
-		delete(r.shares, s)
+		delete(f.shares, s)
 		sh = nil
 	case sh == nil && full:
 		sh = &share{}
-		if m, ok := r.slowestLocked(); ok {
+		if m, ok := f.slowestLocked(); ok {
 			sh.read = m
 		}
-		r.shares[s] = sh
+		f.shares[s] = sh
 	}
 	// A light master that was never counted costs no scan: the shares hold heavy masters only.
 	if sh != nil || counted {
@@ -142,50 +173,67 @@ func (r *readPoller) settle(s *Session, read int, full, paused, closing, echoHel
 			sh.read += int64(read)
 			sh.last = now
 		}
-		m, ok := r.slowestLocked()
+		m, ok := f.slowestLocked()
 		// Before holding s back, the masters behind it that went idle stop counting: s waits
 		// for masters that are behind, not for programs that stopped.
-		if ok && sh != nil && !echoHeld && sh.read > m+r.fairSlack &&
-			r.dropIdleLocked(now, sh.read-r.fairSlack) {
-			m, ok = r.slowestLocked()
+		if ok && sh != nil && !echoHeld && sh.read > m+f.fairSlack &&
+			f.dropIdleLocked(now, sh.read-f.fairSlack) {
+			m, ok = f.slowestLocked()
 		}
 		if !ok {
 			m = noHeavy // no heavy master left: nothing to wait for
 		}
-		release = r.releaseLocked(m)
-		if sh != nil && !echoHeld && sh.read > m+r.fairSlack {
+		release = f.releaseLocked(m)
+		if sh != nil && !echoHeld && sh.read > m+f.fairSlack {
 			sh.heldSince = now
-			r.held[s] = struct{}{}
-			if r.holdTimer == nil {
-				r.armHoldTimerLocked(min(r.fairWait, r.fairIdle))
+			f.held[s] = struct{}{}
+			if f.holdTimer == nil {
+				f.armHoldTimerLocked(min(f.fairWait, f.fairIdle))
 			}
-			if h := r.testHookHold; h != nil {
+			if h := f.testHookHold; h != nil {
 				h(s)
 			}
-			return true, release, nil
+			return true, release, true
 		}
 	}
-	if paused || echoHeld {
-		return false, release, nil
-	}
-	return false, release, r.ctlLocked(unix.EPOLL_CTL_MOD, s)
+	return false, release, true
 }
 
 // dropShare makes s light: a master held for its owner's echo must not be the slowest stream
-// the others wait for. s.mu is held (taken before r.mu).
-func (r *readPoller) dropShare(s *Session) {
-	r.mu.Lock()
+// the others wait for. s.mu is held (taken before f.mu).
+func (f *fairShare) dropShare(s *Session) {
+	f.mu.Lock()
 	s.inTurn.Store(false) // light now: the flag matters only to a master with a share
-	delete(r.shares, s)
-	r.mu.Unlock()
+	delete(f.shares, s)
+	f.mu.Unlock()
 }
 
-// releaseLocked takes out of held every master no more than fairSlack ahead of m. r.mu is held.
-func (r *readPoller) releaseLocked(m int64) []*Session {
+// unhold takes s out of the held masters: it is being re-armed (readers.rearm).
+func (f *fairShare) unhold(s *Session) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.held[s]; ok {
+		delete(f.held, s)
+		if sh := f.shares[s]; sh != nil {
+			sh.heldSince = time.Time{}
+		}
+	}
+}
+
+// remove drops s's share and hold: its master is being unregistered, or its poller failed.
+func (f *fairShare) remove(s *Session) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.shares, s)
+	delete(f.held, s)
+}
+
+// releaseLocked takes out of held every master no more than fairSlack ahead of m. f.mu is held.
+func (f *fairShare) releaseLocked(m int64) []*Session {
 	var out []*Session
-	for s := range r.held {
-		if sh := r.shares[s]; sh == nil || sh.read <= m+r.fairSlack {
-			delete(r.held, s)
+	for s := range f.held {
+		if sh := f.shares[s]; sh == nil || sh.read <= m+f.fairSlack {
+			delete(f.held, s)
 			if sh != nil {
 				sh.heldSince = time.Time{}
 			}
@@ -195,60 +243,55 @@ func (r *readPoller) releaseLocked(m int64) []*Session {
 	return out
 }
 
-// armHoldTimerLocked arms the hold timer for the current epoll instance. r.mu is held.
-func (r *readPoller) armHoldTimerLocked(d time.Duration) {
-	ep := r.ep
-	r.holdTimer = time.AfterFunc(d, func() { r.holdExpired(ep) })
+// armHoldTimerLocked arms the hold timer. f.mu is held.
+func (f *fairShare) armHoldTimerLocked(d time.Duration) {
+	f.holdTimer = time.AfterFunc(d, f.holdExpired)
 }
 
 // holdExpired runs while masters are held, every fairIdle and fairWait after each hold began:
 // the masters behind a held one that went idle turn light, so does every heavy master more
 // than fairSlack behind a master held for fairWait, and the masters no longer ahead are let go.
-func (r *readPoller) holdExpired(ep *os.File) {
-	r.mu.Lock()
-	if r.ep != ep {
-		// The instance it was armed for is closed (closeLocked stopped the timer too late):
-		// its holds went with it.
-		r.mu.Unlock()
-		return
-	}
+// A timer that outlives every held master (each was re-armed, or unregistered: remove) finds
+// nothing held and does nothing.
+func (f *fairShare) holdExpired() {
+	f.mu.Lock()
 	now := time.Now()
 	var top, ahead int64
 	expired := false
-	for s := range r.held {
-		sh := r.shares[s]
+	for s := range f.held {
+		sh := f.shares[s]
 		if sh == nil {
 			continue
 		}
 		ahead = max(ahead, sh.read)
-		if now.Sub(sh.heldSince) >= r.fairWait {
+		if now.Sub(sh.heldSince) >= f.fairWait {
 			top, expired = max(top, sh.read), true
 		}
 	}
-	r.dropIdleLocked(now, ahead-r.fairSlack)
+	f.dropIdleLocked(now, ahead-f.fairSlack)
 	if expired {
-		for s, sh := range r.shares {
-			if sh.read+r.fairSlack < top {
-				delete(r.shares, s) // light now: slow, not starved
+		for s, sh := range f.shares {
+			if sh.read+f.fairSlack < top {
+				delete(f.shares, s) // light now: slow, not starved
 			}
 		}
 	}
-	m, ok := r.slowestLocked()
+	m, ok := f.slowestLocked()
 	if !ok {
 		m = noHeavy
 	}
-	release := r.releaseLocked(m)
+	release := f.releaseLocked(m)
 	var oldest time.Time
-	for s := range r.held {
-		if sh := r.shares[s]; sh != nil && (oldest.IsZero() || sh.heldSince.Before(oldest)) {
+	for s := range f.held {
+		if sh := f.shares[s]; sh != nil && (oldest.IsZero() || sh.heldSince.Before(oldest)) {
 			oldest = sh.heldSince
 		}
 	}
-	r.holdTimer = nil
+	f.holdTimer = nil
 	if !oldest.IsZero() {
-		r.armHoldTimerLocked(min(max(r.fairWait-now.Sub(oldest), 0), r.fairIdle))
+		f.armHoldTimerLocked(min(max(f.fairWait-now.Sub(oldest), 0), f.fairIdle))
 	}
-	r.mu.Unlock()
+	f.mu.Unlock()
 	releaseHeld(release)
 }
 

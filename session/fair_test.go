@@ -22,9 +22,17 @@ type turnLog struct {
 
 // logTurns gives o its own readers with the fair share's slack, wait and idle bound (0: the
 // default), and counts each turn's bytes, its full turns and each hold.
-func logTurns(o Options, slack int64, wait, idle time.Duration) (Options, *readPoller, *turnLog) {
+func logTurns(o Options, slack int64, wait, idle time.Duration) (Options, *readers, *turnLog) {
 	o, rp, _ := ownPollers(o)
-	rp.fairSlack, rp.fairWait, rp.fairIdle = slack, wait, idle
+	if slack != 0 {
+		rp.fair.fairSlack = slack
+	}
+	if wait != 0 {
+		rp.fair.fairWait = wait
+	}
+	if idle != 0 {
+		rp.fair.fairIdle = idle
+	}
 	l := &turnLog{total: map[*Session]int64{}, full: map[*Session]int{}, held: map[*Session]int{}}
 	o.testHookAfterTurn = func(s *Session, read int, full bool) {
 		l.mu.Lock()
@@ -34,7 +42,7 @@ func logTurns(o Options, slack int64, wait, idle time.Duration) (Options, *readP
 			l.full[s]++
 		}
 	}
-	rp.testHookHold = func(s *Session) {
+	rp.fair.testHookHold = func(s *Session) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.held[s]++
@@ -56,11 +64,11 @@ func (l *turnLog) counts(s *Session) (read int64, full, held int) {
 }
 
 // heavy reports whether every one of ss counts in rp's fair share as streaming.
-func (rp *readPoller) heavy(ss ...*Session) bool {
-	rp.mu.Lock()
-	defer rp.mu.Unlock()
+func (rp *readers) heavy(ss ...*Session) bool {
+	rp.fair.mu.Lock()
+	defer rp.fair.mu.Unlock()
 	for _, s := range ss {
-		if rp.shares[s] == nil {
+		if rp.fair.shares[s] == nil {
 			return false
 		}
 	}
@@ -207,7 +215,7 @@ func TestFairShareReadsAnExitedStreamToItsEnd(t *testing.T) {
 
 // stopOneOfTwoStreams spawns two `yes` sessions, waits until both count as streaming, then
 // stops the second with SIGSTOP (continued when the test ends).
-func stopOneOfTwoStreams(t *testing.T, o Options, rp *readPoller) (runner, stopped *Session) {
+func stopOneOfTwoStreams(t *testing.T, o Options, rp *readers) (runner, stopped *Session) {
 	t.Helper()
 	ss := spawnYes(t, o, 2)
 	runner, stopped = ss[0], ss[1]
@@ -255,18 +263,19 @@ func TestFairShareIdleIsEmptyAndOutOfTurn(t *testing.T) {
 	// are not touched by a worker while this looks at them.
 	reading.inTurn.Store(true) // as a worker does from its claim to the turn's count
 	defer reading.inTurn.Store(false)
-	rp.mu.Lock()
+	f := rp.fair
+	f.mu.Lock()
 	long := time.Now().Add(-time.Hour)
 	for _, s := range []*Session{quiet, reading, full} {
-		rp.shares[s] = &share{last: long}
+		f.shares[s] = &share{last: long}
 	}
-	dropped := rp.dropIdleLocked(time.Now(), 1)
-	_, quietKept := rp.shares[quiet]
-	_, readingKept := rp.shares[reading]
-	_, fullKept := rp.shares[full]
-	delete(rp.shares, reading)
-	delete(rp.shares, full)
-	rp.mu.Unlock()
+	dropped := f.dropIdleLocked(time.Now(), 1)
+	_, quietKept := f.shares[quiet]
+	_, readingKept := f.shares[reading]
+	_, fullKept := f.shares[full]
+	delete(f.shares, reading)
+	delete(f.shares, full)
+	f.mu.Unlock()
 	if !dropped || quietKept {
 		t.Error("the quiet master, empty and out of a turn, still counts as streaming")
 	}
@@ -301,11 +310,12 @@ func TestFairShareTurnIsMarked(t *testing.T) {
 		t.Fatal("no turn read the session's output within 10s")
 	}
 	inTurn := s.inTurn.Load()
-	rp.mu.Lock()
-	rp.shares[s] = &share{last: time.Now().Add(-time.Hour)}
-	dropped := rp.dropIdleLocked(time.Now(), 1<<62)
-	delete(rp.shares, s)
-	rp.mu.Unlock()
+	f := rp.fair
+	f.mu.Lock()
+	f.shares[s] = &share{last: time.Now().Add(-time.Hour)}
+	dropped := f.dropIdleLocked(time.Now(), 1<<62)
+	delete(f.shares, s)
+	f.mu.Unlock()
 	close(release)
 	if !inTurn {
 		t.Error("a worker's turn did not mark its master")

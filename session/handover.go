@@ -229,7 +229,7 @@ func (s *Session) stopReading() {
 }
 
 // stopReadingLocked unregisters the master (it stays open) and marks the reading stopped.
-// s.mu is held (lock order: Session.mu before readPoller.mu).
+// s.mu is held (lock order: Session.mu before fairShare.mu and Poller.mu).
 func (s *Session) stopReadingLocked() {
 	s.readState = readHanded
 	s.opts.readers.remove(s)

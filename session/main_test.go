@@ -15,6 +15,7 @@ import (
 
 	"github.com/muxterm/muxterm/internal/child"
 	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/poller"
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
@@ -53,8 +54,13 @@ func testOptions() Options {
 // ownPollers gives o a PTY reader and a child waiter of its own instead of the process-wide
 // ones, so a test can set their hooks, hold their workers or watch them go idle without
 // touching any other test's sessions. Both stop on their own with their last master and child.
-func ownPollers(o Options) (Options, *readPoller, *child.Waiter) {
-	o.readers, o.children = new(readPoller), new(child.Waiter)
+func ownPollers(o Options) (Options, *readers, *child.Waiter) {
+	return ownPollersWith(o, poller.Options{})
+}
+
+// ownPollersWith is ownPollers with a PTY reader whose poller has options po (its test hooks).
+func ownPollersWith(o Options, po poller.Options) (Options, *readers, *child.Waiter) {
+	o.readers, o.children = newReaders(po), new(child.Waiter)
 	return o, o.readers, o.children
 }
 

@@ -136,7 +136,7 @@ type Options struct {
 	// readers reads the sessions' masters and children waits for their children. Default: the
 	// process-wide ones (readers.go, spawn.go), shared by every registry. Tests set their own
 	// to own their hooks and their counts (ownPollers).
-	readers  *readPoller
+	readers  *readers
 	children *child.Waiter
 	// feeder catches lagging screens up. Default: the process-wide one (screen.go).
 	feeder *screenFeeder
@@ -207,7 +207,7 @@ func (o Options) withDefaults() Options {
 		o.Instruments = otel.Noop().Instruments
 	}
 	if o.readers == nil {
-		o.readers = &readers
+		o.readers = defaultReaders
 	}
 	if o.children == nil {
 		o.children = &children

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,14 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/internal/leakcheck"
+	"github.com/muxterm/muxterm/internal/poller"
 )
-
-// running reports whether r has an epoll instance (and its workers).
-func (r *readPoller) running() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ep != nil
-}
 
 // Many sessions streaming at once through the shared workers: each viewer gets its own
 // session's output exactly, in order, with nothing lost, repeated or taken from another.
@@ -64,14 +59,13 @@ func TestConcurrentStreamsAreExact(t *testing.T) {
 }
 
 // failCtl returns options whose own readers fail epoll_ctl op with EPERM, and those readers.
-func failCtl(op int) (Options, *readPoller) {
-	o, rp, _ := ownPollers(testOptions())
-	rp.testHookEpollCtl = func(_ *Session, o int) error {
+func failCtl(op int) (Options, *readers) {
+	o, rp, _ := ownPollersWith(testOptions(), poller.Options{TestHookEpollCtl: func(_, o int) error {
 		if o == op {
 			return unix.EPERM
 		}
 		return nil
-	}
+	}})
 	return o, rp
 }
 
@@ -89,7 +83,7 @@ func TestSpawnFailsWhenMasterCannotBeRegistered(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the child to be reaped and its fds closed", func() bool {
 		return len(leakcheck.Children(false)) == 0 && countFDs() <= fds && countPTS() <= pts
 	})
-	if rp.running() {
+	if rp.poller.Running() {
 		t.Error("readers still running with no master registered")
 	}
 }
@@ -124,10 +118,11 @@ func TestFailedRearmEndsReading(t *testing.T) {
 // their output stopped for good; the next spawn gets a new instance and is read.
 func TestFailedPollerEndsEveryReading(t *testing.T) {
 	t.Parallel()
-	o, rp, _ := ownPollers(testOptions())
+	var waitFails atomic.Bool
+	o, rp, _ := ownPollersWith(testOptions(), poller.Options{TestWaitFails: &waitFails})
 	idle := spawnT(t, o, "/bin/sh", "-c", "exec sleep 60")
 	busy := spawnT(t, o, "/bin/sh", "-c", "read x; echo WOKE; exec sleep 60")
-	rp.testWaitFails.Store(true)
+	waitFails.Store(true)
 	// The output that wakes a worker, which then finds its wait failed.
 	if _, err := busy.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
@@ -138,7 +133,7 @@ func TestFailedPollerEndsEveryReading(t *testing.T) {
 			t.Errorf("%s: master still open after its reading ended", s.ID())
 		}
 	}
-	testutil.WaitFor(t, 10*time.Second, "readers to stop", func() bool { return !rp.running() })
+	testutil.WaitFor(t, 10*time.Second, "readers to stop", func() bool { return !rp.poller.Running() })
 
 	after := spawnT(t, o, "/bin/sh", "-c", "printf AFTER; exec sleep 60")
 	wake, wakeFn := testutil.WakeChan()

@@ -30,7 +30,8 @@ type Registry struct {
 	// same block, and internal/docscheck's test keeps the two equal). An arrow means "may be
 	// taken while holding"; nothing else nests.
 	//
-	//	screen.mu ─▶ Registry.mu ─▶ Session.mu ─▶ readPoller.mu
+	//	screen.mu ─▶ Registry.mu ─▶ Session.mu ─▶ fairShare.mu
+	//	                  │              ├─▶ poller Poller.mu        (a re-arm, an unregistering)
 	//	                  │              ├─▶ echoGroup.mu
 	//	                  │              ├─▶ screenFeeder.mu
 	//	                  │              ├─▶ record Recorder.mu     (the reader's ingest, sizes, markers)
@@ -45,12 +46,12 @@ type Registry struct {
 	// Taking Session.mu alone is fine; taking Registry.mu while holding a Session.mu, or a
 	// screen.mu while holding Registry.mu, a Session.mu or a Session.resizeMu, is a bug (a
 	// painted attach holds its session's screen.mu while it subscribes and declares its size). A
-	// held master is re-armed after readPoller.mu or echoGroup.mu is released, never under it.
-	// Channel.mu and Client.mu are never held together. Nothing is taken under conn.mu,
-	// conn.readyMu, eventQueue.mu, Node.mu, Recorder.mu or any gateway mutex. No lock is held
-	// across a blocking PTY read or write, a socket write (except the Go client's Client.wmu,
-	// bounded by its write timeout), a wait for a process or a blocking channel send. Which
-	// fields each mutex guards: go doc of its package, section "Locks".
+	// held master is re-armed after fairShare.mu or echoGroup.mu is released, never under it.
+	// Channel.mu and Client.mu are never held together. Nothing is taken under fairShare.mu,
+	// Poller.mu, conn.mu, conn.readyMu, eventQueue.mu, Node.mu, Recorder.mu or any gateway
+	// mutex. No lock is held across a blocking PTY read or write, a socket write (except the Go
+	// client's Client.wmu, bounded by its write timeout), a wait for a process or a blocking
+	// channel send. Which fields each mutex guards: go doc of its package, section "Locks".
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closed   bool                 // Shutdown began; Open refuses

@@ -477,7 +477,7 @@ func idleSessionsUseFewThreads(t *testing.T) {
 	for _, s := range sessions {
 		testutil.WaitClosed(t, s.ReaderDone(), 10*time.Second, "reader of "+s.ID())
 	}
-	testutil.WaitFor(t, 10*time.Second, "readers to stop once no master is registered", func() bool { return !rp.running() })
+	testutil.WaitFor(t, 10*time.Second, "readers to stop once no master is registered", func() bool { return !rp.poller.Running() })
 	testutil.WaitFor(t, 10*time.Second, "the waiter to stop once no child is left", w.Idle)
 }
 

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/internal/cgroup"
+	"github.com/muxterm/muxterm/internal/poller"
 	"github.com/muxterm/muxterm/internal/record"
 )
 
@@ -98,8 +99,9 @@ type Session struct {
 	exit   ExitStatus
 	// readerDone is closed once reading the master has ended and ptmx is closed.
 	readerDone chan struct{}
-	// readToken is the master's registration with readers; written by readers.add in spawn.
-	readToken uint64
+	// reg is the master's registration with the readers' poller; written by readers.add (in
+	// spawn, and again when a handover is resumed or adopted) under mu.
+	reg *poller.Registration
 	// echo is the echo-first group of the owner's sessions (echofirst.go); set by spawn or
 	// adoptOne before the master is read, never changed.
 	echo *echoGroup
@@ -112,7 +114,7 @@ type Session struct {
 	// read a batch since; it is not held again before it has (echofirst.go).
 	released atomic.Bool
 	// inTurn: a readers worker has claimed its master for a turn that the fair share has not
-	// counted yet (readReady sets it; readPoller.settle clears it before the re-arm, dropShare
+	// counted yet (readReady sets it; fairShare.settle clears it before the re-arm, dropShare
 	// when the master is parked for an echo); the fair share never takes a master in a turn
 	// for idle (fair.go). It stays set after a turn that ends the reading or stops it for a
 	// handover, which is harmless: the master then has no share.

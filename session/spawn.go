@@ -195,6 +195,15 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 	return s, nil
 }
 
+// rawFD stores f's descriptor in fd without Fd(), which would make it blocking.
+func rawFD(f *os.File, fd *int) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return rc.Control(func(d uintptr) { *fd = int(d) })
+}
+
 // openPTY opens a PTY pair and returns a master that is non-blocking: the readers read it until
 // it would block, so a blocking master would hang one of the shared workers, and the input loop
 // waits for it to take input through the runtime poller without holding an OS thread.
