@@ -327,8 +327,17 @@ func (s *Session) adoptScreen(h *HandedSession) {
 }
 
 // feedScreen is the feeder's turn at s: it catches the model up, at most feedBudget bytes, and
-// hands s back to the feeder if it still lags.
+// hands s back to the feeder if it still lags. A session that is closing or closed is left
+// where it is: nobody attaches to it any more, and a capture or a paint catches up by itself,
+// so the feeder does not spend seconds on the backlog of a stream that was just killed.
 func (s *Session) feedScreen() {
+	s.mu.Lock()
+	if s.state != StateRunning {
+		s.screenQueued = false
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
 	sc := s.scr
 	sc.mu.Lock()
 	s.catchUpLocked(time.Time{}, feedBudget)
