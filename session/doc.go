@@ -423,8 +423,8 @@
 //     is taken under it. A turn's end holds Session.mu and fairShare.mu while it is counted, and
 //     re-arms the master after fairShare.mu is released, still under Session.mu; a held master
 //     is let go by re-arming it after fairShare.mu is released, never under it. A master leaves
-//     the fair share (readers.remove) before it is unregistered and closed, so the idle poll
-//     never sees a closed fd.
+//     the fair share (readers.remove, or the failed callback after a failed wait) before it is
+//     closed, so the idle poll never sees a closed fd.
 //   - poller Poller.mu: internal/poller's (its doc): the epoll fd and the token → registration
 //     table; no callback runs and no lock is taken under it. Re-arming a master holds Session.mu
 //     and Poller.mu across one epoll_ctl, so the state and the registration change together (so

@@ -212,6 +212,32 @@ func TestFairShareReadsAnExitedStreamToItsEnd(t *testing.T) {
 	testutil.WaitClosed(t, runner.Exited(), 10*time.Second, "the held stream's exit")
 	// The slave closed with the program: the master is read to EIO, which ends the reading.
 	testutil.WaitClosed(t, runner.ReaderDone(), 10*time.Second, "the held stream read to its end")
+	rp.notInFairShare(t, runner)
+}
+
+// A stream that ends by itself, read to EIO while it counts as streaming, leaves nothing in the
+// fair share once its reading ended.
+func TestFairShareForgetsAStreamThatEnded(t *testing.T) {
+	t.Parallel()
+	o, rp, _ := logTurns(testOptions(), 64<<10, time.Hour, time.Hour)
+	spawnYes(t, o, 1)
+	s := spawnT(t, o, "/bin/sh", "-c", "stty raw -echo; exec head -c 32M /dev/zero")
+	testutil.WaitFor(t, 30*time.Second, "the finite stream to count as streaming", func() bool { return rp.heavy(s) })
+	testutil.WaitClosed(t, s.ReaderDone(), 60*time.Second, "the finite stream read to its end")
+	rp.notInFairShare(t, s)
+}
+
+// notInFairShare fails t if s, whose reading ended, still has a share or a hold in rp's fair
+// share: the idle poll would look at its closed fd, whose number may name another file by then.
+func (rp *readers) notInFairShare(t *testing.T, s *Session) {
+	t.Helper()
+	rp.fair.mu.Lock()
+	share := rp.fair.shares[s] != nil
+	_, held := rp.fair.held[s]
+	rp.fair.mu.Unlock()
+	if share || held {
+		t.Errorf("a stream whose reading ended is still in the fair share: share %v, held %v", share, held)
+	}
 }
 
 // stopOneOfTwoStreams spawns two `yes` sessions, waits until both count as streaming, then

@@ -59,13 +59,20 @@ func (r *readers) add(s *Session) error {
 // longer held: the hold timer must not count it as a master kept waiting.
 func (r *readers) rearm(s *Session) error {
 	r.fair.unhold(s)
-	if err := r.poller.Rearm(s.reg); err != nil {
-		if errors.Is(err, poller.ErrNotRegistered) {
-			return errNotRegistered(s)
-		}
-		return fmt.Errorf("re-arm master of %s: epoll_ctl: %w", s.id, err)
+	return r.rearmReg(s)
+}
+
+// rearmReg re-arms s's registration; its error names s.
+func (r *readers) rearmReg(s *Session) error {
+	err := r.poller.Rearm(s.reg)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, poller.ErrNotRegistered):
+		return errNotRegistered(s)
+	default:
+		return fmt.Errorf("re-arm master of %s: %w", s.id, err)
 	}
-	return nil
 }
 
 func errNotRegistered(s *Session) error {
@@ -96,11 +103,5 @@ func (r *readers) settle(s *Session, read int, full, paused, closing, echoHeld b
 	if hold || paused || echoHeld {
 		return hold, release, nil
 	}
-	if err := r.poller.Rearm(s.reg); err != nil {
-		if errors.Is(err, poller.ErrNotRegistered) {
-			err = errNotRegistered(s)
-		}
-		return false, release, err
-	}
-	return false, release, nil
+	return false, release, r.rearmReg(s)
 }

@@ -31,7 +31,7 @@ type Registry struct {
 	// taken while holding"; nothing else nests.
 	//
 	//	screen.mu ─▶ Registry.mu ─▶ Session.mu ─▶ fairShare.mu
-	//	                  │              ├─▶ poller Poller.mu        (a re-arm, an unregistering)
+	//	                  │              ├─▶ poller Poller.mu        (a registration, a re-arm, an unregistering)
 	//	                  │              ├─▶ echoGroup.mu
 	//	                  │              ├─▶ screenFeeder.mu
 	//	                  │              ├─▶ record Recorder.mu     (the reader's ingest, sizes, markers)

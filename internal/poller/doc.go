@@ -2,7 +2,11 @@
 // epoll instance, EPOLLIN | EPOLLONESHOT, whose own fd is registered with the runtime poller, so
 // a goroutine waiting for its events parks without holding an OS thread. The worker that wakes
 // takes one ready fd and runs its ready callback with the worker's buffer; the fd stays disarmed
-// until Rearm, so it is never served by two workers at a time. Package session reads every
+// until Rearm. A report a worker has already taken may still run its callback after Remove
+// returns, or alongside the callback of a report that a Rearm made from outside the callback
+// armed: an owner claims its fd under a lock of its own before it touches it, and ignores a
+// callback it did not expect (session's readReady claims the master, armed → busy under
+// Session.mu). Package session reads every
 // PTY master this way (its readers) and keeps its own policy (the fair share among streaming
 // masters, echo first) on its side of the callback.
 //

@@ -15,10 +15,13 @@ import (
 // fd is registered with one epoll instance, EPOLLIN | EPOLLONESHOT, and the epoll fd itself is
 // registered with the runtime poller. GOMAXPROCS workers wait on it; the one that wakes takes
 // one ready fd and runs its ready callback, so fds that are ready at once are served in
-// parallel and an fd is never served by two workers at a time (one-shot: it is disarmed until
-// its callback, or whoever it hands the fd to, calls Rearm). The workers and the epoll fd
-// exist only while some fd is registered. Make one with New; its methods may be called from
-// any goroutine.
+// parallel; an fd is reported once per arming (one-shot: it is disarmed until its callback,
+// or whoever it hands the fd to, calls Rearm). A worker runs a callback after it looked the
+// registration up, with no lock held: a report taken before a Remove may run its callback
+// after Remove returns, and one taken before a Rearm made outside the callback may run
+// alongside the next report's. The owner claims its fd under its own lock before touching it
+// (see the package doc). The workers and the epoll fd exist only while some fd is registered.
+// Make one with New; its methods may be called from any goroutine.
 type Poller struct {
 	opts Options // immutable after New
 
@@ -34,11 +37,11 @@ type Poller struct {
 // Options configure a Poller.
 type Options struct {
 	// BufBytes is the size of the buffer each worker owns and lends to every ready callback it
-	// runs. Required.
+	// runs (0: DefaultBufBytes).
 	BufBytes int
 
-	// TestHookEpollCtl, when set, runs before each epoll_ctl on a registered fd (under the
-	// poller's mu), and an error it returns stands for the call's: a failing epoll_ctl cannot be
+	// TestHookEpollCtl, when set, runs before each epoll_ctl on an fd (ADD, MOD and DEL; under
+	// the poller's mu), and an error it returns stands for the call's: a failing epoll_ctl cannot be
 	// produced for real on demand. Tests only; nil in production.
 	TestHookEpollCtl func(fd, op int) error
 	// TestWaitFails, when set and true, makes the next worker that wakes set it to false and
@@ -47,14 +50,16 @@ type Options struct {
 	TestWaitFails *atomic.Bool
 }
 
-// Registration is one fd registered with a Poller, from Add until Remove or a failed wait.
+// Registration is one fd registered with a Poller, from Add until Remove or a failed wait. Its
+// methods may be called from any goroutine; its callbacks run on the poller's workers.
 type Registration struct {
 	// immutable after Add:
 	fd    int
 	token uint64
 	// ready runs on a worker each time the fd was reported readable, with the worker's
-	// buffer, which is the callback's until it returns. It is not called again until the fd
-	// is re-armed.
+	// buffer, which is the callback's until it returns. A report is taken once per arming, but
+	// its callback may run after Remove returned, or alongside the next report's when the fd
+	// was re-armed from outside the callback (Poller).
 	ready func(buf []byte)
 	// failed runs once, with no lock of the poller's held, if the poller's wait fails while
 	// the fd is registered: the fd is then no longer registered.
@@ -72,16 +77,23 @@ func (reg *Registration) Registered() bool { return reg.live.Load() }
 
 // ErrNotRegistered is Rearm's error for a registration that was removed, or whose poller
 // failed.
-var ErrNotRegistered = errors.New("not registered")
+var ErrNotRegistered = errors.New("poller: not registered")
+
+// DefaultBufBytes is a worker's buffer when Options.BufBytes is 0.
+const DefaultBufBytes = 32 << 10
 
 // New returns a Poller with no fd registered (and no worker).
 func New(opts Options) *Poller {
+	if opts.BufBytes <= 0 {
+		opts.BufBytes = DefaultBufBytes
+	}
 	return &Poller{opts: opts}
 }
 
 // Add registers fd, armed: once it is readable, a worker calls ready. If the poller's wait
 // fails first, failed is called instead, once. It fails only if the epoll instance cannot be
-// made or will not take fd. fd must stay open until Remove returns.
+// made or will not take fd. fd must stay open until Remove returns, and its owner must not
+// act on a callback that runs after it (Poller).
 func (p *Poller) Add(fd int, ready func(buf []byte), failed func(err error)) (*Registration, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -117,12 +129,16 @@ func (p *Poller) Rearm(reg *Registration) error {
 	if p.regs[reg.token] != reg {
 		return ErrNotRegistered
 	}
-	return p.ctlLocked(unix.EPOLL_CTL_MOD, reg)
+	if err := p.ctlLocked(unix.EPOLL_CTL_MOD, reg); err != nil {
+		return fmt.Errorf("epoll_ctl mod: %w", err)
+	}
+	return nil
 }
 
 // Remove unregisters reg's fd, unless it is no longer registered; it must be called before the
-// fd is closed, so the fd number is never in the instance while it may name another file. The
-// last removal closes the instance, and its workers return.
+// fd is closed, so the fd number is never in the instance while it may name another file. A
+// report a worker took before may still run its callback after Remove returns (Poller). The
+// last removal closes the instance, and its workers return. A ready callback may call it.
 func (p *Poller) Remove(reg *Registration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

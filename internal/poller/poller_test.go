@@ -224,6 +224,44 @@ func TestPollerWorkersLiveWhileRegistered(t *testing.T) {
 	}
 }
 
+// The owner removes its fd from its own ready callback, as session does when a read reports the
+// end: the last registration's Remove closes the instance from one of its own workers, which
+// return, and the next Add starts anew.
+func TestPollerRemoveFromTheCallback(t *testing.T) {
+	p := New(Options{BufBytes: testBuf})
+	r, w := pipeT(t)
+	removed := make(chan struct{})
+	var reg *Registration
+	var mu sync.Mutex // reg is set after Add returns; the callback may run before
+	mu.Lock()
+	reg, err := p.Add(r, func(buf []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		drain(t, r, buf)
+		p.Remove(reg)
+		close(removed)
+	}, func(err error) { t.Errorf("failed: %v", err) })
+	mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, w, "the end")
+	recv(t, removed, "the callback's Remove")
+	if reg.Registered() || p.Rearm(reg) == nil {
+		t.Error("removed from its callback, the fd is still registered")
+	}
+	testutil.WaitFor(t, 10*time.Second, "the instance closed by the callback's Remove", func() bool { return !p.Running() })
+	r2, w2 := pipeT(t)
+	got := make(chan struct{}, 1)
+	reg2, err := p.Add(r2, func(buf []byte) { drain(t, r2, buf); got <- struct{}{} }, func(err error) { t.Errorf("failed: %v", err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Remove(reg2) })
+	write(t, w2, "again")
+	recv(t, got, "a report from the next instance")
+}
+
 // A wait that fails closes the instance and calls every registered fd's failed callback once,
 // with no lock of the poller's held (the callback takes it); the next Add makes a new instance.
 func TestPollerFailedWaitFailsEveryRegistration(t *testing.T) {
