@@ -378,6 +378,46 @@ func TestBrowserReconnectsAfterServerDropsSocket(t *testing.T) {
 	}
 }
 
+// TestBrowserBulkOutputWholeAcrossADrop: the visible tab with the WebGL renderer acknowledges
+// output on arrival, ahead of xterm.js's parsing; a socket dropped in the middle of a bulk output (megabytes in flight,
+// acknowledged and not yet parsed) loses nothing: no loss is reported, and the end arrives whole
+// and in order. (The lines around the drop have left the page's 10,000-line scrollback by then;
+// the resume's offsets are the client's own, received and not acknowledged.)
+func TestBrowserBulkOutputWholeAcrossADrop(t *testing.T) {
+	g, p := startBehindProxy(t)
+	b := newBrowser(t, p.base(), g.Token, true)
+	if !eval[bool](b, "document.querySelector('.xterm canvas') !== null") {
+		t.Fatal("no canvas: the WebGL renderer did not load, and the DOM renderer acknowledges once parsed")
+	}
+	b.typeText("seq 1 2000000 | sed 's/^/n/'; echo do''ne\r")
+	// Cut once 2 MB of the 16.9 MB have arrived: the stream is under way, with bytes in flight.
+	b.waitJS("Object.values(window.muxterm.offsets()).some((o) => o > 2e6)", 60*time.Second)
+	p.cut()
+	b.waitJS("window.muxterm.state() !== 'connected'", 10*time.Second)
+	b.waitJS("window.muxterm.state() === 'connected'", 20*time.Second)
+	b.waitText("\ndone", 120*time.Second)
+	text := eval[string](b, "window.muxterm.bufferText()")
+	if strings.Contains(text, "bytes lost") {
+		t.Fatalf("the page reports a loss")
+	}
+	i := strings.Index(text, "\nn1995000\n")
+	if i < 0 {
+		t.Fatalf("the page lacks line n1995000: %d bytes, ending %q", len(text), text[max(0, len(text)-200):])
+	}
+	lines := strings.Split(text[i+1:], "\n")
+	if len(lines) < 5002 {
+		t.Fatalf("the page shows %d lines from n1995000 on, want n1995000 … n2000000 and done", len(lines))
+	}
+	for k := 1995000; k <= 2000000; k++ {
+		if got := lines[k-1995000]; got != fmt.Sprintf("n%d", k) {
+			t.Fatalf("line %d reads %q, want n%d", k, got, k)
+		}
+	}
+	if lines[5001] != "done" {
+		t.Errorf("after n2000000 the page shows %q, want done", lines[5001])
+	}
+}
+
 func TestBrowserWebGLRenderer(t *testing.T) {
 	g := startGateway(t)
 	probe := startBrowser(t, browserOpts{webgl: true})
