@@ -400,21 +400,28 @@ func TestBrowserBulkOutputWholeAcrossADrop(t *testing.T) {
 	if strings.Contains(text, "bytes lost") {
 		t.Fatalf("the page reports a loss")
 	}
-	i := strings.Index(text, "\nn1995000\n")
+	linesInOrder(t, "the page", text, 1995000, 2000000)
+}
+
+// linesInOrder fails t unless text (what shows) holds the lines n<from> … n<to>, each once and
+// in order, followed by "done".
+func linesInOrder(t *testing.T, what, text string, from, to int) {
+	t.Helper()
+	i := strings.Index(text, fmt.Sprintf("\nn%d\n", from))
 	if i < 0 {
-		t.Fatalf("the page lacks line n1995000: %d bytes, ending %q", len(text), text[max(0, len(text)-200):])
+		t.Fatalf("%s lacks line n%d: %d bytes, ending %q", what, from, len(text), text[max(0, len(text)-200):])
 	}
 	lines := strings.Split(text[i+1:], "\n")
-	if len(lines) < 5002 {
-		t.Fatalf("the page shows %d lines from n1995000 on, want n1995000 … n2000000 and done", len(lines))
+	if len(lines) < to-from+2 {
+		t.Fatalf("%s shows %d lines from n%d on, want n%d … n%d and done", what, len(lines), from, from, to)
 	}
-	for k := 1995000; k <= 2000000; k++ {
-		if got := lines[k-1995000]; got != fmt.Sprintf("n%d", k) {
-			t.Fatalf("line %d reads %q, want n%d", k, got, k)
+	for k := from; k <= to; k++ {
+		if got := lines[k-from]; got != fmt.Sprintf("n%d", k) {
+			t.Fatalf("line %d of %s reads %q, want n%d", k, what, got, k)
 		}
 	}
-	if lines[5001] != "done" {
-		t.Errorf("after n2000000 the page shows %q, want done", lines[5001])
+	if got := lines[to-from+1]; got != "done" {
+		t.Errorf("after n%d %s shows %q, want done", to, what, got)
 	}
 }
 
@@ -501,21 +508,6 @@ func TestBrowserHiddenTabKeepsItsOutputWhileTyping(t *testing.T) {
 	}
 	b.waitJS("window.muxterm.bufferText(1).includes('\\ndone')", 60*time.Second)
 	text := eval[string](b, "window.muxterm.bufferText(1)")
-	i := strings.Index(text, "\nn25000\n")
-	if i < 0 {
-		t.Fatalf("the hidden tab lacks line n25000: %d bytes, ending %q", len(text), text[max(0, len(text)-200):])
-	}
-	lines := strings.Split(text[i+1:], "\n")
-	if len(lines) < 5002 {
-		t.Fatalf("the hidden tab shows %d lines from n25000 on, want n25000 … n30000 and done", len(lines))
-	}
-	for k := 25000; k <= 30000; k++ {
-		if got := lines[k-25000]; got != fmt.Sprintf("n%d", k) {
-			t.Fatalf("line %d of the hidden tab's output reads %q, want n%d", k, got, k)
-		}
-	}
-	if lines[5001] != "done" {
-		t.Errorf("after n30000 the hidden tab shows %q, want done", lines[5001])
-	}
+	linesInOrder(t, "the hidden tab", text, 25000, 30000)
 	b.screenshot("hidden-tab-while-typing")
 }
