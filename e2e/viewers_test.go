@@ -239,6 +239,7 @@ func TestGatewayCLI(t *testing.T) {
 		{"bad env pattern", []string{"--env-deny", "A-B"}, `gateway: invalid value "A-B" for flag -env-deny: env pattern "A-B": want NAME or PREFIX* (letters, digits, _)` + "\n"},
 		{"value out of range", []string{"--window", "1"}, "gateway: --window must be between 1KiB and 64MiB\n"},
 		{"bad env twin", []string{"--window-size", "latest", "--kill-grace", "0"}, "gateway: --idle-grace, --reap-interval and --kill-grace must be positive\n"},
+		{"bad log level", []string{"--log-level", "loud"}, "gateway: --log-level: slog: level string \"loud\": unknown name\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, code := runBinary(t, tc.args...)
