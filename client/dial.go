@@ -80,7 +80,8 @@ func (o DialOptions) withDefaults() DialOptions {
 	return o
 }
 
-// Dial connects, negotiates muxterm.v1 and calls initialize.
+// Dial connects, negotiates muxterm.v1 and calls initialize (with ctx's trace context, if
+// proto.ContextWithMeta gave it one, as every request made with a ctx sends it).
 func Dial(ctx context.Context, url string, opts DialOptions) (*Client, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
@@ -112,13 +113,15 @@ func DialOpen(ctx context.Context, url string, opts DialOptions, o OpenOptions) 
 		c.abort(nil, err)
 		return nil, nil, err
 	}
-	initCall, err := c.sendOn(l, proto.MethodInitialize, c.initializeParams(), nil)
+	initCall, err := c.sendOn(l, proto.MethodInitialize, withTraceMeta(ctx, c.initializeParams()),
+		nil)
 	if err != nil {
 		c.abort(l, err)
 		return nil, nil, fmt.Errorf("initialize: %w", c.endedBy(l, err))
 	}
 	ch := c.newChannel()
-	openCall, err := c.sendOn(l, proto.MethodSessionOpen, o.params(ch.ID), ch.bindOpenSized(o))
+	openCall, err := c.sendOn(l, proto.MethodSessionOpen, withTraceMeta(ctx, o.params(ch.ID)),
+		ch.bindOpenSized(o))
 	if err != nil {
 		c.abort(l, err)
 		return nil, nil, c.endedBy(l, err)
@@ -223,7 +226,8 @@ func (c *Client) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := c.sendOn(l, proto.MethodInitialize, c.initializeParams(), nil)
+	p, err := c.sendOn(l, proto.MethodInitialize, withTraceMeta(ctx, c.initializeParams()),
+		nil)
 	if err != nil {
 		l.ws.Close()
 		<-l.done

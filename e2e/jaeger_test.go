@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -212,14 +213,17 @@ func clientSpan(ctx context.Context, tid trace.TraceID) (context.Context, string
 }
 
 // TestJaegerClientTraceOnEveryMethod: a client's trace context (params._meta.traceparent, sent
-// by the Go client from its context's span) is the parent of the gateway's span of every
-// session method: open, attach, resize, signal, capture, lease, list, detach, kill.
+// by the Go client from the trace context its ctx carries, proto.ContextWithMeta) is the
+// parent of the gateway's span of every method: initialize and session.open (both sent by
+// DialOpen), the other session methods (attach, resize, signal, capture, lease, list, detach,
+// closeStdin, kill), recording.list and recording.read, share.create, share.list and
+// share.revoke. No span carries the share link's token.
 func TestJaegerClientTraceOnEveryMethod(t *testing.T) {
 	j := startJaeger(t)
 	const svc = "muxterm-meta"
-	g := startGatewayEnv(t, j.otelEnv(svc), "--allow-cmd", "sh")
+	g := startGatewayEnv(t, j.otelEnv(svc), "--allow-cmd", "sh", "--allow-cmd", "cat",
+		"--record", t.TempDir())
 	ctx := ctxT(t, 60*time.Second)
-	c := g.dial(t)
 	var tid trace.TraceID
 	_, _ = rand.Read(tid[:])
 	parents := map[string]string{} // method → the client span it was sent under
@@ -228,11 +232,14 @@ func TestJaegerClientTraceOnEveryMethod(t *testing.T) {
 		parents[method] = sid
 		return cctx
 	}
-	ch, err := c.Open(call("session.open"), client.OpenOptions{Cols: 80, Rows: 24,
-		Cmd: []string{"sh", "-c", "stty raw -echo; echo READY; exec cat"}})
+	dctx := call("initialize")
+	parents["session.open"] = parents["initialize"]
+	c, ch, err := client.DialOpen(dctx, g.WS, client.DialOptions{Token: g.Token},
+		client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"sh", "-c", "stty raw -echo; echo READY; exec cat"}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("dial and open: %v\n%s", err, g.Logs())
 	}
+	t.Cleanup(func() { c.Close() })
 	if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
 		t.Fatal(err)
 	}
@@ -260,6 +267,32 @@ func TestJaegerClientTraceOnEveryMethod(t *testing.T) {
 	if err := vch.Detach(call("session.detach")); err != nil {
 		t.Fatal(err)
 	}
+	pch, err := c.Open(ctx, client.OpenOptions{Pipes: true, Cmd: []string{"cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pch.CloseStdin(call("session.closeStdin")); err != nil {
+		t.Fatal(err)
+	}
+	if err := pch.Wait(ctx); err != nil {
+		t.Fatalf("cat after its stdin closed: %v", err)
+	}
+	if _, err := c.Recordings(call("recording.list"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReadRecording(call("recording.read"), ch.Session(), 0, 1024); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := c.ShareCreate(call("share.create"), ch.Session(), time.Minute, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ShareList(call("share.list"), ch.Session()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ShareRevoke(call("share.revoke"), sh.Share); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Kill(call("session.kill"), ch.Session()); err != nil {
 		t.Fatal(err)
 	}
@@ -269,14 +302,27 @@ func TestJaegerClientTraceOnEveryMethod(t *testing.T) {
 		if tr, err = j.trace(ctx, tid.String()); err != nil {
 			return false
 		}
-		n := 0
+		found := map[string]bool{}
 		for _, s := range tr.Spans {
-			if _, ok := parents[s.OperationName]; ok {
-				n++
+			if sid, ok := parents[s.OperationName]; ok {
+				_, p := s.parent()
+				found[s.OperationName] = found[s.OperationName] || p == sid
 			}
 		}
-		return n >= len(parents)
+		for method := range parents {
+			if !found[method] {
+				return false
+			}
+		}
+		return true
 	})
+	for _, s := range tr.Spans {
+		for _, tg := range s.Tags {
+			if fmt.Sprint(tg.Value) == sh.Token {
+				t.Errorf("%s: tag %s holds the share link's token", s.OperationName, tg.Key)
+			}
+		}
+	}
 	for method, sid := range parents {
 		var got []string
 		ok := false

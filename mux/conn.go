@@ -69,7 +69,7 @@ const (
 
 	hardReadLimit   = 16 << 20 // beyond this a message closes the socket (1009)
 	maxQueuedCtrl   = 1024     // responses a client may leave unread before it is dropped
-	maxPending      = 16       // concurrent slow requests (open, kill) per socket
+	maxPending      = 16       // concurrent slow requests (those that may wait: doc.go) per socket
 	killTimeout     = 30 * time.Second
 	firstMsgTimeout = 30 * time.Second
 	closeGrace      = time.Second // wait for the client's close reply after our close frame

@@ -47,11 +47,11 @@
 // whatever is wrong with the frame.
 //
 // The read loop never waits for a session or another node. Requests that may wait run on
-// slow-request goroutines (conn.slow, at most 16 per socket): session.open, session.kill and
-// session.capture always; session.attach, session.resize, session.signal and session.lease when
-// they go to another node (through Remote or a channel's relay). Everything else (acks, input,
-// detach, list, a local attach, resize, signal or lease) runs on the read loop, so acks and input
-// of other channels are never delayed.
+// slow-request goroutines (conn.slow, at most 16 per socket): session.open, session.kill,
+// session.capture, recording.list and recording.read always; session.attach, session.resize,
+// session.signal and session.lease when they go to another node (through Remote or a channel's
+// relay). Everything else (acks, input, detach, list, a local attach, resize, signal or lease)
+// runs on the read loop, so acks and input of other channels are never delayed.
 //
 // A binding becomes visible to the writer (active) only after its open or attach reply is queued,
 // so no output frame precedes the reply. If the reply cannot be queued, the binding is closed at

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -18,26 +19,37 @@ import (
 )
 
 // slow runs fn on its own goroutine, at most maxPending at once per socket; beyond that it
-// replies limit_exceeded and returns false.
-func (c *conn) slow(id json.RawMessage, fn func()) bool {
+// replies limit_exceeded and returns that error.
+func (c *conn) slow(id json.RawMessage, fn func()) *proto.Error {
 	select {
 	case c.pending <- struct{}{}:
 	default:
-		c.replyErr(id, proto.ErrLimitExceeded("pendingRequests",
-			fmt.Sprintf("at most %d opens, kills, captures and relayed requests in flight per socket", maxPending)))
-		return false
+		e := proto.ErrLimitExceeded("pendingRequests", fmt.Sprintf(
+			"at most %d opens, kills, captures, recording reads and relayed requests in flight per socket",
+			maxPending))
+		c.replyErr(id, e)
+		return e
 	}
 	c.wg.Go(func() {
 		defer func() { <-c.pending }()
 		fn()
 	})
-	return true
+	return nil
 }
 
 // replyRemote replies res, or err as the error of a request on another node about session sid.
 func (c *conn) replyRemote(id json.RawMessage, sid string, res any, err error) {
+	c.replyRemoteSpan(id, nil, sid, res, err)
+}
+
+// replyRemoteSpan is replyRemote that also marks span (if any) failed with the error it replies.
+func (c *conn) replyRemoteSpan(id json.RawMessage, span trace.Span, sid string, res any, err error) {
 	if err != nil {
-		c.replyErr(id, remoteError(err, sid))
+		e := remoteError(err, sid)
+		if span != nil {
+			spanError(span, e)
+		}
+		c.replyErr(id, e)
 		return
 	}
 	c.reply(id, res)
@@ -64,31 +76,46 @@ func (c *conn) handleShare(req *proto.Request) {
 	sh := c.opts.Shares
 	switch req.Method {
 	case proto.MethodShareCreate:
-		serveDecoded(c, req, proto.DecodeShareCreate, func(p proto.ShareCreateParams) (any, *proto.Error) {
-			return sh.Create(c.opts.Principal, p)
-		})
+		serveDecoded(c, req, proto.DecodeShareCreate, otel.SpanShareCreate,
+			func(p proto.ShareCreateParams) *proto.Meta { return p.Meta },
+			func(p proto.ShareCreateParams, span trace.Span) (any, *proto.Error) {
+				span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
+				return sh.Create(c.opts.Principal, p)
+			})
 	case proto.MethodShareList:
-		serveDecoded(c, req, proto.DecodeShareList, func(p proto.ShareListParams) (any, *proto.Error) {
-			return sh.List(c.opts.Principal, p.Session)
-		})
+		serveDecoded(c, req, proto.DecodeShareList, otel.SpanShareList,
+			func(p proto.ShareListParams) *proto.Meta { return p.Meta },
+			func(p proto.ShareListParams, span trace.Span) (any, *proto.Error) {
+				span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
+				return sh.List(c.opts.Principal, p.Session)
+			})
 	case proto.MethodShareRevoke:
-		serveDecoded(c, req, proto.DecodeShareRevoke, func(p proto.ShareRevokeParams) (any, *proto.Error) {
-			return sh.Revoke(c.opts.Principal, p.Share)
-		})
+		serveDecoded(c, req, proto.DecodeShareRevoke, otel.SpanShareRevoke,
+			func(p proto.ShareRevokeParams) *proto.Meta { return p.Meta },
+			func(p proto.ShareRevokeParams, _ trace.Span) (any, *proto.Error) {
+				return sh.Revoke(c.opts.Principal, p.Share)
+			})
 	}
 }
 
-// serveDecoded decodes req's params and replies with call's result or error.
-func serveDecoded[P any](c *conn, req *proto.Request, decode func(json.RawMessage) (P, *proto.Error), call func(P) (any, *proto.Error)) {
+// serveDecoded decodes req's params and replies with call's result or error; a request whose
+// params decode gets a span named name, under their _meta (meta), that call may add to.
+func serveDecoded[P any](c *conn, req *proto.Request, decode func(json.RawMessage) (P, *proto.Error), name string,
+	meta func(P) *proto.Meta, call func(P, trace.Span) (any, *proto.Error)) {
 	p, e := decode(req.Params)
-	if e == nil {
-		var res any
-		if res, e = call(p); e == nil {
-			c.reply(req.ID, res)
-			return
-		}
+	if e != nil {
+		c.replyErr(req.ID, e)
+		return
 	}
-	c.replyErr(req.ID, e)
+	_, span := c.startSpan(name, req.Method, meta(p), 0)
+	defer span.End()
+	res, e := call(p, span)
+	if e != nil {
+		spanError(span, e)
+		c.replyErr(req.ID, e)
+		return
+	}
+	c.reply(req.ID, res)
 }
 
 func (c *conn) handleOpen(req *proto.Request) {
@@ -124,7 +151,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 	slices.Sort(env)
 	spec := session.Spec{Argv: p.Cmd, Dir: p.Cwd, Env: env, Cols: p.Cols, Rows: p.Rows,
 		Name: p.Name, Owner: c.opts.Principal, Record: p.Record, Pipes: p.Pipes()}
-	started := c.slow(req.ID, func() {
+	refused := c.slow(req.ID, func() {
 		ctx, span := c.startSpan(otel.SpanSessionOpen, proto.MethodSessionOpen, p.Meta, ch.id)
 		defer span.End()
 		defer func() { c.tel.Instruments.OpenDuration.Record(ctx, time.Since(start).Seconds()) }()
@@ -162,7 +189,7 @@ func (c *conn) handleOpen(req *proto.Request) {
 		}
 		c.activate(ch, queued, false)
 	})
-	if !started {
+	if refused != nil {
 		c.release(ch) // refused: the channel number is free again
 	}
 }
@@ -223,10 +250,11 @@ func (c *conn) attachLocal(start time.Time, req *proto.Request, p *proto.AttachP
 	v, info, err := c.reg.AttachWith(p.Session, c.opts.Principal, o, func() { c.markReady(ch) })
 	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 		// Perhaps another node's: the relay dials it, off the read loop.
-		if !c.slow(req.ID, func() {
+		if e := c.slow(req.ID, func() {
 			defer done()
 			c.attachRemote(ctx, req, p, ch)
-		}) {
+		}); e != nil {
+			spanError(span, e)
 			span.End()
 			c.release(ch)
 		}
@@ -294,11 +322,11 @@ func (c *conn) handleCloseStdin(req *proto.Request) {
 	if ch == nil {
 		return
 	}
-	if err := ch.b.closeStdin(); err != nil {
-		c.replyErr(req.ID, ch.b.wireError(err))
-		return
-	}
-	c.reply(req.ID, proto.DetachResult{Session: ch.sessionID(), Channel: ch.id})
+	_, span := c.startSpan(otel.SpanSessionCloseStdin, proto.MethodSessionCloseStdin, p.Meta, ch.id)
+	defer span.End()
+	span.SetAttributes(attribute.String(otel.AttrSessionID, ch.sessionID()))
+	c.replyBound(req.ID, ch, span, proto.DetachResult{Session: ch.sessionID(), Channel: ch.id},
+		ch.b.closeStdin())
 }
 
 func (c *conn) handleResize(req *proto.Request) {
@@ -336,11 +364,14 @@ func (c *conn) handleSignal(req *proto.Request) {
 	})
 }
 
-// replyBound replies res, or err, an error of ch's binding, marking span failed.
+// replyBound replies res, or err, an error of ch's binding, marking span failed with err and
+// the code of the error it replies.
 func (c *conn) replyBound(id json.RawMessage, ch *channel, span trace.Span, res any, err error) {
 	if err != nil {
-		spanError(span, err)
-		c.replyErr(id, ch.b.wireError(err))
+		e := ch.b.wireError(err)
+		spanError(span, err) // the binding's own words
+		span.SetAttributes(semconv.RPCResponseStatusCode(strconv.Itoa(e.Code)))
+		c.replyErr(id, e)
 		return
 	}
 	c.reply(id, res)
@@ -431,7 +462,7 @@ func (c *conn) handleLease(req *proto.Request) {
 	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 		c.slowSpan(req.ID, span, func() {
 			res, err := c.opts.Remote.Lease(ctx, c.opts.Principal, p.Session, p.TTLMs)
-			c.replyRemote(req.ID, p.Session, res, err)
+			c.replyRemoteSpan(req.ID, span, p.Session, res, err)
 		})
 		return
 	}
@@ -464,7 +495,7 @@ func (c *conn) handleCapture(req *proto.Request) {
 		if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 			// Perhaps another node's: its owner holds the screen (we are on a slow goroutine).
 			res, err := c.opts.Remote.Capture(ctx, c.opts.Principal, c.opts.ReadOnly, p)
-			c.replyRemote(req.ID, p.Session, res, err)
+			c.replyRemoteSpan(req.ID, span, p.Session, res, err)
 			return
 		}
 		if err != nil {

@@ -12,13 +12,14 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/muxterm/muxterm/otel"
 	"github.com/muxterm/muxterm/proto"
 )
 
 // readLoop is the only goroutine that reads from the socket. It bounds every message, pushes
-// the read deadline on every message and pong, and dispatches: fast requests inline, slow ones
-// (open, kill) on their own goroutines so that no request delays acks or input of other
-// channels. It returns the error that ended the connection.
+// the read deadline on every message and pong, and dispatches: fast requests inline, those that
+// may wait (doc.go lists them) on their own goroutines so that no request delays acks or input of
+// other channels. It returns the error that ended the connection.
 func (c *conn) readLoop() error {
 	c.ws.SetReadLimit(hardReadLimit)
 	// Until initialize succeeds the deadline stays where it was set at the start: neither a pong
@@ -131,6 +132,8 @@ func (c *conn) handleFirst(typ int, b []byte, over bool) {
 		c.replyErr(req.ID, e)
 		return
 	}
+	_, span := c.startSpan(otel.SpanInitialize, proto.MethodInitialize, ip.Meta, 0)
+	defer span.End()
 	c.initialized = true
 	c.screens = ip.Capabilities[proto.CapabilityScreen] == true
 	c.pipes = ip.Capabilities[proto.CapabilityPipes] == true

@@ -34,10 +34,16 @@ func (c *conn) handleRecordingList(req *proto.Request) {
 		c.replyErr(req.ID, proto.ErrForbidden("read-only principals and share links cannot list recordings"))
 		return
 	}
-	c.slow(req.ID, func() { // reads a header per recording: off the read loop
+	sctx, span := c.startSpan(otel.SpanRecordingList, proto.MethodRecordingList, p.Meta, 0)
+	if p.Session != "" {
+		span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
+	}
+	c.slowSpan(req.ID, span, func() { // reads a header per recording: off the read loop
 		infos, err := c.reg.Recordings(c.opts.Principal, c.opts.Admin, p.Session)
 		if err != nil {
-			c.replyErr(req.ID, proto.ErrInternal(err.Error()))
+			e := proto.ErrInternal(err.Error())
+			spanError(span, e)
+			c.replyErr(req.ID, e)
 			return
 		}
 		out := proto.RecordingListResult{Recordings: make([]proto.RecordingInfo, 0, len(infos))}
@@ -51,11 +57,13 @@ func (c *conn) handleRecordingList(req *proto.Request) {
 		if c.opts.Remote != nil {
 			// The cluster's: stored, or being written on other nodes. A recording this node
 			// holds is listed as this node sees it.
-			ctx, cancel := context.WithTimeout(c.ctx, remoteRecordingsWait)
+			ctx, cancel := context.WithTimeout(sctx, remoteRecordingsWait)
 			rs, err := c.opts.Remote.Recordings(ctx, c.opts.Principal, c.opts.Admin, p.Session)
 			cancel()
 			if err != nil {
-				c.replyErr(req.ID, remoteError(err, p.Session))
+				e := remoteError(err, p.Session)
+				spanError(span, e)
+				c.replyErr(req.ID, e)
 				return
 			}
 			for _, r := range rs {
@@ -80,18 +88,22 @@ func (c *conn) handleRecordingRead(req *proto.Request) {
 		c.replyErr(req.ID, proto.ErrForbidden("read-only principals and share links cannot read recordings"))
 		return
 	}
-	c.slow(req.ID, func() {
+	sctx, span := c.startSpan(otel.SpanRecordingRead, proto.MethodRecordingRead, p.Meta, 0)
+	span.SetAttributes(attribute.String(otel.AttrRecordingID, p.Recording))
+	c.slowSpan(req.ID, span, func() {
 		data, size, err := c.reg.ReadRecording(p.Recording, c.opts.Principal, c.opts.Admin, p.Offset, p.Length)
 		if errors.Is(err, session.ErrUnknownRecording) && c.opts.Remote != nil {
 			// Not on this node's disk: being written on another node, or in the cluster's store.
-			ctx, cancel := context.WithTimeout(c.ctx, remoteRecordingsWait)
+			ctx, cancel := context.WithTimeout(sctx, remoteRecordingsWait)
 			res, err := c.opts.Remote.ReadRecording(ctx, c.opts.Principal, c.opts.Admin, p)
 			cancel()
-			c.replyRemote(req.ID, p.Recording, res, err)
+			c.replyRemoteSpan(req.ID, span, p.Recording, res, err)
 			return
 		}
 		if err != nil {
-			c.replyErr(req.ID, sessionError(err, p.Recording))
+			e := sessionError(err, p.Recording)
+			spanError(span, e)
+			c.replyErr(req.ID, e)
 			return
 		}
 		c.reply(req.ID, proto.RecordingReadResult{Recording: p.Recording, Offset: p.Offset, Data: data,

@@ -59,10 +59,11 @@ func withRelayMeta(ctx context.Context) context.Context {
 
 // slowSpan is slow for a request whose span fn's end ends (or which ends at once if refused).
 func (c *conn) slowSpan(id json.RawMessage, span trace.Span, fn func()) {
-	if !c.slow(id, func() {
+	if e := c.slow(id, func() {
 		defer span.End()
 		fn()
-	}) {
+	}); e != nil {
+		spanError(span, e)
 		span.End()
 	}
 }

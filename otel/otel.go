@@ -47,6 +47,14 @@ const (
 	SpanSessionKill    = "session.kill"
 	SpanSessionReader  = "session.reader"
 	SpanReaperSweep    = "reaper.sweep"
+	// The other methods' request spans: each from the request to its answer.
+	SpanInitialize        = "initialize"
+	SpanSessionCloseStdin = "session.closeStdin"
+	SpanRecordingList     = "recording.list"
+	SpanRecordingRead     = "recording.read"
+	SpanShareCreate       = "share.create"
+	SpanShareList         = "share.list"
+	SpanShareRevoke       = "share.revoke"
 )
 
 // Span events of session.kill.
