@@ -59,12 +59,12 @@ export interface Tab {
 /**
  * Output the visible tab acknowledges on arrival, ahead of xterm.js's parsing, with the WebGL
  * renderer. The gateway's window then never waits for the parse, and xterm.js, which ran dry
- * between acknowledgements, draws far fewer of WebGL's costly frames: bulk output on WebGL took
- * 0.82× its time (docs/benchmarks.md). On the DOM renderer it drew as many frames and took no
- * less time, so there bytes are acknowledged once parsed. 1 MiB bounds what is still to parse
- * after a Ctrl-C as ttyd's page bounds it (4 MiB: 0.73×, for up to 4 MiB to parse after it).
- * What is acknowledged is already in xterm.js's write buffer, so a dropped socket loses none of
- * it. Hidden tabs acknowledge once parsed, which paces their sessions (pace.ts).
+ * between acknowledgements, draws fewer of WebGL's costly frames (docs/benchmarks.md, "What each
+ * change measured"). On the DOM renderer it drew as many frames and took no less time, so there
+ * bytes are acknowledged once parsed. 1 MiB bounds what is still to parse after a Ctrl-C about
+ * as ttyd's page bounds it. What is acknowledged is already in xterm.js's write buffer, so a
+ * dropped socket loses none of it. Hidden tabs acknowledge once parsed, which paces their
+ * sessions (pace.ts).
  */
 const READ_AHEAD = 1 << 20;
 
@@ -350,7 +350,7 @@ export function bindChannel(app: App, tab: Tab, ch: Channel): void {
     data(bytes, _ch, replay) {
       if (tab.channel !== ch) return; // a session this tab restarted away from
       // Raw bytes: xterm.js decodes UTF-8 itself, also across frames. Ack once it consumed them,
-      // or on arrival while the visible WebGL tab is less than READ_AHEAD ahead of its parsing.
+      // or on arrival while the visible WebGL tab stays within READ_AHEAD of its parsing.
       // bytes is a view valid until the next event; xterm.js keeps what it is given: copy.
       const n = bytes.length;
       // Replayed output never starts (or feeds) a transfer: it goes to the terminal as it is.
