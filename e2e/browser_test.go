@@ -379,35 +379,44 @@ func TestBrowserReconnectsAfterServerDropsSocket(t *testing.T) {
 }
 
 // TestBrowserBulkOutputWholeAcrossADrop: the visible tab with the WebGL renderer acknowledges
-// output on arrival, ahead of xterm.js's parsing; a socket dropped in the middle of a bulk output (megabytes in flight,
-// acknowledged and not yet parsed) loses nothing: no loss is reported, and the end arrives whole
-// and in order. (The lines around the drop have left the page's 10,000-line scrollback by then;
-// the resume's offsets are the client's own, received and not acknowledged.)
+// output on arrival, ahead of xterm.js's parsing; a socket the proxy cuts in the middle of a bulk
+// output (1.3 MB, cut after 600 kB toward the page, with output acknowledged and not yet parsed)
+// loses nothing and repeats nothing: no loss is reported, and every line, those around the cut
+// included (the whole output fits the page's scrollback), shows once and in order.
 func TestBrowserBulkOutputWholeAcrossADrop(t *testing.T) {
 	g, p := startBehindProxy(t)
 	b := newBrowser(t, p.base(), g.Token, true)
 	if !eval[bool](b, "document.querySelector('.xterm canvas') !== null") {
 		t.Fatal("no canvas: the WebGL renderer did not load, and the DOM renderer acknowledges once parsed")
 	}
-	b.typeText("seq 1 2000000 | sed 's/^/n/'; echo do''ne\r")
-	// Cut once 2 MB of the 16.9 MB have arrived: the stream is under way, with bytes in flight.
-	b.waitJS("Object.values(window.muxterm.offsets()).some((o) => o > 2e6)", 60*time.Second)
-	p.cut()
-	b.waitJS("window.muxterm.state() !== 'connected'", 10*time.Second)
+	const lines, pad = 9000, 120 // lines of "n<k> 000…0": 1.3 MB, within 10,000 lines of scrollback
+	p.cutAfter(600_000)
+	b.typeText(fmt.Sprintf("p=$(printf '%%0%dd' 0); seq 1 %d | sed \"s/^/n/; s/\\$/ $p/\"; echo do''ne\r",
+		pad, lines))
+	b.waitJS("window.muxterm.state() !== 'connected'", 30*time.Second)
 	b.waitJS("window.muxterm.state() === 'connected'", 20*time.Second)
-	b.waitText("\ndone", 120*time.Second)
+	b.waitText("\ndone", 60*time.Second)
+	if peak := eval[float64](b, "window.muxterm.aheadPeak()"); peak <= 0 {
+		t.Errorf("the tab acknowledged nothing ahead of its parsing: the read-ahead was not in use")
+	}
 	text := eval[string](b, "window.muxterm.bufferText()")
 	if strings.Contains(text, "bytes lost") {
 		t.Fatalf("the page reports a loss")
 	}
-	linesInOrder(t, "the page", text, 1995000, 2000000)
+	linesInOrderWith(t, "the page", text, 1, lines, " "+strings.Repeat("0", pad))
 }
 
 // linesInOrder fails t unless text (what shows) holds the lines n<from> … n<to>, each once and
 // in order, followed by "done".
 func linesInOrder(t *testing.T, what, text string, from, to int) {
 	t.Helper()
-	i := strings.Index(text, fmt.Sprintf("\nn%d\n", from))
+	linesInOrderWith(t, what, text, from, to, "")
+}
+
+// linesInOrderWith is linesInOrder for lines n<k> followed by suffix.
+func linesInOrderWith(t *testing.T, what, text string, from, to int, suffix string) {
+	t.Helper()
+	i := strings.Index(text, fmt.Sprintf("\nn%d%s\n", from, suffix))
 	if i < 0 {
 		t.Fatalf("%s lacks line n%d: %d bytes, ending %q", what, from, len(text), text[max(0, len(text)-200):])
 	}
@@ -416,8 +425,8 @@ func linesInOrder(t *testing.T, what, text string, from, to int) {
 		t.Fatalf("%s shows %d lines from n%d on, want n%d … n%d and done", what, len(lines), from, from, to)
 	}
 	for k := from; k <= to; k++ {
-		if got := lines[k-from]; got != fmt.Sprintf("n%d", k) {
-			t.Fatalf("line %d of %s reads %q, want n%d", k, what, got, k)
+		if got := lines[k-from]; got != fmt.Sprintf("n%d%s", k, suffix) {
+			t.Fatalf("line %d of %s reads %q, want n%d%s", k, what, got, k, suffix)
 		}
 	}
 	if got := lines[to-from+1]; got != "done" {

@@ -23,6 +23,9 @@ type cutProxy struct {
 	n       int           // connections forwarded so far
 	stalled int           // connections numbered below it are black holes (stall)
 	changed chan struct{} // capacity 1: n grew
+	// cutIn: once armed (cutAfter), the bytes still to forward toward clients, on any
+	// connection, before every connection is cut; 0 when not armed.
+	cutIn int64
 }
 
 // newCutProxy listens on addr (a port just released by the test, or 127.0.0.1:0) and
@@ -61,8 +64,8 @@ func newCutProxy(t *testing.T, addr, target string) *cutProxy {
 			case p.changed <- struct{}{}:
 			default:
 			}
-			p.wg.Go(func() { p.pipe(u, c, i) })
-			p.wg.Go(func() { p.pipe(c, u, i) })
+			p.wg.Go(func() { p.pipe(u, c, i, false) })
+			p.wg.Go(func() { p.pipe(c, u, i, true) })
 		}
 	})
 	t.Cleanup(func() {
@@ -74,24 +77,43 @@ func newCutProxy(t *testing.T, addr, target string) *cutProxy {
 }
 
 // pipe copies src to dst, dropping what it reads once connection i is stalled, and closes dst
-// when src ends.
-func (p *cutProxy) pipe(dst, src net.Conn, i int) {
+// when src ends. toClient: dst is the client's side, where cutAfter counts.
+func (p *cutProxy) pipe(dst, src net.Conn, i int, toClient bool) {
 	defer dst.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		p.mu.Lock()
 		stalled := i < p.stalled
+		m, cut := n, false
+		if toClient && p.cutIn > 0 && int64(n) >= p.cutIn {
+			// The armed cut falls in this read: forward up to it, then cut everything.
+			m, cut, p.cutIn = int(p.cutIn), true, 0
+		} else if toClient && p.cutIn > 0 {
+			p.cutIn -= int64(n)
+		}
 		p.mu.Unlock()
-		if n > 0 && !stalled {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+		if m > 0 && !stalled {
+			if _, werr := dst.Write(buf[:m]); werr != nil {
 				return
 			}
+		}
+		if cut {
+			p.cut()
+			return
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// cutAfter arms a cut of every connection once n more bytes have been forwarded toward
+// clients (a mid-stream drop at a point the test chooses, exactly).
+func (p *cutProxy) cutAfter(n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutIn = n
 }
 
 // stall makes every connection forwarded so far a black hole: what either side sends is

@@ -29,6 +29,8 @@ export interface Tab {
   sessionSize: { cols: number; rows: number } | null;
   /** Our fitted size, as last sent to the gateway. */
   sentSize: { cols: number; rows: number } | null;
+  /** The most output acknowledged ahead of its parsing at once (READ_AHEAD), for the test hook. */
+  aheadPeak: number;
   noteEl: HTMLElement;
   term: Terminal;
   fit: FitAddon;
@@ -187,6 +189,7 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
     guard: new ReplayGuard((bytes, parsed) => term.write(bytes, parsed)),
     sessionSize: null,
     sentSize: null,
+    aheadPeak: 0,
     noteEl,
     term,
     fit,
@@ -362,6 +365,7 @@ export function bindChannel(app: App, tab: Tab, ch: Channel): void {
       const early = tab.webgl !== null && ahead + n <= READ_AHEAD && app.tabs[app.active] === tab;
       if (early) {
         ahead += n;
+        tab.aheadPeak = Math.max(tab.aheadPeak, ahead);
         ch.consumed(n);
       }
       const done = () => {

@@ -33,6 +33,8 @@ export interface MuxtermTestHook {
   detached(): Promise<SessionInfo[]>;
   reattach(session: string): Promise<void>;
   offsets(): Record<string, number>;
+  /** The active tab's most output acknowledged ahead of xterm.js's parsing at once (tab.ts). */
+  aheadPeak(): number;
   /** The terminal's drawn size, the session's size, our fitted size. */
   sizes(i?: number): { term: [number, number]; session: [number, number] | null; own: [number, number] } | null;
   signedOut(): boolean;
@@ -101,6 +103,7 @@ function installTestHook(ui: TestHookUI): void {
       for (const t of app.tabs) if (t.channel && t.session) o[t.session] = t.channel.offset;
       return o;
     },
+    aheadPeak: () => app.tabs[app.active]?.aheadPeak ?? 0,
     sizes: (i?: number) => {
       const t = app.tabs[i ?? app.active];
       if (!t) return null;
