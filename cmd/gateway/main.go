@@ -112,28 +112,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := c.rec.prepare(log); err != nil { // record.go
 		return err
 	}
-	generated, keptAt := false, ""
-	if c.token == "" && c.sec.tokensFile == "" && ho != nil && ho.Token != "" {
-		c.token, generated = ho.Token, true
-	} else if c.token == "" && c.sec.tokensFile == "" {
-		// The generated token survives restarts: kept in the user's state directory.
-		path, err := tokenStatePath(getenv)
-		keptErr := err
-		if err == nil {
-			if c.token, keptErr, err = keptToken(path, c.renewToken); err != nil {
-				return err
-			}
-		}
-		if c.token == "" {
-			c.token = newToken()
-		}
-		if keptErr != nil {
-			log.Warn("the generated token is not kept: a restart makes a new one", "err", keptErr)
-		} else {
-			keptAt = path
-		}
-		generated = true
+	token, generated, keptAt, err := resolveToken(c, ho, getenv, log) // tokenstate.go
+	if err != nil {
+		return err
 	}
+	c.token = token
 	tokens, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, log)
 	if err != nil {
 		return err
