@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -117,47 +116,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	c.token = token
-	tokens, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, log)
+	tokens, err := loadPrincipals(c, log)
 	if err != nil {
 		return err
 	}
-	if _, clash := tokens[c.cl.token]; c.cl.on() && clash {
-		// The cluster token acts for any principal: it must be no principal's own.
-		return errors.New("--cluster-token must differ from every principal's token")
-	}
-	hl, err := upgrade.ListenOrInherit(ho, "main", c.listen)
+	s := &server{c: c, log: log, serveErr: make(chan serveResult, 1)}
+	defer s.cleanup() // what the steps below leave to run's return, the latest first
+	hl, ln, useTLS, err := s.listen(ctx, ho)
 	if err != nil {
 		return err
 	}
 	listeners := map[string]*gateway.HandoverListener{"main": hl}
-	ho.Mark("listener")
-	var ln net.Listener = hl
-	addr := ln.Addr().String()
-	tel, err := otel.Setup(ctx, otel.Options{ServiceVersion: version, Prometheus: c.metrics || c.metricsAddr != ""})
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	defer func() {
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tel.Shutdown(fctx); err != nil {
-			log.Warn("telemetry flush", "err", err)
-		}
-	}()
-	ho.Mark("telemetry")
-	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
-		MaxPendingPerAddr: c.sec.maxPendingPerAddr, TLS: c.sec.tlsCert != "", Logger: log,
-		Telemetry: tel})
-	if limit, reserve := guard.Reserve(); limit > 0 {
-		log.Debug("descriptor reserve", "limit", limit, "reserve", reserve)
-	}
-	sln, useTLS, err := c.sec.secureListener(guard.Listener(ln), log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	ln = sln
+	addr := hl.Addr().String()
+	tel, guard := s.tel, s.guard
 	cgroups, err := openCgroups(ctx, c.cgroupRoot, log)
 	if err != nil {
 		ln.Close()
@@ -233,7 +204,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold; "+fix,
 			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
 	}
-	s := &server{c: c, log: log, tel: tel, cgroups: cgroups, cl: cl, serveErr: make(chan serveResult, 1)}
+	s.cgroups, s.cl = cgroups, cl
 	var metricsOnMain http.Handler
 	if c.metricsAddr != "" {
 		mln, err := upgrade.ListenOrInherit(ho, "metrics", c.metricsAddr)

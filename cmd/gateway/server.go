@@ -46,6 +46,9 @@ type server struct {
 	srv        *http.Server // the main server
 	msrv       *http.Server // the metrics server; nil without --metrics-listen
 	stopReaper func()       // cancels the reaper loop's context
+
+	// Run's: what its return undoes, registered by its steps (atReturn, cleanup).
+	cleanups []func()
 }
 
 // startReaper starts a reaper loop under a new context (stopReaper cancels it); false if the
