@@ -15,10 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/muxterm/muxterm/cluster"
 	"github.com/muxterm/muxterm/frontend"
 	"github.com/muxterm/muxterm/gateway"
-	"github.com/muxterm/muxterm/internal/cgroup"
 	"github.com/muxterm/muxterm/internal/earlysignal"
 	"github.com/muxterm/muxterm/internal/upgrade"
 	"github.com/muxterm/muxterm/mux"
@@ -128,83 +126,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	listeners := map[string]*gateway.HandoverListener{"main": hl}
 	addr := hl.Addr().String()
-	tel, guard := s.tel, s.guard
-	cgroups, err := openCgroups(ctx, c.cgroupRoot, log)
-	if err != nil {
+	if s.cgroups, err = openCgroups(ctx, c.cgroupRoot, log); err != nil {
 		ln.Close()
 		return err
 	}
 	ho.Mark("cgroups")
-	var reg *session.Registry
-	var node *cluster.Node
-	var observer func(session.Event)
-	if c.cl.on() {
-		if node, err = c.cl.newNode(addr, useTLS, func() int { return reg.Len() }, tel.Instruments, log); err != nil {
-			ln.Close()
-			if ho == nil { // an upgrade's directory holds the sessions it hands over
-				closeCgroupsEarly(cgroups, log)
-			}
-			return err
-		}
-		observer = node.Observe
-	}
-	obs := otel.Observed{FDReserveUses: session.FDReserveUses}
-	if node != nil {
-		obs.Nodes = node.NodeCounts
-	}
-	if err := tel.Observe(obs); err != nil {
-		ln.Close()
+	node, err := s.clusterNode(addr, useTLS, ln, ho)
+	if err != nil {
 		return err
 	}
-	recOpts := c.rec.options()
-	if node != nil && c.rec.dir != "" {
-		// In a cluster, an ended recording is also stored for every node (cluster/recordings.go).
-		recOpts.OnEnd = node.RecordingEnded
-		node.SetRecordings(recOpts.Retention)
+	if err := s.newRegistry(node, ln); err != nil {
+		return err
 	}
-	reg = session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
-		NoScreen: !c.screen, ScreenScrollback: c.screenLines,
-		KillGrace: c.killGrace, ResumeHold: c.resumeHold, EchoHold: echoHold(c.echoHold), WindowSize: c.windowSize.WindowSize,
-		EnvDeny: c.envDeny, Cgroups: cgroups, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments,
-		Observer: observer, Record: recOpts}, nil)
-	var cl *joined
+	if stopped, err := s.joinCluster(ctx, node, ho, ln); stopped || err != nil {
+		return err
+	}
+	warnWindow(c, s.reg.Options(), log)
+	tel, guard, reg, cl := s.tel, s.guard, s.reg, s.cl
 	var remote mux.Remote
 	var clusterToken, nodeName string
 	if node != nil {
 		clusterToken, nodeName = c.cl.token, c.cl.node
-		if cl, err = c.cl.start(ctx, node, ho, log); err != nil {
-			ln.Close()
-			if ho == nil { // no session ran yet: our gw-<pid> directory goes (an upgrade's holds the handed sessions)
-				closeCgroupsEarly(cgroups, log)
-			}
-			if ctx.Err() != nil {
-				// SIGTERM or SIGINT while the cluster formed: a stop like any other.
-				log.Info("stopped while joining the cluster", "err", err)
-				return nil
-			}
-			return err
-		}
-		// On an early return; a graceful shutdown closes it below, within its deadline.
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			cl.close(ctx)
-		}()
 		remote = node
 	}
-	if kept := reg.Options().KeptBehind(); c.resumeHold > 0 && int(c.window) > kept {
-		var fixes []string
-		if sb := scrollbackFor(reg.Options(), int(c.window)); sb > 0 {
-			fixes = append(fixes, fmt.Sprintf("--scrollback to at least %s", byteSize(sb)))
-		}
-		if kept >= 1024 { // --window's least
-			fixes = append(fixes, fmt.Sprintf("--window to at most %s", byteSize(kept)))
-		}
-		fix := "set " + strings.Join(fixes, ", or ")
-		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold; "+fix,
-			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
-	}
-	s.cgroups, s.cl = cgroups, cl
 	var metricsOnMain http.Handler
 	if c.metricsAddr != "" {
 		mln, err := upgrade.ListenOrInherit(ho, "metrics", c.metricsAddr)
@@ -358,48 +302,4 @@ const (
 func newServer(h http.Handler, idle time.Duration) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
 		IdleTimeout: idle}
-}
-
-// scrollbackFor is the smallest scrollback, a whole number of KiB up to 1GiB, whose ring keeps
-// window bytes behind a paused reader with o's other settings; 0 if none does.
-func scrollbackFor(o session.Options, window int) int {
-	keeps := func(kib int) bool {
-		// The watermarks follow the scrollback unless set (the gateway sets none).
-		o.ScrollbackBytes, o.HighWaterBytes, o.LowWaterBytes = kib<<10, 0, 0
-		return o.KeptBehind() >= window
-	}
-	lo, hi := 4, 1<<20 // KiB
-	if !keeps(hi) {
-		return 0
-	}
-	for lo < hi {
-		if mid := (lo + hi) / 2; keeps(mid) {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return hi << 10
-}
-
-// echoHold maps --echo-hold to session.Options.EchoHold, where 0 is the default and a negative
-// value is off.
-func echoHold(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
-}
-
-// closeCgroupsEarly removes this gateway's cgroup directory when it stops before serving (no
-// session ran in it), so that nothing of it is left for a later start's sweep.
-func closeCgroupsEarly(cgroups *cgroup.Tree, log *slog.Logger) {
-	if cgroups == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := cgroups.Close(ctx); err != nil {
-		log.Warn("cgroups: removing this gateway's directory", "err", err)
-	}
 }

@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
+	"github.com/muxterm/muxterm/cluster"
 	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/internal/cgroup"
 	"github.com/muxterm/muxterm/internal/upgrade"
 	"github.com/muxterm/muxterm/otel"
+	"github.com/muxterm/muxterm/session"
 )
 
 // The steps of run, in the order it takes them, up to serve.
@@ -77,4 +82,153 @@ func (s *server) listen(ctx context.Context, ho *upgrade.State) (
 		return nil, nil, false, err
 	}
 	return hl, ln, useTLS, nil
+}
+
+// clusterNode makes this gateway's cluster node, not started, with --cluster-url or
+// --cluster-embedded (nil without either); the sessions it counts are s.reg's, which
+// newRegistry builds next. On failure it closes ln and, started fresh, this gateway's cgroup
+// directory.
+func (s *server) clusterNode(addr string, useTLS bool, ln net.Listener, ho *upgrade.State) (
+	*cluster.Node, error) {
+	if !s.c.cl.on() {
+		return nil, nil
+	}
+	node, err := s.c.cl.newNode(addr, useTLS, func() int { return s.reg.Len() }, s.tel.Instruments,
+		s.log)
+	if err != nil {
+		ln.Close()
+		if ho == nil { // an upgrade's directory holds the sessions it hands over
+			closeCgroupsEarly(s.cgroups, s.log)
+		}
+		return nil, err
+	}
+	return node, nil
+}
+
+// newRegistry registers the gauges telemetry reads (the descriptor reserve's uses and, in a
+// cluster, the nodes) and builds the session registry (s.reg); in a cluster (node not nil)
+// node observes its sessions and, with --record, stores every ended recording for the
+// cluster. On failure it closes ln.
+func (s *server) newRegistry(node *cluster.Node, ln net.Listener) error {
+	c := s.c
+	var observer func(session.Event)
+	obs := otel.Observed{FDReserveUses: session.FDReserveUses}
+	if node != nil {
+		observer = node.Observe
+		obs.Nodes = node.NodeCounts
+	}
+	if err := s.tel.Observe(obs); err != nil {
+		ln.Close()
+		return err
+	}
+	recOpts := c.rec.options()
+	if node != nil && c.rec.dir != "" {
+		// In a cluster, an ended recording is also stored for every node (cluster/recordings.go).
+		recOpts.OnEnd = node.RecordingEnded
+		node.SetRecordings(recOpts.Retention)
+	}
+	s.reg = session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
+		NoScreen: !c.screen, ScreenScrollback: c.screenLines, KillGrace: c.killGrace,
+		ResumeHold: c.resumeHold, EchoHold: echoHold(c.echoHold), WindowSize: c.windowSize.WindowSize,
+		EnvDeny: c.envDeny, Cgroups: s.cgroups, Logger: s.log, Tracer: s.tel.Tracer,
+		Instruments: s.tel.Instruments, Observer: observer, Record: recOpts}, nil)
+	return nil
+}
+
+// echoHold maps --echo-hold to session.Options.EchoHold, where 0 is the default and a negative
+// value is off.
+func echoHold(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// joinCluster starts node (cluster.go: start; nothing without a node) and has run's return
+// close the membership (s.cl) within 5 s, unless shutdown closed it first. On failure it closes
+// ln and, started fresh, this gateway's cgroup directory; a failure while a stop signal ends
+// ctx is a stop like any other: logged, then stopped and no error.
+func (s *server) joinCluster(ctx context.Context, node *cluster.Node, ho *upgrade.State,
+	ln net.Listener) (stopped bool, err error) {
+	if node == nil {
+		return false, nil
+	}
+	cl, err := s.c.cl.start(ctx, node, ho, s.log)
+	if err != nil {
+		ln.Close()
+		// No session ran yet: our gw-<pid> directory goes (an upgrade's holds the handed sessions).
+		if ho == nil {
+			closeCgroupsEarly(s.cgroups, s.log)
+		}
+		if ctx.Err() != nil {
+			// SIGTERM or SIGINT while the cluster formed: a stop like any other.
+			s.log.Info("stopped while joining the cluster", "err", err)
+			return true, nil
+		}
+		return false, err
+	}
+	s.cl = cl
+	// On an early return; a graceful shutdown closes it, within its deadline.
+	s.atReturn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cl.close(ctx)
+	})
+	return false, nil
+}
+
+// closeCgroupsEarly removes this gateway's cgroup directory when it stops before serving (no
+// session ran in it), so that nothing of it is left for a later start's sweep.
+func closeCgroupsEarly(cgroups *cgroup.Tree, log *slog.Logger) {
+	if cgroups == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cgroups.Close(ctx); err != nil {
+		log.Warn("cgroups: removing this gateway's directory", "err", err)
+	}
+}
+
+// warnWindow warns when --resume-hold is on and --window is larger than what the ring keeps
+// behind a paused reader with the registry's options o, naming the --scrollback or --window
+// that would fit.
+func warnWindow(c *config, o session.Options, log *slog.Logger) {
+	kept := o.KeptBehind()
+	if c.resumeHold <= 0 || int(c.window) <= kept {
+		return
+	}
+	var fixes []string
+	if sb := scrollbackFor(o, int(c.window)); sb > 0 {
+		fixes = append(fixes, fmt.Sprintf("--scrollback to at least %s", byteSize(sb)))
+	}
+	if kept >= 1024 { // --window's least
+		fixes = append(fixes, fmt.Sprintf("--window to at most %s", byteSize(kept)))
+	}
+	fix := "set " + strings.Join(fixes, ", or ")
+	log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in "+
+		"flight when a socket drops can be lost despite --resume-hold; "+fix,
+		"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
+}
+
+// scrollbackFor is the smallest scrollback, a whole number of KiB up to 1GiB, whose ring keeps
+// window bytes behind a paused reader with o's other settings; 0 if none does.
+func scrollbackFor(o session.Options, window int) int {
+	keeps := func(kib int) bool {
+		// The watermarks follow the scrollback unless set (the gateway sets none).
+		o.ScrollbackBytes, o.HighWaterBytes, o.LowWaterBytes = kib<<10, 0, 0
+		return o.KeptBehind() >= window
+	}
+	lo, hi := 4, 1<<20 // KiB
+	if !keeps(hi) {
+		return 0
+	}
+	for lo < hi {
+		if mid := (lo + hi) / 2; keeps(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return hi << 10
 }
