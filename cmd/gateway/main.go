@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -15,13 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/muxterm/muxterm/frontend"
 	"github.com/muxterm/muxterm/gateway"
 	"github.com/muxterm/muxterm/internal/earlysignal"
 	"github.com/muxterm/muxterm/internal/upgrade"
-	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/otel"
-	"github.com/muxterm/muxterm/reaper"
 	"github.com/muxterm/muxterm/session"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -124,7 +120,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	listeners := map[string]*gateway.HandoverListener{"main": hl}
 	addr := hl.Addr().String()
 	if s.cgroups, err = openCgroups(ctx, c.cgroupRoot, log); err != nil {
 		ln.Close()
@@ -142,64 +137,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	warnWindow(c, s.reg.Options(), log)
-	tel, guard, reg, cl := s.tel, s.guard, s.reg, s.cl
-	var remote mux.Remote
-	var clusterToken, nodeName string
-	if node != nil {
-		clusterToken, nodeName = c.cl.token, c.cl.node
-		remote = node
-	}
-	var metricsOnMain http.Handler
-	if c.metricsAddr != "" {
-		mln, err := upgrade.ListenOrInherit(ho, "metrics", c.metricsAddr)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("metrics: %w", err)
-		}
-		listeners["metrics"] = mln
-		if !loopbackListener(mln) {
-			// Metrics reveal no terminal content, but they are unauthenticated here.
-			log.Warn("serving /metrics without auth on a non-loopback address", "metrics-listen", mln.Addr().String())
-		}
-		s.metricsMux = http.NewServeMux()
-		s.metricsMux.Handle("GET /metrics", tel.Metrics)
-		s.serveMetrics(mln)
-		defer func() { s.msrv.Close() }() // the one current at the return (resume replaces it)
-		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
-	} else if c.metrics {
-		metricsOnMain = tel.Metrics
-	}
-	if c.pprofAddr != "" {
-		stop, err := servePprof(c.pprofAddr, c.sec.httpIdle, stdout)
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		defer stop()
-	}
-	dist, err := fs.Sub(frontend.Dist, "dist")
+	listeners := map[string]*gateway.HandoverListener{"main": hl}
+	metricsOnMain, err := s.serveMetricsAndPprof(ho, listeners, ln, stdout)
 	if err != nil {
-		return fmt.Errorf("frontend: %w", err)
-	}
-	inputRate, openRate := c.sec.rateLimiters()
-	gw, err := gateway.New(gateway.Options{
-		Registry: reg, Tokens: tokens, TLS: useTLS, MaxSockets: c.sec.maxSockets,
-		AllowOrigins: c.allowOrigin, AllowHosts: c.allowHost, ListenAddr: addr, BasePath: c.basePath,
-		AllowCmd: c.allowCmd, Frontend: dist, Logger: log, Version: version,
-		Telemetry: tel, Metrics: metricsOnMain,
-		ClusterToken: clusterToken, Remote: remote, Node: nodeName,
-		Mux: mux.ServerOptions{Window: int(c.window), MaxSessions: c.maxSessions, MaxChannels: c.maxChannels,
-			InputRate: inputRate, OpenRate: openRate},
-	})
-	if err != nil {
-		ln.Close()
 		return err
 	}
-	s.gw, s.reg, s.guard = gw, reg, guard
-	s.rp = reaper.New(reaper.Options{Registry: reg, Grace: c.idleGrace, Interval: c.reapInterval,
-		Logger: log, Telemetry: tel})
-	s.startReaper()
-	defer func() { s.stopReaper() }() // the one current at the return (resume replaces it)
+	if err := s.newGateway(tokens, addr, useTLS, node, metricsOnMain, ln); err != nil {
+		return err
+	}
+	s.newReaper()
+	tel, reg, cl, gw := s.tel, s.reg, s.cl, s.gw
 	ho.Mark("setup")
 
 	// After an upgrade the listener serves before the sessions are adopted: what needs them

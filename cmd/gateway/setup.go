@@ -4,16 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/muxterm/muxterm/cluster"
+	"github.com/muxterm/muxterm/frontend"
 	"github.com/muxterm/muxterm/gateway"
 	"github.com/muxterm/muxterm/internal/cgroup"
 	"github.com/muxterm/muxterm/internal/upgrade"
+	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/otel"
+	"github.com/muxterm/muxterm/reaper"
 	"github.com/muxterm/muxterm/session"
 )
 
@@ -209,6 +215,89 @@ func warnWindow(c *config, o session.Options, log *slog.Logger) {
 	log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in "+
 		"flight when a socket drops can be lost despite --resume-hold; "+fix,
 		"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
+}
+
+// serveMetricsAndPprof starts the metrics server with --metrics-listen, on the listener an
+// upgrade in place handed over as "metrics" or a new one (added to listeners, which the next
+// upgrade hands on), and the pprof server with --pprof-listen; run's return closes both (the
+// metrics server current then: resume replaces it). It returns the handler of /metrics on the
+// main server: tel.Metrics with --metrics alone, nil otherwise. On failure it closes ln.
+func (s *server) serveMetricsAndPprof(ho *upgrade.State,
+	listeners map[string]*gateway.HandoverListener, ln net.Listener, stdout io.Writer) (
+	metricsOnMain http.Handler, err error) {
+	c, log := s.c, s.log
+	if c.metricsAddr != "" {
+		mln, err := upgrade.ListenOrInherit(ho, "metrics", c.metricsAddr)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		listeners["metrics"] = mln
+		if !loopbackListener(mln) {
+			// Metrics reveal no terminal content, but they are unauthenticated here.
+			log.Warn("serving /metrics without auth on a non-loopback address",
+				"metrics-listen", mln.Addr().String())
+		}
+		s.metricsMux = http.NewServeMux()
+		s.metricsMux.Handle("GET /metrics", s.tel.Metrics)
+		s.serveMetrics(mln)
+		s.atReturn(func() { s.msrv.Close() }) // the one current at the return (resume replaces it)
+		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
+	} else if c.metrics {
+		metricsOnMain = s.tel.Metrics
+	}
+	if c.pprofAddr != "" {
+		stop, err := servePprof(c.pprofAddr, c.sec.httpIdle, stdout)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		s.atReturn(stop)
+	}
+	return metricsOnMain, nil
+}
+
+// newGateway builds the gateway (s.gw) on the registry: tokens' principals on addr (useTLS: it
+// serves TLS), the cluster's token, node name and remote sessions in a cluster (node not nil),
+// and metricsOnMain as its /metrics (nil: none). If gateway.New fails it closes ln.
+func (s *server) newGateway(tokens map[string]gateway.Principal, addr string, useTLS bool,
+	node *cluster.Node, metricsOnMain http.Handler, ln net.Listener) error {
+	c := s.c
+	var remote mux.Remote // nil, not a nil *cluster.Node, outside a cluster
+	var clusterToken, nodeName string
+	if node != nil {
+		clusterToken, nodeName = c.cl.token, c.cl.node
+		remote = node
+	}
+	dist, err := fs.Sub(frontend.Dist, "dist")
+	if err != nil {
+		return fmt.Errorf("frontend: %w", err)
+	}
+	inputRate, openRate := c.sec.rateLimiters()
+	gw, err := gateway.New(gateway.Options{
+		Registry: s.reg, Tokens: tokens, TLS: useTLS, MaxSockets: c.sec.maxSockets,
+		AllowOrigins: c.allowOrigin, AllowHosts: c.allowHost, ListenAddr: addr, BasePath: c.basePath,
+		AllowCmd: c.allowCmd, Frontend: dist, Logger: s.log, Version: version,
+		Telemetry: s.tel, Metrics: metricsOnMain,
+		ClusterToken: clusterToken, Remote: remote, Node: nodeName,
+		Mux: mux.ServerOptions{Window: int(c.window), MaxSessions: c.maxSessions,
+			MaxChannels: c.maxChannels, InputRate: inputRate, OpenRate: openRate},
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	s.gw = gw
+	return nil
+}
+
+// newReaper makes the idle reaper (s.rp) and starts its loop; run's return stops the loop
+// current then (resume starts another).
+func (s *server) newReaper() {
+	s.rp = reaper.New(reaper.Options{Registry: s.reg, Grace: s.c.idleGrace,
+		Interval: s.c.reapInterval, Logger: s.log, Telemetry: s.tel})
+	s.startReaper()
+	s.atReturn(func() { s.stopReaper() }) // the one current at the return (resume replaces it)
 }
 
 // scrollbackFor is the smallest scrollback, a whole number of KiB up to 1GiB, whose ring keeps
