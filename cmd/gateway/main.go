@@ -10,18 +10,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/muxterm/muxterm/gateway"
 	"github.com/muxterm/muxterm/internal/earlysignal"
 	"github.com/muxterm/muxterm/internal/upgrade"
-	"github.com/muxterm/muxterm/otel"
 	"github.com/muxterm/muxterm/session"
-
-	"go.opentelemetry.io/otel/attribute"
-	otelmetric "go.opentelemetry.io/otel/metric"
 )
 
 // version and commit are set by the Makefile with
@@ -84,6 +79,10 @@ func main() {
 	}
 }
 
+// run starts the gateway with the configuration of args and getenv (MUXTERM_*), the start-up
+// lines on stdout and the log on stderr, and serves until a stop (server.serve). Its steps
+// (setup.go) run in this order; what they leave to its return (atReturn) runs then, the latest
+// first, and last the teardown of handed-over sessions that were never adopted.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parse(args, getenv, stdout)
 	if err != nil {
@@ -146,93 +145,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	s.newReaper()
-	tel, reg, cl, gw := s.tel, s.reg, s.cl, s.gw
 	ho.Mark("setup")
 
 	// After an upgrade the listener serves before the sessions are adopted: what needs them
 	// (WebSocket upgrades, /readyz) waits for the adoption (internal/upgrade's adoption gate).
-	s.handler = ho.Gate(gw)
+	s.handler = ho.Gate(s.gw)
 	s.serveMain(ln)
 	ho.Mark("serve")
-	if ho != nil {
-		upgrade.HoldForTest(log) // nothing unless built for that test
-		upgrade.Adopt(ho, reg, log)
-		tel.Instruments.Upgrades.Add(ctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrUpgradeOutcome, otel.UpgradeAdopted)))
-		// What is still inheritable now was not handed over to be adopted: what an image older
-		// than cloexec.go inherited from its launcher and passed on unmarked. Nothing has been
-		// spawned yet (the gate holds every WebSocket).
-		if err := closeOnExecInherited(); err != nil { // cloexec.go
-			log.Warn("inherited descriptors", "err", err)
-		}
-		// Only now: every adopted child is registered as ours (see main).
-		if err := session.AdoptOrphans(log); err != nil {
-			log.Warn("child subreaper", "err", err)
-		}
-		ho.OpenGate()
-		ho.Mark("adopt")
-		ho.LogTimeline(log)
-		ho.ReleaseImage()
-	}
-	if c.rec.dir != "" {
-		// After the adoption: a handed session's recording is active, never pruned.
-		defer keepPruned(ctx, reg, log)()
-		if cl != nil {
-			// What this node holds and the cluster's store lacks (a crash, a start outside the
-			// cluster) is stored now; handed sessions' recordings are active and wait for their end.
-			if infos, err := reg.Recordings("", true, ""); err != nil {
-				log.Warn("recordings: not compared with the cluster's store", "err", err)
-			} else {
-				cl.node.StoreMissing(c.rec.dir, infos)
-			}
-		}
-	}
-
-	base := "http://" + addr
-	if useTLS {
-		base = "https://" + addr
-	}
-	fmt.Fprintf(stdout, "muxterm: listening on %s\n", base)
-	base += strings.TrimSuffix(c.basePath, "/")
-	if generated {
-		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=%s\n", base, c.token)
-		if keptAt != "" {
-			fmt.Fprintf(stdout, "muxterm: token kept in %s for the next start (--new-token replaces it)\n", keptAt)
-		}
-	} else {
-		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=<your token>\n", base)
-	}
-	if c.pidFile != "" {
-		// Once serving, so that the file names a gateway that answers; a failure stops nothing
-		// (an upgraded image holds sessions by now), it is said.
-		if err := writePidFile(c.pidFile); err != nil {
-			log.Error("pid file not written", "err", err)
-		} else {
-			defer func() {
-				if err := removePidFile(c.pidFile); err != nil {
-					log.Warn("pid file not removed", "err", err)
-				}
-			}()
-		}
-	}
-	log.Info("muxterm started", "listen", addr, "version", version, "pid", os.Getpid())
-	if ho != nil {
-		log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", reg.Len(),
-			"took", time.Since(ho.Signalled).Round(time.Microsecond))
-	}
-	servers := []*http.Server{s.srv}
-	if s.msrv != nil {
-		servers = append(servers, s.msrv)
-	}
-	uo := upgrade.Options{Logger: log, Version: version, Wait: c.shutdownWait, Binary: ho.BinaryPath(),
-		Listeners: listeners, Servers: servers, Gateway: gw, Registry: reg, StopReaper: s.pauseReaper,
-		Terminating: func() bool { return ctx.Err() != nil },
-		// An upgrade that stopped serving and then could not exec serves again in this image,
-		// on the same sockets.
-		Resume: s.resume}
-	if generated {
-		uo.Token = c.token
-	}
-	s.up = upgrade.New(uo)
+	s.adopt(ctx, ho)
+	s.keepRecordings(ctx)
+	printStarted(stdout, c, addr, useTLS, generated, keptAt)
+	s.keepPidFile()
+	s.logStarted(addr, ho)
+	s.newUpgrader(ctx, ho, listeners, generated)
 	return s.serve(ctx, ho)
 }
 

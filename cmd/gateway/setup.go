@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -21,9 +22,13 @@ import (
 	"github.com/muxterm/muxterm/otel"
 	"github.com/muxterm/muxterm/reaper"
 	"github.com/muxterm/muxterm/session"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelmetric "go.opentelemetry.io/otel/metric"
 )
 
-// The steps of run, in the order it takes them, up to serve.
+// run's steps, in the order it takes them up to serve (resolveToken, before them, is in
+// tokenstate.go); a step's helpers follow it.
 
 // loadPrincipals loads the principals (principal default's token, from --token or generated,
 // and --tokens) and refuses a --cluster-token that is one of their tokens.
@@ -298,6 +303,129 @@ func (s *server) newReaper() {
 		Interval: s.c.reapInterval, Logger: s.log, Telemetry: s.tel})
 	s.startReaper()
 	s.atReturn(func() { s.stopReaper() }) // the one current at the return (resume replaces it)
+}
+
+// adopt, after an upgrade in place (nothing when started fresh, ho nil), adopts the sessions
+// handed over into the registry while the main server serves behind the adoption gate, marks
+// close-on-exec what is still inheritable, makes this process the reaper of orphaned
+// descendants, then opens the gate and logs the upgrade's timeline.
+func (s *server) adopt(ctx context.Context, ho *upgrade.State) {
+	if ho == nil {
+		return
+	}
+	log := s.log
+	upgrade.HoldForTest(log) // nothing unless built for that test
+	upgrade.Adopt(ho, s.reg, log)
+	s.tel.Instruments.Upgrades.Add(ctx, 1, otelmetric.WithAttributes(
+		attribute.String(otel.AttrUpgradeOutcome, otel.UpgradeAdopted)))
+	// What is still inheritable now was not handed over to be adopted: what an image older
+	// than cloexec.go inherited from its launcher and passed on unmarked. Nothing has been
+	// spawned yet (the gate holds every WebSocket).
+	if err := closeOnExecInherited(); err != nil { // cloexec.go
+		log.Warn("inherited descriptors", "err", err)
+	}
+	// Only now: every adopted child is registered as ours (see main).
+	if err := session.AdoptOrphans(log); err != nil {
+		log.Warn("child subreaper", "err", err)
+	}
+	ho.OpenGate()
+	ho.Mark("adopt")
+	ho.LogTimeline(log)
+	ho.ReleaseImage()
+}
+
+// keepRecordings, with --record, enforces the recordings' retention now and every
+// pruneInterval until run returns (keepPruned) and, in a cluster, stores in the cluster's store
+// the recordings this node holds and it lacks. run calls it after the adoption: a handed
+// session's recording is active, never pruned.
+func (s *server) keepRecordings(ctx context.Context) {
+	c, reg, log := s.c, s.reg, s.log
+	if c.rec.dir == "" {
+		return
+	}
+	s.atReturn(keepPruned(ctx, reg, log))
+	if s.cl != nil {
+		// What this node holds and the cluster's store lacks (a crash, a start outside the
+		// cluster) is stored now; handed sessions' recordings are active and wait for their end.
+		if infos, err := reg.Recordings("", true, ""); err != nil {
+			log.Warn("recordings: not compared with the cluster's store", "err", err)
+		} else {
+			s.cl.node.StoreMissing(c.rec.dir, infos)
+		}
+	}
+}
+
+// printStarted prints to w where the gateway listens (addr; useTLS: https) and the URL to open:
+// with the token when the gateway generated it, then where that token is kept (keptAt, if it
+// is), else with a placeholder for the operator's token.
+func printStarted(w io.Writer, c *config, addr string, useTLS, generated bool, keptAt string) {
+	base := "http://" + addr
+	if useTLS {
+		base = "https://" + addr
+	}
+	fmt.Fprintf(w, "muxterm: listening on %s\n", base)
+	base += strings.TrimSuffix(c.basePath, "/")
+	if generated {
+		fmt.Fprintf(w, "muxterm: open %s/auth?token=%s\n", base, c.token)
+		if keptAt != "" {
+			fmt.Fprintf(w, "muxterm: token kept in %s for the next start (--new-token replaces it)\n",
+				keptAt)
+		}
+	} else {
+		fmt.Fprintf(w, "muxterm: open %s/auth?token=<your token>\n", base)
+	}
+}
+
+// keepPidFile writes --pid-file, if set, and has run's return remove it (removePidFile: if it
+// still names this process). run calls it once serving, so that the file names a gateway that
+// answers; a failure stops nothing (an upgraded image holds sessions by now), it is logged.
+func (s *server) keepPidFile() {
+	c, log := s.c, s.log
+	if c.pidFile == "" {
+		return
+	}
+	if err := writePidFile(c.pidFile); err != nil {
+		log.Error("pid file not written", "err", err)
+		return
+	}
+	s.atReturn(func() {
+		if err := removePidFile(c.pidFile); err != nil {
+			log.Warn("pid file not removed", "err", err)
+		}
+	})
+}
+
+// logStarted logs that the gateway started on addr and, after an upgrade in place (ho not nil),
+// that the upgrade is complete: from which version, with how many sessions, how long since its
+// signal.
+func (s *server) logStarted(addr string, ho *upgrade.State) {
+	s.log.Info("muxterm started", "listen", addr, "version", version, "pid", os.Getpid())
+	if ho != nil {
+		s.log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", s.reg.Len(),
+			"took", time.Since(ho.Signalled).Round(time.Microsecond))
+	}
+}
+
+// newUpgrader makes the upgrade in place the signal loop runs on SIGUSR2 (s.up): it hands over
+// listeners and the sessions, and the token when the gateway generated it; one that cannot
+// exec serves again in this image (resume).
+func (s *server) newUpgrader(ctx context.Context, ho *upgrade.State,
+	listeners map[string]*gateway.HandoverListener, generated bool) {
+	servers := []*http.Server{s.srv}
+	if s.msrv != nil {
+		servers = append(servers, s.msrv)
+	}
+	uo := upgrade.Options{Logger: s.log, Version: version, Wait: s.c.shutdownWait,
+		Binary: ho.BinaryPath(), Listeners: listeners, Servers: servers, Gateway: s.gw,
+		Registry: s.reg, StopReaper: s.pauseReaper,
+		Terminating: func() bool { return ctx.Err() != nil },
+		// An upgrade that stopped serving and then could not exec serves again in this image,
+		// on the same sockets.
+		Resume: s.resume}
+	if generated {
+		uo.Token = s.c.token
+	}
+	s.up = upgrade.New(uo)
 }
 
 // scrollbackFor is the smallest scrollback, a whole number of KiB up to 1GiB, whose ring keeps
