@@ -1,14 +1,15 @@
 // Command gateway runs muxterm: a WebSocket gateway that multiplexes PTY sessions over one
 // socket. It parses flags and MUXTERM_* environment (flags.go: config, parse, usage, the flag
-// types, --help by groups), wires the packages (main.go: run) into a server (server.go: serve,
-// the signal loop; resume, serving again after an upgrade that could not exec; shutdown, in
-// order), keeps a generated token between starts in the user's state directory (tokenstate.go),
-// writes --pid-file (pidfile.go), records sessions (record.go: --record and retention), marks
-// inherited descriptors close-on-exec at start (cloexec.go), joins a cluster (cluster.go) and
-// wires the upgrade in place, which internal/upgrade runs (SIGUSR2, the dry run, the exec, the
-// adoption gate, adopting); its part of the dry run, the configuration the new image would start
-// with, is handovercheck.go's. How an upgrade in place works, step by step: docs/operations.md,
-// "How an upgrade in place works".
+// types, --help by groups), wires the packages (main.go: run, whose steps are setup.go's) into a
+// server (server.go: serve, the signal loop; resume, serving again after an upgrade that could
+// not exec; shutdown, in order), picks the token it serves with and keeps a generated one
+// between starts in the user's state directory (tokenstate.go), writes --pid-file (pidfile.go),
+// records sessions (record.go: --record and retention), marks inherited descriptors
+// close-on-exec at start (cloexec.go), joins a cluster (cluster.go) and wires the upgrade in
+// place, which internal/upgrade runs (SIGUSR2, the dry run, the exec, the adoption gate,
+// adopting); its part of the dry run, the configuration the new image would start with, is
+// handovercheck.go's. How an upgrade in place works, step by step: docs/operations.md, "How an
+// upgrade in place works".
 //
 // # Shutdown
 //
@@ -59,13 +60,13 @@
 //     upgrade that could not exec): accepting through a gateway.HandoverListener; it ends with
 //     http.Server.Shutdown or, on an upgrade, with its listener's Stop; the signal loop ignores
 //     the end of servers an upgrade shut down (serveResult).
-//   - The metrics server (with --metrics-listen: server.serveMetrics, from run, again from
-//     server.resume after an upgrade that could not exec) and the pprof server (with
-//     --pprof-listen, loopback only, from servePprof): /metrics and /debug/pprof/ on their own
-//     addresses, until run returns (Close) or, for the metrics server, an upgrade quiesces
-//     (Close).
-//   - Retention of recordings (one, with --record, from run after the adoption: keepPruned):
-//     Registry.PruneRecordings every hour, until run returns.
+//   - The metrics server (with --metrics-listen: server.serveMetrics, from run's step
+//     serveMetricsAndPprof, again from server.resume after an upgrade that could not exec) and
+//     the pprof server (with --pprof-listen, loopback only, from servePprof): /metrics and
+//     /debug/pprof/ on their own addresses, until run returns (Close) or, for the metrics
+//     server, an upgrade quiesces (Close).
+//   - Retention of recordings (one, with --record, from run's step keepRecordings after the
+//     adoption: keepPruned): Registry.PruneRecordings every hour, until run returns.
 //   - The embedded NATS server's shutdown (one, when the cluster closes): the wait for it is
 //     bounded (embeddedShutdownWait); a server that takes longer is left to the exit.
 package main

@@ -6,29 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/muxterm/muxterm/cluster"
-	"github.com/muxterm/muxterm/frontend"
 	"github.com/muxterm/muxterm/gateway"
-	"github.com/muxterm/muxterm/internal/cgroup"
 	"github.com/muxterm/muxterm/internal/earlysignal"
 	"github.com/muxterm/muxterm/internal/upgrade"
-	"github.com/muxterm/muxterm/mux"
-	"github.com/muxterm/muxterm/otel"
-	"github.com/muxterm/muxterm/reaper"
 	"github.com/muxterm/muxterm/session"
-
-	"go.opentelemetry.io/otel/attribute"
-	otelmetric "go.opentelemetry.io/otel/metric"
 )
 
 // version and commit are set by the Makefile with
@@ -91,6 +79,10 @@ func main() {
 	}
 }
 
+// run starts the gateway with the configuration of args and getenv (MUXTERM_*), the start-up
+// lines on stdout and the log on stderr, and serves until a stop (server.serve). Its steps
+// (setup.go) run in this order; what they leave to its return (atReturn) runs then, the latest
+// first, and last the teardown of handed-over sessions that were never adopted.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parse(args, getenv, stdout)
 	if err != nil {
@@ -112,282 +104,60 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := c.rec.prepare(log); err != nil { // record.go
 		return err
 	}
-	generated, keptAt := false, ""
-	if c.token == "" && c.sec.tokensFile == "" && ho != nil && ho.Token != "" {
-		c.token, generated = ho.Token, true
-	} else if c.token == "" && c.sec.tokensFile == "" {
-		// The generated token survives restarts: kept in the user's state directory.
-		path, err := tokenStatePath(getenv)
-		keptErr := err
-		if err == nil {
-			if c.token, keptErr, err = keptToken(path, c.renewToken); err != nil {
-				return err
-			}
-		}
-		if c.token == "" {
-			c.token = newToken()
-		}
-		if keptErr != nil {
-			log.Warn("the generated token is not kept: a restart makes a new one", "err", keptErr)
-		} else {
-			keptAt = path
-		}
-		generated = true
-	}
-	tokens, err := gateway.LoadPrincipals(c.token, c.sec.tokensFile, log)
+	token, generated, keptAt, err := resolveToken(c, ho, getenv, log) // tokenstate.go
 	if err != nil {
 		return err
 	}
-	if _, clash := tokens[c.cl.token]; c.cl.on() && clash {
-		// The cluster token acts for any principal: it must be no principal's own.
-		return errors.New("--cluster-token must differ from every principal's token")
-	}
-	hl, err := upgrade.ListenOrInherit(ho, "main", c.listen)
+	c.token = token
+	tokens, err := loadPrincipals(c, log)
 	if err != nil {
 		return err
 	}
-	listeners := map[string]*gateway.HandoverListener{"main": hl}
-	ho.Mark("listener")
-	var ln net.Listener = hl
-	addr := ln.Addr().String()
-	tel, err := otel.Setup(ctx, otel.Options{ServiceVersion: version, Prometheus: c.metrics || c.metricsAddr != ""})
+	s := &server{c: c, log: log, serveErr: make(chan serveResult, 1)}
+	defer s.cleanup() // what the steps below leave to run's return, the latest first
+	hl, ln, useTLS, err := s.listen(ctx, ho)
 	if err != nil {
-		ln.Close()
 		return err
 	}
-	defer func() {
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tel.Shutdown(fctx); err != nil {
-			log.Warn("telemetry flush", "err", err)
-		}
-	}()
-	ho.Mark("telemetry")
-	guard := gateway.NewConnGuard(gateway.GuardOptions{MaxPending: c.sec.maxPending,
-		MaxPendingPerAddr: c.sec.maxPendingPerAddr, TLS: c.sec.tlsCert != "", Logger: log,
-		Telemetry: tel})
-	if limit, reserve := guard.Reserve(); limit > 0 {
-		log.Debug("descriptor reserve", "limit", limit, "reserve", reserve)
-	}
-	sln, useTLS, err := c.sec.secureListener(guard.Listener(ln), log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	ln = sln
-	cgroups, err := openCgroups(ctx, c.cgroupRoot, log)
-	if err != nil {
+	addr := hl.Addr().String()
+	if s.cgroups, err = openCgroups(ctx, c.cgroupRoot, log); err != nil {
 		ln.Close()
 		return err
 	}
 	ho.Mark("cgroups")
-	var reg *session.Registry
-	var node *cluster.Node
-	var observer func(session.Event)
-	if c.cl.on() {
-		if node, err = c.cl.newNode(addr, useTLS, func() int { return reg.Len() }, tel.Instruments, log); err != nil {
-			ln.Close()
-			if ho == nil { // an upgrade's directory holds the sessions it hands over
-				closeCgroupsEarly(cgroups, log)
-			}
-			return err
-		}
-		observer = node.Observe
-	}
-	obs := otel.Observed{FDReserveUses: session.FDReserveUses}
-	if node != nil {
-		obs.Nodes = node.NodeCounts
-	}
-	if err := tel.Observe(obs); err != nil {
-		ln.Close()
+	node, err := s.clusterNode(addr, useTLS, ln, ho)
+	if err != nil {
 		return err
 	}
-	recOpts := c.rec.options()
-	if node != nil && c.rec.dir != "" {
-		// In a cluster, an ended recording is also stored for every node (cluster/recordings.go).
-		recOpts.OnEnd = node.RecordingEnded
-		node.SetRecordings(recOpts.Retention)
-	}
-	reg = session.NewRegistry(session.Options{Shell: c.shell, ScrollbackBytes: int(c.scrollback),
-		NoScreen: !c.screen, ScreenScrollback: c.screenLines,
-		KillGrace: c.killGrace, ResumeHold: c.resumeHold, EchoHold: echoHold(c.echoHold), WindowSize: c.windowSize.WindowSize,
-		EnvDeny: c.envDeny, Cgroups: cgroups, Logger: log, Tracer: tel.Tracer, Instruments: tel.Instruments,
-		Observer: observer, Record: recOpts}, nil)
-	var cl *joined
-	var remote mux.Remote
-	var clusterToken, nodeName string
-	if node != nil {
-		clusterToken, nodeName = c.cl.token, c.cl.node
-		if cl, err = c.cl.start(ctx, node, ho, log); err != nil {
-			ln.Close()
-			if ho == nil { // no session ran yet: our gw-<pid> directory goes (an upgrade's holds the handed sessions)
-				closeCgroupsEarly(cgroups, log)
-			}
-			if ctx.Err() != nil {
-				// SIGTERM or SIGINT while the cluster formed: a stop like any other.
-				log.Info("stopped while joining the cluster", "err", err)
-				return nil
-			}
-			return err
-		}
-		// On an early return; a graceful shutdown closes it below, within its deadline.
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			cl.close(ctx)
-		}()
-		remote = node
-	}
-	if kept := reg.Options().KeptBehind(); c.resumeHold > 0 && int(c.window) > kept {
-		var fixes []string
-		if sb := scrollbackFor(reg.Options(), int(c.window)); sb > 0 {
-			fixes = append(fixes, fmt.Sprintf("--scrollback to at least %s", byteSize(sb)))
-		}
-		if kept >= 1024 { // --window's least
-			fixes = append(fixes, fmt.Sprintf("--window to at most %s", byteSize(kept)))
-		}
-		fix := "set " + strings.Join(fixes, ", or ")
-		log.Warn("--window is larger than what the ring keeps behind a paused reader: bytes in flight when a socket drops can be lost despite --resume-hold; "+fix,
-			"window", int(c.window), "kept", kept, "scrollback", int(c.scrollback))
-	}
-	s := &server{c: c, log: log, tel: tel, cgroups: cgroups, cl: cl, serveErr: make(chan serveResult, 1)}
-	var metricsOnMain http.Handler
-	if c.metricsAddr != "" {
-		mln, err := upgrade.ListenOrInherit(ho, "metrics", c.metricsAddr)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("metrics: %w", err)
-		}
-		listeners["metrics"] = mln
-		if !loopbackListener(mln) {
-			// Metrics reveal no terminal content, but they are unauthenticated here.
-			log.Warn("serving /metrics without auth on a non-loopback address", "metrics-listen", mln.Addr().String())
-		}
-		s.metricsMux = http.NewServeMux()
-		s.metricsMux.Handle("GET /metrics", tel.Metrics)
-		s.serveMetrics(mln)
-		defer func() { s.msrv.Close() }() // the one current at the return (resume replaces it)
-		fmt.Fprintf(stdout, "muxterm: metrics on http://%s/metrics\n", mln.Addr())
-	} else if c.metrics {
-		metricsOnMain = tel.Metrics
-	}
-	if c.pprofAddr != "" {
-		stop, err := servePprof(c.pprofAddr, c.sec.httpIdle, stdout)
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		defer stop()
-	}
-	dist, err := fs.Sub(frontend.Dist, "dist")
-	if err != nil {
-		return fmt.Errorf("frontend: %w", err)
-	}
-	inputRate, openRate := c.sec.rateLimiters()
-	gw, err := gateway.New(gateway.Options{
-		Registry: reg, Tokens: tokens, TLS: useTLS, MaxSockets: c.sec.maxSockets,
-		AllowOrigins: c.allowOrigin, AllowHosts: c.allowHost, ListenAddr: addr, BasePath: c.basePath,
-		AllowCmd: c.allowCmd, Frontend: dist, Logger: log, Version: version,
-		Telemetry: tel, Metrics: metricsOnMain,
-		ClusterToken: clusterToken, Remote: remote, Node: nodeName,
-		Mux: mux.ServerOptions{Window: int(c.window), MaxSessions: c.maxSessions, MaxChannels: c.maxChannels,
-			InputRate: inputRate, OpenRate: openRate},
-	})
-	if err != nil {
-		ln.Close()
+	if err := s.newRegistry(node, ln); err != nil {
 		return err
 	}
-	s.gw, s.reg, s.guard = gw, reg, guard
-	s.rp = reaper.New(reaper.Options{Registry: reg, Grace: c.idleGrace, Interval: c.reapInterval,
-		Logger: log, Telemetry: tel})
-	s.startReaper()
-	defer func() { s.stopReaper() }() // the one current at the return (resume replaces it)
+	if stopped, err := s.joinCluster(ctx, node, ho, ln); stopped || err != nil {
+		return err
+	}
+	warnWindow(c, s.reg.Options(), log)
+	listeners := map[string]*gateway.HandoverListener{"main": hl}
+	metricsOnMain, err := s.serveMetricsAndPprof(ho, listeners, ln, stdout)
+	if err != nil {
+		return err
+	}
+	if err := s.newGateway(tokens, addr, useTLS, node, metricsOnMain, ln); err != nil {
+		return err
+	}
+	s.newReaper()
 	ho.Mark("setup")
 
 	// After an upgrade the listener serves before the sessions are adopted: what needs them
 	// (WebSocket upgrades, /readyz) waits for the adoption (internal/upgrade's adoption gate).
-	s.handler = ho.Gate(gw)
+	s.handler = ho.Gate(s.gw)
 	s.serveMain(ln)
 	ho.Mark("serve")
-	if ho != nil {
-		upgrade.HoldForTest(log) // nothing unless built for that test
-		upgrade.Adopt(ho, reg, log)
-		tel.Instruments.Upgrades.Add(ctx, 1, otelmetric.WithAttributes(attribute.String(otel.AttrUpgradeOutcome, otel.UpgradeAdopted)))
-		// What is still inheritable now was not handed over to be adopted: what an image older
-		// than cloexec.go inherited from its launcher and passed on unmarked. Nothing has been
-		// spawned yet (the gate holds every WebSocket).
-		if err := closeOnExecInherited(); err != nil { // cloexec.go
-			log.Warn("inherited descriptors", "err", err)
-		}
-		// Only now: every adopted child is registered as ours (see main).
-		if err := session.AdoptOrphans(log); err != nil {
-			log.Warn("child subreaper", "err", err)
-		}
-		ho.OpenGate()
-		ho.Mark("adopt")
-		ho.LogTimeline(log)
-		ho.ReleaseImage()
-	}
-	if c.rec.dir != "" {
-		// After the adoption: a handed session's recording is active, never pruned.
-		defer keepPruned(ctx, reg, log)()
-		if cl != nil {
-			// What this node holds and the cluster's store lacks (a crash, a start outside the
-			// cluster) is stored now; handed sessions' recordings are active and wait for their end.
-			if infos, err := reg.Recordings("", true, ""); err != nil {
-				log.Warn("recordings: not compared with the cluster's store", "err", err)
-			} else {
-				cl.node.StoreMissing(c.rec.dir, infos)
-			}
-		}
-	}
-
-	base := "http://" + addr
-	if useTLS {
-		base = "https://" + addr
-	}
-	fmt.Fprintf(stdout, "muxterm: listening on %s\n", base)
-	base += strings.TrimSuffix(c.basePath, "/")
-	if generated {
-		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=%s\n", base, c.token)
-		if keptAt != "" {
-			fmt.Fprintf(stdout, "muxterm: token kept in %s for the next start (--new-token replaces it)\n", keptAt)
-		}
-	} else {
-		fmt.Fprintf(stdout, "muxterm: open %s/auth?token=<your token>\n", base)
-	}
-	if c.pidFile != "" {
-		// Once serving, so that the file names a gateway that answers; a failure stops nothing
-		// (an upgraded image holds sessions by now), it is said.
-		if err := writePidFile(c.pidFile); err != nil {
-			log.Error("pid file not written", "err", err)
-		} else {
-			defer func() {
-				if err := removePidFile(c.pidFile); err != nil {
-					log.Warn("pid file not removed", "err", err)
-				}
-			}()
-		}
-	}
-	log.Info("muxterm started", "listen", addr, "version", version, "pid", os.Getpid())
-	if ho != nil {
-		log.Info("upgrade complete", "from", ho.FromVersion, "to", version, "sessions", reg.Len(),
-			"took", time.Since(ho.Signalled).Round(time.Microsecond))
-	}
-	servers := []*http.Server{s.srv}
-	if s.msrv != nil {
-		servers = append(servers, s.msrv)
-	}
-	uo := upgrade.Options{Logger: log, Version: version, Wait: c.shutdownWait, Binary: ho.BinaryPath(),
-		Listeners: listeners, Servers: servers, Gateway: gw, Registry: reg, StopReaper: s.pauseReaper,
-		Terminating: func() bool { return ctx.Err() != nil },
-		// An upgrade that stopped serving and then could not exec serves again in this image,
-		// on the same sockets.
-		Resume: s.resume}
-	if generated {
-		uo.Token = c.token
-	}
-	s.up = upgrade.New(uo)
+	s.adopt(ctx, ho)
+	s.keepRecordings(ctx)
+	printStarted(stdout, c, addr, useTLS, generated, keptAt)
+	s.keepPidFile()
+	s.logStarted(addr, ho)
+	s.newUpgrader(ctx, ho, listeners, generated)
 	return s.serve(ctx, ho)
 }
 
@@ -404,48 +174,4 @@ const (
 func newServer(h http.Handler, idle time.Duration) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
 		IdleTimeout: idle}
-}
-
-// scrollbackFor is the smallest scrollback, a whole number of KiB up to 1GiB, whose ring keeps
-// window bytes behind a paused reader with o's other settings; 0 if none does.
-func scrollbackFor(o session.Options, window int) int {
-	keeps := func(kib int) bool {
-		// The watermarks follow the scrollback unless set (the gateway sets none).
-		o.ScrollbackBytes, o.HighWaterBytes, o.LowWaterBytes = kib<<10, 0, 0
-		return o.KeptBehind() >= window
-	}
-	lo, hi := 4, 1<<20 // KiB
-	if !keeps(hi) {
-		return 0
-	}
-	for lo < hi {
-		if mid := (lo + hi) / 2; keeps(mid) {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return hi << 10
-}
-
-// echoHold maps --echo-hold to session.Options.EchoHold, where 0 is the default and a negative
-// value is off.
-func echoHold(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
-}
-
-// closeCgroupsEarly removes this gateway's cgroup directory when it stops before serving (no
-// session ran in it), so that nothing of it is left for a later start's sweep.
-func closeCgroupsEarly(cgroups *cgroup.Tree, log *slog.Logger) {
-	if cgroups == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := cgroups.Close(ctx); err != nil {
-		log.Warn("cgroups: removing this gateway's directory", "err", err)
-	}
 }

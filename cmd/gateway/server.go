@@ -21,11 +21,11 @@ import (
 	otelmetric "go.opentelemetry.io/otel/metric"
 )
 
-// server is one image's serving, once run has wired it: the main HTTP server (and
-// --metrics-listen's) on their listeners, the reaper's loop and the upgrade in place. serve runs
-// it until a stop, resume serves again after an upgrade that could not exec, shutdown ends it.
-// Everything but the immutable fields is owned by the goroutine that runs serve (an upgrade,
-// and so resume, runs on it).
+// server is one image's serving, once run's steps (setup.go) have wired it: the main HTTP
+// server (and --metrics-listen's) on their listeners, the reaper's loop and the upgrade in place.
+// serve runs it until a stop, resume serves again after an upgrade that could not exec,
+// shutdown ends it. Everything but the immutable fields is owned by the goroutine that runs
+// serve (an upgrade, and so resume, runs on it).
 type server struct {
 	// Immutable once serve runs:
 	c          *config
@@ -46,6 +46,9 @@ type server struct {
 	srv        *http.Server // the main server
 	msrv       *http.Server // the metrics server; nil without --metrics-listen
 	stopReaper func()       // cancels the reaper loop's context
+
+	// Run's: what its return undoes, registered by its steps (atReturn, cleanup).
+	cleanups []func()
 }
 
 // startReaper starts a reaper loop under a new context (stopReaper cancels it); false if the

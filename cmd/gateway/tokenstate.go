@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/muxterm/muxterm/gateway"
+	"github.com/muxterm/muxterm/internal/upgrade"
 )
 
 // tokenStatePath is where a generated token is kept between starts:
@@ -32,6 +34,39 @@ func tokenStatePath(getenv func(string) string) (string, error) {
 		dir = filepath.Join(home, ".local", "state")
 	}
 	return filepath.Join(dir, "muxterm", "token"), nil
+}
+
+// resolveToken returns the token of principal default and whether the gateway generated it.
+// With --token or --tokens it is --token's ("" without it), not generated. Otherwise it is
+// generated: the token an upgrade in place handed over (ho), else the one kept in the user's
+// state directory, or a new one kept there (keptToken); keptAt is where it is kept for the next
+// start, "" for a handed-over token and for one that could not be kept (a warning says a
+// restart makes a new one). The error is keptToken's: a kept token that cannot be used.
+func resolveToken(c *config, ho *upgrade.State, getenv func(string) string,
+	log *slog.Logger) (token string, generated bool, keptAt string, err error) {
+	if c.token != "" || c.sec.tokensFile != "" {
+		return c.token, false, "", nil
+	}
+	if ho != nil && ho.Token != "" {
+		return ho.Token, true, "", nil
+	}
+	// The generated token survives restarts: kept in the user's state directory.
+	path, err := tokenStatePath(getenv)
+	keptErr := err
+	if err == nil {
+		if token, keptErr, err = keptToken(path, c.renewToken); err != nil {
+			return "", false, "", err
+		}
+	}
+	if token == "" {
+		token = newToken()
+	}
+	if keptErr != nil {
+		log.Warn("the generated token is not kept: a restart makes a new one", "err", keptErr)
+	} else {
+		keptAt = path
+	}
+	return token, true, keptAt, nil
 }
 
 // newToken is 24 random bytes in hex.
