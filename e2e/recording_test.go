@@ -162,6 +162,81 @@ func TestRecordingPlaysBackExactly(t *testing.T) {
 	}
 }
 
+// With --record-input the recording holds what a client typed as "i" events, byte for byte,
+// a character split across two frames included; without it no "i" event exists, and typed text
+// reaches the recording only as the terminal's echo: a line typed with echo off (a password at
+// a prompt) is nowhere in the file.
+func TestRecordingInput(t *testing.T) {
+	// Each line is typed in pieces, as keystrokes arrive: the echoed one splits its ö, the hidden
+	// one its 界 (e7 95 8c), between frames.
+	echoed := []string{"seen w\xc3", "\xb6rd\r"}
+	hidden := []string{"p4ss \x1b[A 世", "\xe7\x95", "\x8c\t\"q\\\r"}
+	for _, tc := range []struct {
+		name  string
+		input bool
+	}{{"with --record-input", true}, {"without", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"--record", t.TempDir(), "--allow-cmd", "*"}
+			if tc.input {
+				args = append(args, "--record-input")
+			}
+			g := startGateway(t, args...)
+			defer g.Stop(10 * time.Second)
+			ctx := ctxT(t, 30*time.Second)
+			c := g.dial(t)
+			ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"/bin/sh", "-c",
+				`printf READY; IFS= read -r a; stty -echo; printf QUIET; IFS= read -r b; printf DONE; exit 0`}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
+				t.Fatal(err)
+			}
+			typeLine := func(pieces []string, until string) {
+				for _, p := range pieces {
+					if _, err := ch.Write([]byte(p)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := ch.ReadUntil(ctx, until); err != nil {
+					t.Fatalf("read until %q: %v", until, err)
+				}
+			}
+			typeLine(echoed, "QUIET") // the echo comes before QUIET: the terminal echoes no more
+			typeLine(hidden, "DONE")
+			// Input is recorded before the program may read it, so the exit marker follows it.
+			var raw []byte
+			var evs []record.Event
+			testutil.WaitFor(t, 10*time.Second, "the recording's exit marker", func() bool {
+				raw, _, evs = exportCast(ctx, t, c, ch.Session())
+				return slices.Contains(castMarks(evs), "m:exit 0")
+			})
+			var in strings.Builder
+			inputs := 0
+			for _, e := range evs {
+				if e.Code == "i" {
+					in.WriteString(e.Data)
+					inputs++
+				}
+			}
+			out := castOutput(evs)
+			if !strings.Contains(out, "seen wörd") || strings.Contains(out, "p4ss") {
+				t.Fatalf("recorded output %q: want the echo of the first line and nothing of the second", out)
+			}
+			if tc.input {
+				if want := strings.Join(echoed, "") + strings.Join(hidden, ""); in.String() != want {
+					t.Fatalf("recorded input %q, want what was typed %q", in.String(), want)
+				}
+				return
+			}
+			if inputs != 0 || bytes.Contains(raw, []byte("p4ss")) {
+				t.Fatalf("%d input events (%q), the unechoed line in the file: %v; want neither without --record-input",
+					inputs, in.String(), bytes.Contains(raw, []byte("p4ss")))
+			}
+		})
+	}
+}
+
 // Only sessions that ask are recorded with --record-on-request, and a gateway without --record
 // refuses the ask, naming the flag.
 func TestRecordingOnRequest(t *testing.T) {
