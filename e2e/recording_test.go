@@ -8,14 +8,17 @@ package e2e
 // is too old; a full disk drops from the recording, never from the session.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -330,7 +333,8 @@ func TestRecordingRetentionAtStart(t *testing.T) {
 
 // On a full disk the recording drops and says how much, and the session's client gets every
 // byte. A 1 MiB tmpfs is filled up once the session's header is written; once space is free
-// again the recording goes on, its markers accounting for every byte it lacks.
+// again the recording goes on, its markers accounting for every byte it lacks, and the metric
+// muxterm.recording.dropped counts exactly those bytes.
 func TestRecordingFullDiskNeverSlowsTheSession(t *testing.T) {
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m,mode=0700"); err != nil {
@@ -341,7 +345,7 @@ func TestRecordingFullDiskNeverSlowsTheSession(t *testing.T) {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
-	g := startGateway(t, "--record", dir, "--allow-cmd", "*")
+	g := startGateway(t, "--record", dir, "--allow-cmd", "*", "--metrics")
 	defer g.Stop(10 * time.Second)
 	ctx := ctxT(t, 60*time.Second)
 	c := g.dial(t)
@@ -396,6 +400,48 @@ func TestRecordingFullDiskNeverSlowsTheSession(t *testing.T) {
 	if want := int64(total + len("READYENDAFTER")); dropped == 0 || int64(len(out))+dropped != want {
 		t.Fatalf("recorded %d bytes and %d marked dropped: want drops, and %d in all", len(out), dropped, want)
 	}
+	// Every byte counted as dropped is marked, and every marked byte counted, once: a failed
+	// write's marker says again what the markers it lost said, and counts only its own bytes.
+	if got := scrapeCounter(ctx, t, g, "muxterm_recording_dropped_bytes_total"); got != float64(dropped) {
+		t.Fatalf("muxterm_recording_dropped_bytes_total: got %v, want the %d bytes the markers say", got, dropped)
+	}
+}
+
+// scrapeCounter is the sum of counter name's samples on /metrics of g (run with --metrics), 0
+// when it has none.
+func scrapeCounter(ctx context.Context, t *testing.T, g *gateway, name string) float64 {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.Base+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+g.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s", resp.Status)
+	}
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, name); !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(line) // name{labels} value: the exporter writes no timestamps
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("/metrics: %q: %v", line, err)
+		}
+		sum += v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	return sum
 }
 
 // The CLI lists a recording, exports it byte for byte as recording.read gives it, and plays it
