@@ -4,8 +4,9 @@ package e2e
 
 // Recordings (--record, docs/protocol.md recording.list and recording.read): a session of the
 // built binary is recorded in asciicast v2, read back over the wire, and played by Debian's
-// asciinema; it continues in the same file across an upgrade in place; retention removes what
-// is too old; a full disk drops from the recording, never from the session.
+// asciinema; input is in it only with --record-input; it continues in the same file across an
+// upgrade in place; retention removes what is too old (by size: recording_retention_test.go); a
+// full disk drops from the recording, never from the session, and the metric counts the drops.
 
 import (
 	"bufio"
