@@ -4,18 +4,22 @@ package e2e
 
 // Recordings (--record, docs/protocol.md recording.list and recording.read): a session of the
 // built binary is recorded in asciicast v2, read back over the wire, and played by Debian's
-// asciinema; it continues in the same file across an upgrade in place; retention removes what
-// is too old; a full disk drops from the recording, never from the session.
+// asciinema; input is in it only with --record-input; it continues in the same file across an
+// upgrade in place; retention removes what is too old (by size: recording_retention_test.go); a
+// full disk drops from the recording, never from the session, and the metric counts the drops.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -162,6 +166,81 @@ func TestRecordingPlaysBackExactly(t *testing.T) {
 	}
 }
 
+// With --record-input the recording holds what a client typed as "i" events, byte for byte,
+// a character split across two frames included; without it no "i" event exists, and typed text
+// reaches the recording only as the terminal's echo: a line typed with echo off (a password at
+// a prompt) is nowhere in the file.
+func TestRecordingInput(t *testing.T) {
+	// Each line is typed in pieces, as keystrokes arrive: the echoed one splits its ö, the hidden
+	// one its 界 (e7 95 8c), between frames.
+	echoed := []string{"seen w\xc3", "\xb6rd\r"}
+	hidden := []string{"p4ss \x1b[A 世", "\xe7\x95", "\x8c\t\"q\\\r"}
+	for _, tc := range []struct {
+		name  string
+		input bool
+	}{{"with --record-input", true}, {"without", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"--record", t.TempDir(), "--allow-cmd", "*"}
+			if tc.input {
+				args = append(args, "--record-input")
+			}
+			g := startGateway(t, args...)
+			defer g.Stop(10 * time.Second)
+			ctx := ctxT(t, 30*time.Second)
+			c := g.dial(t)
+			ch, err := c.Open(ctx, client.OpenOptions{Cols: 80, Rows: 24, Cmd: []string{"/bin/sh", "-c",
+				`printf READY; IFS= read -r a; stty -echo; printf QUIET; IFS= read -r b; printf DONE; exit 0`}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ch.ReadUntil(ctx, "READY"); err != nil {
+				t.Fatal(err)
+			}
+			typeLine := func(pieces []string, until string) {
+				for _, p := range pieces {
+					if _, err := ch.Write([]byte(p)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := ch.ReadUntil(ctx, until); err != nil {
+					t.Fatalf("read until %q: %v", until, err)
+				}
+			}
+			typeLine(echoed, "QUIET") // the echo comes before QUIET: the terminal echoes no more
+			typeLine(hidden, "DONE")
+			// Input is recorded before the program may read it, so the exit marker follows it.
+			var raw []byte
+			var evs []record.Event
+			testutil.WaitFor(t, 10*time.Second, "the recording's exit marker", func() bool {
+				raw, _, evs = exportCast(ctx, t, c, ch.Session())
+				return slices.Contains(castMarks(evs), "m:exit 0")
+			})
+			var in strings.Builder
+			inputs := 0
+			for _, e := range evs {
+				if e.Code == "i" {
+					in.WriteString(e.Data)
+					inputs++
+				}
+			}
+			out := castOutput(evs)
+			if !strings.Contains(out, "seen wörd") || strings.Contains(out, "p4ss") {
+				t.Fatalf("recorded output %q: want the echo of the first line and nothing of the second", out)
+			}
+			if tc.input {
+				if want := strings.Join(echoed, "") + strings.Join(hidden, ""); in.String() != want {
+					t.Fatalf("recorded input %q, want what was typed %q", in.String(), want)
+				}
+				return
+			}
+			if inputs != 0 || bytes.Contains(raw, []byte("p4ss")) {
+				t.Fatalf("%d input events (%q), the unechoed line in the file: %v; want neither without --record-input",
+					inputs, in.String(), bytes.Contains(raw, []byte("p4ss")))
+			}
+		})
+	}
+}
+
 // Only sessions that ask are recorded with --record-on-request, and a gateway without --record
 // refuses the ask, naming the flag.
 func TestRecordingOnRequest(t *testing.T) {
@@ -255,7 +334,8 @@ func TestRecordingRetentionAtStart(t *testing.T) {
 
 // On a full disk the recording drops and says how much, and the session's client gets every
 // byte. A 1 MiB tmpfs is filled up once the session's header is written; once space is free
-// again the recording goes on, its markers accounting for every byte it lacks.
+// again the recording goes on, its markers accounting for every byte it lacks, and the metric
+// muxterm.recording.dropped counts exactly those bytes.
 func TestRecordingFullDiskNeverSlowsTheSession(t *testing.T) {
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m,mode=0700"); err != nil {
@@ -266,7 +346,7 @@ func TestRecordingFullDiskNeverSlowsTheSession(t *testing.T) {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
-	g := startGateway(t, "--record", dir, "--allow-cmd", "*")
+	g := startGateway(t, "--record", dir, "--allow-cmd", "*", "--metrics")
 	defer g.Stop(10 * time.Second)
 	ctx := ctxT(t, 60*time.Second)
 	c := g.dial(t)
@@ -321,6 +401,48 @@ func TestRecordingFullDiskNeverSlowsTheSession(t *testing.T) {
 	if want := int64(total + len("READYENDAFTER")); dropped == 0 || int64(len(out))+dropped != want {
 		t.Fatalf("recorded %d bytes and %d marked dropped: want drops, and %d in all", len(out), dropped, want)
 	}
+	// Every byte counted as dropped is marked, and every marked byte counted, once: a failed
+	// write's marker says again what the markers it lost said, and counts only its own bytes.
+	if got := scrapeCounter(ctx, t, g, "muxterm_recording_dropped_bytes_total"); got != float64(dropped) {
+		t.Fatalf("muxterm_recording_dropped_bytes_total: got %v, want the %d bytes the markers say", got, dropped)
+	}
+}
+
+// scrapeCounter is the sum of counter name's samples on /metrics of g (run with --metrics), 0
+// when it has none.
+func scrapeCounter(ctx context.Context, t *testing.T, g *gateway, name string) float64 {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.Base+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+g.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s", resp.Status)
+	}
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, name); !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(line) // name{labels} value: the exporter writes no timestamps
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("/metrics: %q: %v", line, err)
+		}
+		sum += v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	return sum
 }
 
 // The CLI lists a recording, exports it byte for byte as recording.read gives it, and plays it
