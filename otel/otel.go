@@ -342,7 +342,7 @@ func NewInstruments(m otelmetric.Meter) (*Instruments, error) {
 		otelmetric.WithDescription("Idle HTTP connections (not WebSockets) the gateway closed to make room, by reason."))
 	add(err)
 	in.RecordDropped, err = m.Int64Counter(MetricRecordDropped, otelmetric.WithUnit("By"),
-		otelmetric.WithDescription("Output and input bytes left out of recordings because their disk was slow, stalled or full."))
+		otelmetric.WithDescription("Bytes of output, input, markers or sizes left out of recordings because their disk was slow, stalled or full."))
 	add(err)
 	in.ClusterUnverified, err = m.Int64Counter(MetricClusterUnverified, otelmetric.WithUnit("{message}"),
 		otelmetric.WithDescription("Cluster directory entries and heartbeats ignored because their signature does not verify, by kind."))
