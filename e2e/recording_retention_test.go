@@ -82,7 +82,8 @@ func TestRecordingMaxBytesAtStart(t *testing.T) {
 	touch(t, notes, now.Add(-5*time.Hour))
 
 	// 20 KiB of recordings, a bound of 12 KiB: a and b go, which leaves 16 KiB, then 12 KiB,
-	// which does not exceed it. Retention runs before the gateway listens.
+	// which does not exceed it. Retention runs before the gateway prints that it listens, which
+	// startGateway waits for.
 	g := startGateway(t, "--record", dir, "--record-max-bytes", "12KiB")
 	checkExist(t, "a bound of 12 KiB", map[string]bool{a: false, b: false, c: true, d: true, e: true, notes: true})
 	// Its log line is on stderr, which may be read after the listening line on stdout.

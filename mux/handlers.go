@@ -25,7 +25,7 @@ func (c *conn) slow(id json.RawMessage, fn func()) *proto.Error {
 	case c.pending <- struct{}{}:
 	default:
 		e := proto.ErrLimitExceeded("pendingRequests", fmt.Sprintf(
-			"at most %d opens, kills, captures, recording reads and relayed requests in flight per socket",
+			"at most %d opens, kills, captures, recording lists and reads, and relayed requests in flight per socket",
 			maxPending))
 		c.replyErr(id, e)
 		return e
@@ -151,8 +151,8 @@ func (c *conn) handleOpen(req *proto.Request) {
 	slices.Sort(env)
 	spec := session.Spec{Argv: p.Cmd, Dir: p.Cwd, Env: env, Cols: p.Cols, Rows: p.Rows,
 		Name: p.Name, Owner: c.opts.Principal, Record: p.Record, Pipes: p.Pipes()}
+	ctx, span := c.startSpan(otel.SpanSessionOpen, proto.MethodSessionOpen, p.Meta, ch.id)
 	refused := c.slow(req.ID, func() {
-		ctx, span := c.startSpan(otel.SpanSessionOpen, proto.MethodSessionOpen, p.Meta, ch.id)
 		defer span.End()
 		defer func() { c.tel.Instruments.OpenDuration.Record(ctx, time.Since(start).Seconds()) }()
 		spec.Trace = span.SpanContext()
@@ -190,6 +190,8 @@ func (c *conn) handleOpen(req *proto.Request) {
 		c.activate(ch, queued, false)
 	})
 	if refused != nil {
+		spanError(span, refused)
+		span.End()
 		c.release(ch) // refused: the channel number is free again
 	}
 }
@@ -487,10 +489,9 @@ func (c *conn) handleCapture(req *proto.Request) {
 		c.replyErr(req.ID, proto.ErrUnknownSession(p.Session))
 		return
 	}
-	c.slow(req.ID, func() {
-		ctx, span := c.startSpan(otel.SpanSessionCapture, proto.MethodSessionCapture, p.Meta, 0)
-		defer span.End()
-		span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
+	ctx, span := c.startSpan(otel.SpanSessionCapture, proto.MethodSessionCapture, p.Meta, 0)
+	span.SetAttributes(attribute.String(otel.AttrSessionID, p.Session))
+	c.slowSpan(req.ID, span, func() {
 		snap, err := c.reg.Capture(p.Session, c.opts.Principal, p.Format == proto.CaptureANSI, p.Scrollback)
 		if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 			// Perhaps another node's: its owner holds the screen (we are on a slow goroutine).

@@ -406,4 +406,36 @@ func TestRelayedRequestErrors(t *testing.T) {
 	if want := []string{"resize 100x40", "signal INT"}; !slices.Equal(asked, want) {
 		t.Fatalf("the relay was asked %q, want %q", asked, want)
 	}
+
+	// A lease, capture or recording read that no node answers for: the reply's error is the
+	// request span's, with its code.
+	const nowhere = "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		span, method string
+		params       any
+	}{
+		{otel.SpanSessionLease, proto.MethodSessionLease, proto.LeaseParams{Session: nowhere, TTLMs: 1000}},
+		{otel.SpanSessionCapture, proto.MethodSessionCapture, proto.CaptureParams{Session: nowhere}},
+		{otel.SpanRecordingRead, proto.MethodRecordingRead, proto.RecordingReadParams{Recording: nowhere, Length: 1024}},
+	} {
+		before := len(rec.Ended())
+		var pe *proto.Error
+		if err := c.Call(ctx, tc.method, tc.params, nil); !errors.As(err, &pe) || pe.Kind() != proto.KindUnknownSession {
+			t.Fatalf("%s of a session no node has: got %v, want unknown_session", tc.method, err)
+		}
+		var span sdktrace.ReadOnlySpan
+		testutil.Await(t, ended, 10*time.Second, tc.span+"'s span ended", func() bool {
+			for _, s := range rec.Ended()[before:] {
+				if s.Name() == tc.span {
+					span = s
+					return true
+				}
+			}
+			return false
+		})
+		want := semconv.RPCResponseStatusCode(strconv.Itoa(proto.CodeUnknownSession))
+		if span.Status().Code != codes.Error || !slices.Contains(span.Attributes(), want) {
+			t.Errorf("%s: span status %v, attributes %v; want Error with %v", tc.method, span.Status(), span.Attributes(), want)
+		}
+	}
 }
