@@ -340,9 +340,9 @@ func TestJaegerClientTraceOnEveryMethod(t *testing.T) {
 	}
 }
 
-// TestJaegerOneTraceAcrossNodes: an attach, resize and kill sent to node b for a session node
-// a owns are relayed with b's trace context, so Jaeger shows one trace per request holding
-// both services: the client's span, b's span, and a's span as its child.
+// TestJaegerOneTraceAcrossNodes: an attach, resize, signal, capture, lease and kill sent to node b
+// for a session node a owns are relayed with b's trace context, so Jaeger shows one trace per
+// request holding both services: the client's span, b's span, and a's span as its child.
 func TestJaegerOneTraceAcrossNodes(t *testing.T) {
 	j := startJaeger(t)
 	tc := startClusterEnv(t, nil, map[string][]string{
@@ -374,6 +374,17 @@ func TestJaegerOneTraceAcrossNodes(t *testing.T) {
 	}
 	if err := chb.Resize(send("session.resize"), 90, 30); err != nil {
 		t.Fatalf("resize through b: %v", err)
+	}
+	if err := chb.Signal(send("session.signal"), "WINCH"); err != nil {
+		t.Fatalf("signal through b: %v", err)
+	}
+	if _, err := cb.Capture(send("session.capture"), id, client.CaptureOptions{}); err != nil {
+		t.Fatalf("capture through b: %v", err)
+	}
+	var lease proto.LeaseResult
+	if err := cb.Call(send("session.lease"), proto.MethodSessionLease,
+		proto.LeaseParams{Session: id, TTLMs: 1000}, &lease); err != nil {
+		t.Fatalf("lease through b: %v", err)
 	}
 	if _, err := cb.Kill(send("session.kill"), id); err != nil {
 		t.Fatalf("kill through b: %v", err)
