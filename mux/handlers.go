@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -37,18 +36,12 @@ func (c *conn) slow(id json.RawMessage, fn func()) *proto.Error {
 	return nil
 }
 
-// replyRemote replies res, or err as the error of a request on another node about session sid.
-func (c *conn) replyRemote(id json.RawMessage, sid string, res any, err error) {
-	c.replyRemoteSpan(id, nil, sid, res, err)
-}
-
-// replyRemoteSpan is replyRemote that also marks span (if any) failed with the error it replies.
-func (c *conn) replyRemoteSpan(id json.RawMessage, span trace.Span, sid string, res any, err error) {
+// replyRemote replies res, or err as the error of a request on another node about session sid,
+// marking the request's span failed with it.
+func (c *conn) replyRemote(id json.RawMessage, span trace.Span, sid string, res any, err error) {
 	if err != nil {
 		e := remoteError(err, sid)
-		if span != nil {
-			spanError(span, e)
-		}
+		spanReplied(span, err, e)
 		c.replyErr(id, e)
 		return
 	}
@@ -371,8 +364,7 @@ func (c *conn) handleSignal(req *proto.Request) {
 func (c *conn) replyBound(id json.RawMessage, ch *channel, span trace.Span, res any, err error) {
 	if err != nil {
 		e := ch.b.wireError(err)
-		spanError(span, err) // the binding's own words
-		span.SetAttributes(semconv.RPCResponseStatusCode(strconv.Itoa(e.Code)))
+		spanReplied(span, err, e)
 		c.replyErr(id, e)
 		return
 	}
@@ -405,10 +397,7 @@ func (c *conn) handleKill(req *proto.Request) {
 					attribute.String(otel.AttrSessionID, p.Session)))
 			defer span.End()
 			rres, rerr := c.opts.Remote.Kill(withRelayMeta(ctx), c.opts.Principal, p.Session)
-			if rerr != nil {
-				spanError(span, rerr)
-			}
-			c.replyRemote(req.ID, p.Session, rres, rerr)
+			c.replyRemote(req.ID, span, p.Session, rres, rerr)
 			return
 		}
 		if err != nil {
@@ -464,7 +453,7 @@ func (c *conn) handleLease(req *proto.Request) {
 	if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 		c.slowSpan(req.ID, span, func() {
 			res, err := c.opts.Remote.Lease(ctx, c.opts.Principal, p.Session, p.TTLMs)
-			c.replyRemoteSpan(req.ID, span, p.Session, res, err)
+			c.replyRemote(req.ID, span, p.Session, res, err)
 		})
 		return
 	}
@@ -496,7 +485,7 @@ func (c *conn) handleCapture(req *proto.Request) {
 		if errors.Is(err, session.ErrUnknownSession) && c.opts.Remote != nil {
 			// Perhaps another node's: its owner holds the screen (we are on a slow goroutine).
 			res, err := c.opts.Remote.Capture(ctx, c.opts.Principal, c.opts.ReadOnly, p)
-			c.replyRemoteSpan(req.ID, span, p.Session, res, err)
+			c.replyRemote(req.ID, span, p.Session, res, err)
 			return
 		}
 		if err != nil {

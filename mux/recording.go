@@ -97,7 +97,7 @@ func (c *conn) handleRecordingRead(req *proto.Request) {
 			ctx, cancel := context.WithTimeout(sctx, remoteRecordingsWait)
 			res, err := c.opts.Remote.ReadRecording(ctx, c.opts.Principal, c.opts.Admin, p)
 			cancel()
-			c.replyRemoteSpan(req.ID, span, p.Recording, res, err)
+			c.replyRemote(req.ID, span, p.Recording, res, err)
 			return
 		}
 		if err != nil {

@@ -68,6 +68,13 @@ func (c *conn) slowSpan(id json.RawMessage, span trace.Span, fn func()) {
 	}
 }
 
+// spanReplied marks span failed with err, the error behind a request's reply, and e's JSON-RPC
+// code as rpc.response.status_code: e is the error replied, err its cause in the node's own words.
+func spanReplied(span trace.Span, err error, e *proto.Error) {
+	span.SetStatus(codes.Error, err.Error())
+	span.SetAttributes(semconv.RPCResponseStatusCode(strconv.Itoa(e.Code)))
+}
+
 // spanError marks span failed with err, with the JSON-RPC error code as
 // rpc.response.status_code when err is a protocol error.
 func spanError(span trace.Span, err error) {
