@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -227,23 +226,7 @@ func TestOTelKillTraceAndMetrics(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	req.Header.Set("Authorization", "Bearer "+g.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %v %v", resp, err)
-	}
-	defer resp.Body.Close()
-	var count float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "muxterm_session_kill_duration_seconds_count") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			count += v
-		}
-	}
-	if count != 2 {
+	if count := scrapeCounter(ctx, t, g, "muxterm_session_kill_duration_seconds_count"); count != 2 {
 		t.Errorf("kill histogram count: got %v, want 2", count)
 	}
 }

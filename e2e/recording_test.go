@@ -9,17 +9,14 @@ package e2e
 // full disk drops from the recording, never from the session, and the metric counts the drops.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -406,43 +403,6 @@ func TestRecordingFullDiskNeverSlowsTheSession(t *testing.T) {
 	if got := scrapeCounter(ctx, t, g, "muxterm_recording_dropped_bytes_total"); got != float64(dropped) {
 		t.Fatalf("muxterm_recording_dropped_bytes_total: got %v, want the %d bytes the markers say", got, dropped)
 	}
-}
-
-// scrapeCounter is the sum of counter name's samples on /metrics of g (run with --metrics), 0
-// when it has none.
-func scrapeCounter(ctx context.Context, t *testing.T, g *gateway, name string) float64 {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.Base+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+g.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("/metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %s", resp.Status)
-	}
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, name); !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		f := strings.Fields(line) // name{labels} value: the exporter writes no timestamps
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			t.Fatalf("/metrics: %q: %v", line, err)
-		}
-		sum += v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("/metrics: %v", err)
-	}
-	return sum
 }
 
 // The CLI lists a recording, exports it byte for byte as recording.read gives it, and plays it
