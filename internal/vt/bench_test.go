@@ -1,6 +1,8 @@
 package vt
 
 import (
+	"bytes"
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"testing"
@@ -151,3 +153,47 @@ func BenchmarkWriteSeqScrollback(b *testing.B) {
 	benchWrite(b, seqStream(100000), Options{ScrollbackLines: 1000})
 }
 func BenchmarkWriteSeq(b *testing.B) { benchWrite(b, seqStream(100000), Options{}) }
+
+// base64Stream is `base64` of n bytes: 76-column lines.
+func base64Stream(n int) []byte {
+	enc := base64.StdEncoding.EncodeToString(slices.Repeat([]byte{0x5a, 0x17, 0xc3}, n/3))
+	var b []byte
+	for len(enc) > 76 {
+		b = append(append(b, enc[:76]...), "\r\n"...)
+		enc = enc[76:]
+	}
+	return b
+}
+
+// BenchmarkWriteFlood feeds floods of plain text as the gateway does (32 KiB per Write, 1,000
+// lines of history, 80×24), with the plain-text fast path and line by line, so that the two
+// compare within one run.
+func BenchmarkWriteFlood(b *testing.B) {
+	for _, st := range []struct {
+		name string
+		data []byte
+	}{
+		{"base64", base64Stream(4 << 20)}, {"seq", seqStream(500000)}, {"yes", yesStream(1 << 20)},
+		// on a raw terminal (`stty raw`, as muxbench runs them): LF alone, the lines stair-step
+		{"base64-raw", bytes.ReplaceAll(base64Stream(4<<20), []byte("\r\n"), []byte("\n"))},
+		{"yes-raw", bytes.ReplaceAll(yesStream(1<<20), []byte("\r\n"), []byte("\n"))},
+	} {
+		for _, lineByLine := range []bool{false, true} {
+			name := st.name + "/fast"
+			if lineByLine {
+				name = st.name + "/line-by-line"
+			}
+			b.Run(name, func(b *testing.B) {
+				term := New(80, 24, Options{ScrollbackLines: 1000})
+				term.noBulk = lineByLine
+				b.SetBytes(int64(len(st.data)))
+				b.ReportAllocs()
+				for b.Loop() {
+					for p := st.data; len(p) > 0; p = p[min(len(p), 32<<10):] {
+						term.Write(p[:min(len(p), 32<<10)])
+					}
+				}
+			})
+		}
+	}
+}

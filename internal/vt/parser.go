@@ -41,6 +41,9 @@ func (t *Terminal) Write(p []byte) (int, error) {
 	n := len(p)
 	orig := p
 	seq := -1 // where in orig the parser last left the ground state, if it did in this Write
+	// scrollText is tried after a line feed with at most bulkFrom bytes left: past a run it
+	// found too short, not again inside it.
+	bulkFrom := len(p)
 	if t.un > 0 {
 		p = t.finishUTF8(p)
 	}
@@ -56,6 +59,11 @@ func (t *Terminal) Write(p []byte) (int, error) {
 			if b < 0x20 && b != 0x1b {
 				t.execute(rune(b))
 				p = p[1:]
+				if b == '\n' && len(p) > 0 && len(p) <= bulkFrom {
+					used, skip := t.scrollText(p)
+					p = p[used:]
+					bulkFrom = len(p) - skip
+				}
 				continue
 			}
 		}

@@ -25,23 +25,42 @@ func (s *scrollback) at(i int) []byte { return s.buf[(s.start+i)%len(s.buf)] }
 // is serialized into the buffer of the row it drops, so pushing allocates nothing unless that
 // buffer is too small, or far too big to keep for this row.
 func (s *scrollback) push(l line) {
-	var slot *[]byte
+	slot := s.slot()
+	s.keep(slot, appendRow((*slot)[:0], l))
+}
+
+// pushText appends a row that is blank up to column x0 and holds text (printable ASCII) in the
+// default rendition from there: serialized as appendRow serializes it.
+func (s *scrollback) pushText(x0 int, text []byte) {
+	slot := s.slot()
+	b := (*slot)[:0]
+	if len(text) > 0 && x0 > 0 {
+		b = appendCSI(b, x0, 'C')
+	}
+	s.keep(slot, append(b, text...))
+}
+
+// slot makes room for a row at the ring's end and returns where it goes.
+func (s *scrollback) slot() *[]byte {
 	switch {
 	case s.n < len(s.buf):
-		slot = &s.buf[(s.start+s.n)%len(s.buf)]
 		s.n++
+		return &s.buf[(s.start+s.n-1)%len(s.buf)]
 	case len(s.buf) < s.max:
 		s.buf = append(s.buf, nil)
-		slot = &s.buf[len(s.buf)-1]
 		s.n++
-	default:
-		slot = &s.buf[s.start]
-		s.start++
-		if s.start == len(s.buf) {
-			s.start = 0
-		}
+		return &s.buf[len(s.buf)-1]
 	}
-	b := appendRow((*slot)[:0], l)
+	slot := &s.buf[s.start]
+	s.start++
+	if s.start == len(s.buf) {
+		s.start = 0
+	}
+	return slot
+}
+
+// keep stores row b, built in slot's buffer, copied out if that buffer is far too big for it.
+func (s *scrollback) keep(slot *[]byte, b []byte) {
 	if cap(b) > 2*len(b)+128 {
 		b = append([]byte(nil), b...)
 	}

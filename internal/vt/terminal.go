@@ -103,6 +103,11 @@ type Terminal struct {
 	title       string
 	sb          scrollback
 	tmp         []row // scratch for scrolling
+
+	// noBulk turns the plain-text fast path (scrollText) off, for the test that compares it
+	// with printing line by line; bulkRuns counts the runs it took, for that test.
+	noBulk   bool
+	bulkRuns int
 }
 
 // New returns a terminal of cols x rows (clamped to [MinCols, MaxCols] x [MinRows, MaxRows]),
