@@ -70,6 +70,27 @@ export interface Tab {
  */
 const READ_AHEAD = 1 << 20;
 
+/**
+ * The most output handed to xterm.js in one write: 4 KiB on the DOM renderer, 16 KiB on WebGL.
+ * xterm.js parses its write buffer in slices of about 12 ms but looks at the clock only between
+ * writes: a 32 KiB frame of scrolling lines given as one write is parsed whole in one task, a
+ * long task of 52-67 ms in `seq 1 3000000`. In 4 KiB pieces the DOM page has none, in the same
+ * time; WebGL draws a costly frame each time xterm.js yields, and takes 1.06-1.09× as long in
+ * 4 KiB pieces, about as long in 16 KiB ones (docs/benchmarks.md, "What each change measured").
+ */
+const WRITE_PIECE_DOM = 4096;
+const WRITE_PIECE_WEBGL = 16384;
+
+/** Writes output to the tab's terminal in pieces; parsed runs once the last is parsed. */
+function writePieces(tab: Tab, bytes: Uint8Array, parsed: () => void): void {
+  const piece = tab.webgl ? WRITE_PIECE_WEBGL : WRITE_PIECE_DOM;
+  let at = 0;
+  for (; bytes.length - at > piece; at += piece) {
+    tab.term.write(bytes.subarray(at, at + piece));
+  }
+  tab.term.write(bytes.subarray(at), parsed);
+}
+
 /** Sends input to the tab's channel, or keeps it until the channel exists. */
 export function sendInput(app: App, tab: Tab, data: string | Uint8Array): void {
   if (!writable(app)) return; // a read-only share link's page never types
@@ -186,7 +207,7 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
     session,
     cmd,
     channel: null,
-    guard: new ReplayGuard((bytes, parsed) => term.write(bytes, parsed)),
+    guard: new ReplayGuard((bytes, parsed) => writePieces(tab, bytes, parsed)),
     sessionSize: null,
     sentSize: null,
     aheadPeak: 0,
