@@ -217,7 +217,7 @@ func (b *bench) runCompare(ctx context.Context, vs []variant, stdout io.Writer) 
 					}
 					if run.pass {
 						cmp.add("output, "+run.name+" (one socket)", "MiB/s", col, r.rate)
-						cmp.add("fairness of those "+run.name+" (min/max bytes)", "", col, r.fairness())
+						cmp.add("fairness, "+run.name+" (one socket, min/max bytes)", "", col, r.fairness())
 						if col != "raw" && col != "pass" {
 							cmp.add("gateway CPU per GiB, "+run.name, "s/GiB", col, r.cpuGiB)
 						}

@@ -2,21 +2,22 @@ package vt
 
 import "bytes"
 
-// Plain text scrolling through: the fast path for bulk output (a log, `seq`, `base64`, `yes`,
-// on a cooked terminal or a raw one).
+// Plain text scrolling through: the fast path for bulk output (a plain-text log, `seq`,
+// `base64`, `yes`, on a cooked terminal or a raw one).
 //
 // Most of a flood's rows scroll off the screen within the Write that brings them. Printed one
 // character run at a time, each row is written into cells, scrolled off, and serialized back
-// into bytes for the history. scrollText does the same in one step for plain text (printable
-// ASCII, line feeds, a carriage return right before a line feed) met right after a line feed
-// at the bottom of a full-height scroll region, on the normal screen, in the default rendition
-// and ASCII charset, with autowrap on and insert and LNM off: the rows it fills, from where the
-// cursor is, with wrapping at the last column as printing does, are worked out from the bytes;
-// the rows above scroll into the history as they would, the rows that would pass through the
-// screen go to the history serialized straight from their bytes, and only the rows left on the
-// screen are written into cells. The result is the one printing gives
-// (TestScrollTextMatchesPrinting): the same rows, history, cursor, pending wrap and character
-// for REP.
+// into bytes for the history. scrollText does the same in one step for plain text: printable
+// ASCII, line feeds, and a carriage return right before a line feed.
+//
+// It applies right after a line feed that left the cursor on a blank bottom row of a
+// full-height scroll region, on the normal screen, in the default rendition and the ASCII
+// charset, with autowrap on and insert and LNM off. The rows the text fills from the cursor,
+// wrapping at the last column as printing does, are worked out from its bytes. The rows above
+// scroll into the history as they would; the rows that would pass through the screen go to the
+// history serialized straight from their bytes; only the rows left on the screen are written
+// into cells. The result is the one printing gives (TestScrollTextMatchesPrinting): the same
+// rows, history, cursor, pending wrap and character for REP.
 
 // textRow is a row that plain text filled: blank up to column x0, then text.
 type textRow struct {
@@ -120,11 +121,11 @@ func (t *Terminal) walkText(p []byte, x int, valid bool, upTo int, row func(text
 }
 
 // scrollText consumes the plain text at p's start if the terminal is where the fast path
-// applies and the text scrolls more rows than the screen holds, and returns how many bytes it
-// consumed (0: none, the caller prints p as usual) and, when the text is too short, how far
-// ahead the next possible run begins (skip), so that a caller asks again only past it: without
-// that, a screen's worth of text before each odd byte would be walked once per line. Write
-// calls it right after a line feed.
+// applies and the text scrolls at least as many rows as the screen holds. It returns how many
+// bytes it consumed (0: none, the caller prints p as usual) and, when the text is too short,
+// how far ahead the next possible run begins (skip), so that a caller asks again only past it:
+// without that, a screen's worth of text before each odd byte would be walked once per line.
+// Write calls it right after a line feed.
 func (t *Terminal) scrollText(p []byte) (used, skip int) {
 	s := &t.main
 	if t.altOn || t.y != t.rows-1 || s.top != 0 || s.bot != t.rows-1 || t.pen != (pen{}) ||

@@ -40,10 +40,11 @@ var leads = []string{
 
 // TestScrollTextMatchesPrinting feeds the same output, cut at random points, to a terminal
 // with the plain-text fast path and to one printing every character, and checks after each
-// Write that they hold the same: rows, history, cursor, pending wrap, modes. The output mixes
-// runs of plain text longer and shorter than the screen with the tokens of the round-trip test (renditions, moves,
-// scroll regions, the alternate screen, charsets, REP after a line), so that the fast path
-// meets every state it must refuse.
+// Write that they hold the same: rows, history, cursor, pending wrap, the character for REP,
+// modes, and rows' extents within bounds. The output mixes runs of plain text longer and
+// shorter than the screen with the tokens of the round-trip test (renditions, moves, scroll
+// regions, the alternate screen, charsets, REP), so that the fast path meets every state it
+// must refuse.
 func TestScrollTextMatchesPrinting(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	fast := 0
@@ -72,10 +73,15 @@ func TestScrollTextMatchesPrinting(t *testing.T) {
 			if da, db := dump(a), dump(b); da != db {
 				t.Fatalf("case %d (%dx%d, history %d): after %q\nfast path:\n%s\nline by line:\n%s", i, cols, rows, sb, in[:n], da, db)
 			}
+			// dump leaves out REP's character and a pending wrap over a blank cell.
+			if a.lastRune != b.lastRune || a.wrapPending != b.wrapPending {
+				t.Fatalf("case %d (%dx%d, history %d): after %q: fast path REP %q wrap %v, line by line REP %q wrap %v",
+					i, cols, rows, sb, in[:n], a.lastRune, a.wrapPending, b.lastRune, b.wrapPending)
+			}
+			checkExtents(t, fmt.Sprintf("case %d", i), a)
 			in = in[n:]
 		}
 		fast += a.bulkRuns
-		checkExtents(t, fmt.Sprintf("case %d", i), a)
 	}
 	if fast < 500 {
 		t.Fatalf("the fast path took %d runs in 1,500 cases, want at least 500", fast)

@@ -24,11 +24,11 @@
 // little per byte: rows are slices of 12-byte cells kept in a ring, so scrolling the whole
 // screen rotates the ring and clears one row instead of copying cells; runs of printable ASCII
 // are written without going through the state machine; history rows are kept serialized, a
-// fraction of their cells' size and ready for the snapshot; plain text that scrolls more than a
-// screen within one Write (a log, `seq`, `base64`, cooked or raw) goes to the history straight
-// from its bytes, and only the rows left on the screen are written into cells (bulk.go). The general-purpose models
-// (charmbracelet/x/vt copies cells for every scrolled line; hinshun/vt10x has no wide
-// characters) are several times too slow or incomplete for this.
+// fraction of their cells' size and ready for the snapshot; plain text that scrolls a screen or
+// more within one Write (a plain-text log, `seq`, `base64`, cooked or raw) goes to the history
+// straight from its bytes, and only the rows left on the screen are written into cells
+// (bulk.go). The general-purpose models (charmbracelet/x/vt copies cells for every scrolled
+// line; hinshun/vt10x has no wide characters) are several times too slow or incomplete for this.
 //
 // A Terminal is not safe for concurrent use: its owner serializes calls.
 package vt
