@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/muxterm/muxterm/client"
 	"github.com/muxterm/muxterm/proto"
 )
 
@@ -241,7 +242,9 @@ func (b *bench) resumeRun(ctx context.Context, gw *gatewayProc, script string, t
 			return r, fmt.Errorf("cycle %d: detach: %w", cycle, err)
 		}
 		var res proto.AttachResult
-		ch, res, err = c.Attach(ctx, id, &from)
+		// A byte stream: no paint of the screen where the ring cannot replay (the paint is not
+		// seq's output), what it lost reported as lost.
+		ch, res, err = c.AttachWith(ctx, id, client.AttachOptions{From: &from, Screen: proto.ScreenNever, ResumeScreen: proto.ScreenNever})
 		if err != nil {
 			return r, fmt.Errorf("cycle %d: attach from %d: %w", cycle, from, err)
 		}
