@@ -242,9 +242,10 @@ func (b *bench) resumeRun(ctx context.Context, gw *gatewayProc, script string, t
 			return r, fmt.Errorf("cycle %d: detach: %w", cycle, err)
 		}
 		var res proto.AttachResult
-		// A byte stream: no paint of the screen where the ring cannot replay (the paint is not
-		// seq's output), what it lost reported as lost.
-		ch, res, err = c.AttachWith(ctx, id, client.AttachOptions{From: &from, Screen: proto.ScreenNever, ResumeScreen: proto.ScreenNever})
+		// Reattach as a byte stream (screen "never"): where the ring cannot replay from `from`,
+		// the attach reports the dropped bytes as lost instead of painting the screen, whose
+		// bytes are not seq's output.
+		ch, res, err = c.AttachWith(ctx, id, client.AttachOptions{From: &from, Screen: proto.ScreenNever})
 		if err != nil {
 			return r, fmt.Errorf("cycle %d: attach from %d: %w", cycle, from, err)
 		}
