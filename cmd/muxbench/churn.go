@@ -105,7 +105,8 @@ func (b *bench) runChurn(ctx context.Context) error {
 			return 0, fmt.Errorf("kill: %w", err)
 		}
 		if res.Status != "killed" || res.Survivors != 0 {
-			return 0, fmt.Errorf("kill %s: status %s, %d survivors", ch.Session(), res.Status, res.Survivors)
+			return 0, fmt.Errorf("kill %s: status %s, %d survivors (exit %v, %.1f ms, signals %v, %d groups, %d escapees, %d unverified)",
+				ch.Session(), res.Status, res.Survivors, res.Exit != nil, res.DurationMs, res.Signals, res.Groups, res.Escapees, res.Unverified)
 		}
 		if err := waitClosed(ch); err != nil {
 			return 0, err
