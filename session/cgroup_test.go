@@ -3,9 +3,11 @@ package session
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -164,5 +166,69 @@ func TestCgroupKillRemovesNestedCgroups(t *testing.T) {
 	}
 	if _, err := os.Stat(s.CgroupPath()); !os.IsNotExist(err) {
 		t.Errorf("the session's cgroup outlived its kill: %v", err)
+	}
+}
+
+// A process outside the session's cgroup that holds its PTY when the cgroup has been emptied
+// counts as a survivor only if it still holds it after KillGrace: one on its way out (a
+// sibling spawn's child whose exec is closing what it inherited, a process exiting; here a
+// spared escapee the test ends right after the scan) is not one. One that stays is.
+func TestCgroupKillCountsOnlyHoldersThatStay(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		leaves    bool
+		survivors int
+	}{{"holder leaves after the scan", true, 0}, {"holder stays", false, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			opts := cgroupOptions(t)
+			opts.KillGrace = 50 * time.Millisecond
+			opts.SpareEscapees = true // killHolders leaves the outsider to endCgroup's scan
+			var holder *exec.Cmd
+			seen := make(chan int, 1)
+			opts.testHookOutsideHolders = func(s *Session, n int) {
+				seen <- n
+				if tc.leaves {
+					_ = holder.Process.Kill()
+					_ = holder.Wait()
+				}
+			}
+			r := NewRegistry(opts, nil)
+			wakeCh, wake := testutil.WakeChan()
+			s, v := openT(t, r, "alice", wake, "/bin/sh", "-c", "echo READY; exec sleep 1000")
+			c := collect(t, v, wakeCh, nil)
+			c.waitOutput(t, "READY", 10*time.Second)
+			// The outsider: a process of the test's own, in the test's cgroup, holding the slave.
+			slave, err := os.OpenFile(s.ptsName, os.O_RDWR|syscall.O_NOCTTY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			holder = exec.Command("sleep", "1000")
+			holder.Stdin = slave
+			if err := holder.Start(); err != nil {
+				t.Fatal(err)
+			}
+			slave.Close()
+			t.Cleanup(func() {
+				if holder.ProcessState == nil {
+					_ = holder.Process.Kill()
+					_ = holder.Wait()
+				}
+			})
+			res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
+				return r.Kill(ctx, s.ID(), "alice")
+			})
+			select {
+			case n := <-seen:
+				if n != 1 {
+					t.Errorf("the scan found %d holders outside the cgroup, want 1", n)
+				}
+			default:
+				t.Fatal("the kill's end never scanned for holders outside the cgroup")
+			}
+			if res.Survivors != tc.survivors || !res.Reaped {
+				t.Errorf("kill: got survivors %d, reaped %v, want %d, true (%+v)", res.Survivors, res.Reaped, tc.survivors, res)
+			}
+		})
 	}
 }

@@ -226,8 +226,8 @@ func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Dura
 		attribute.Int(otel.AttrSurvivors, len(left))))
 	survivors = len(left)
 	s.ptyMu.Lock()
-	defer s.ptyMu.Unlock()
 	if s.ptmxClosed || s.masterHungUpLocked() {
+		s.ptyMu.Unlock()
 		return survivors, unverified
 	}
 	self := os.Getpid()
@@ -236,6 +236,7 @@ func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Dura
 		s.opts.Logger.Warn("kill: find the PTY's holders", "session", s.id, "err", err)
 		unv++
 	}
+	var outside []holder
 	for _, h := range holders {
 		if slices.Contains(left, h.pid) {
 			continue
@@ -245,9 +246,42 @@ func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Dura
 				continue // a sibling spawn's child before its exec (see killHolders)
 			}
 		}
-		survivors++
+		outside = append(outside, h)
 	}
-	return survivors, unverified + unv
+	s.ptyMu.Unlock()
+	if s.opts.testHookOutsideHolders != nil {
+		s.opts.testHookOutsideHolders(s, len(outside))
+	}
+	return survivors + s.stillHolding(ctx, outside), unverified + unv
+}
+
+// stillHolding returns how many of hs still hold the PTY after KillGrace (or as soon as none
+// does). A holder the scan saw may be on its way out: a process that is exiting, or a sibling
+// spawn's child whose exec has replaced its program (so preExec no longer knows it) but not yet
+// closed the descriptors it inherited. Those let go within the grace; a survivor does not.
+func (s *Session) stillHolding(ctx context.Context, hs []holder) int {
+	if len(hs) == 0 {
+		return 0
+	}
+	deadline := time.Now().Add(s.opts.KillGrace)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		held := hs[:0]
+		for _, h := range hs {
+			if ok, err := h.still(s.outputPaths()); ok || err != nil {
+				held = append(held, h)
+			}
+		}
+		hs = held
+		if len(hs) == 0 || !time.Now().Before(deadline) {
+			return len(hs)
+		}
+		<-tick.C
+	}
 }
 
 // target is a PTY holder killHolders signals: through its pidfd, or by pid (fd < 0) when no

@@ -157,6 +157,10 @@ type Options struct {
 	// testHookBeforePaint runs in Registry.AttachWith between the subscription and the paint,
 	// holding only the screen's lock (tests only; nil in production).
 	testHookBeforePaint func(s *Session)
+	// testHookOutsideHolders runs in a cgroup kill's end with how many processes outside the
+	// emptied cgroup the scan found holding the PTY, before they are checked again (tests only;
+	// nil in production).
+	testHookOutsideHolders func(s *Session, n int)
 }
 
 // batchSize is the most one read batch (Session.readBatch) takes: small enough that a batch read
