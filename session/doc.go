@@ -56,6 +56,8 @@
 //   - size.go: the window-size policy over the read-write viewers' sizes (WindowSize).
 //   - kill.go: teardown: the kill point, the escalation, the PTY's holders, the result
 //     (KillResult).
+//   - procscan.go: the /proc scans a kill makes (ptyHolders, holder.still, sessionGroups,
+//     zombie, preExec).
 //   - cgroup.go: a session's cgroup (newCgroup, removeCgroup, killCgroup).
 //   - fdreserve.go: the kill path's descriptor reserve (withFDs) and its /proc listings.
 //   - orphans.go: AdoptOrphans, StartChild and OrphansReaped, the gateway's doors to

@@ -3,10 +3,8 @@ package session
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
-	"github.com/muxterm/muxterm/internal/procfs"
 	"github.com/muxterm/muxterm/otel"
 )
 
@@ -474,96 +471,6 @@ func waitPidfds(fds []int, d time.Duration) []int {
 	return fds
 }
 
-// holder is a process with an open fd on a PTY slave, and the names of those fds.
-type holder struct {
-	pid int
-	fds []string
-}
-
-// still reports whether h still holds path, re-reading only the fd links found before (readlink
-// needs no descriptor). A process that exited, or closed them, no longer holds it; err is set
-// when no link could be read for another reason.
-func (h holder) still(paths []string) (bool, error) {
-	dir := "/proc/" + strconv.Itoa(h.pid) + "/fd/"
-	var first error
-	for _, fd := range h.fds {
-		target, err := os.Readlink(dir + fd)
-		if err == nil && slices.Contains(paths, target) {
-			return true, nil
-		}
-		if err != nil && !gone(err) && first == nil {
-			first = err
-		}
-	}
-	return false, first
-}
-
-// ptyHolders lists the processes (not us) with an open fd on the slave at one of paths (a pipe
-// session's: its output pipes), and counts
-// those it could not inspect for want of a descriptor (or another error than the process being
-// gone or another user's). err is set when /proc itself could not be listed.
-func ptyHolders(paths []string) (holders []holder, unverified int, err error) {
-	pids, err := procPids()
-	if err != nil {
-		return nil, 0, fmt.Errorf("list /proc: %w", err)
-	}
-	for _, pid := range pids {
-		fds, err := holderFDs(pid, paths)
-		switch {
-		case err == nil:
-			if len(fds) > 0 {
-				holders = append(holders, holder{pid, fds})
-			}
-		case gone(err), errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-			// Exited, or another user's: not ours to signal either.
-		default:
-			unverified++
-		}
-	}
-	return holders, unverified, nil
-}
-
-// holderFDs returns the names of pid's fds open on one of paths.
-func holderFDs(pid int, paths []string) ([]string, error) {
-	names, err := fdNames(pid)
-	if err != nil {
-		return nil, err
-	}
-	dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
-	var fds []string
-	for _, fd := range names {
-		if target, err := os.Readlink(dir + fd); err == nil && slices.Contains(paths, target) {
-			fds = append(fds, fd)
-		}
-	}
-	return fds, nil
-}
-
-// sessionGroups returns the process groups of the live processes (zombies excluded) whose
-// session id is sid: the groups of a terminal session whose leader is sid. getsid and getpgid
-// need no descriptor; listing /proc and telling a zombie do (the reserve's).
-func sessionGroups(sid int) ([]int, error) {
-	pids, err := procPids()
-	if err != nil {
-		return nil, fmt.Errorf("list /proc: %w", err)
-	}
-	var groups []int
-	for _, pid := range pids {
-		if s, err := unix.Getsid(pid); err != nil || s != sid {
-			continue
-		}
-		if zombie(pid) {
-			continue
-		}
-		pg, err := unix.Getpgid(pid)
-		if err != nil || slices.Contains(groups, pg) {
-			continue
-		}
-		groups = append(groups, pg)
-	}
-	return groups, nil
-}
-
 // waitSessionEmpty waits up to d for the child to be reaped and every other process of its
 // terminal session to exit, or ctx to end. It reports whether the session emptied, or, once the
 // child is reaped, the error that kept it from listing the session's processes.
@@ -597,36 +504,6 @@ func (s *Session) waitSessionEmpty(ctx context.Context, d time.Duration) (bool, 
 			return false, nil
 		}
 	}
-}
-
-// zombie reports whether pid has exited and awaits its reaping, or is gone (an unreadable stat
-// counts as alive).
-func zombie(pid int) bool {
-	st, err := statOf(pid)
-	if err != nil {
-		return gone(err)
-	}
-	return st.Zombie()
-}
-
-// preExec reports whether pid still runs our own executable: a child we forked that has not
-// exec'd yet.
-func preExec(pid int) bool {
-	self, err1 := os.Readlink("/proc/self/exe")
-	exe, err2 := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
-	return err1 == nil && err2 == nil && exe == self
-}
-
-// statOf reads /proc/pid/stat (procfs.ReadStat) on the kill path: with the descriptor reserve
-// when the table is full.
-func statOf(pid int) (procfs.Stat, error) {
-	var st procfs.Stat
-	err := withFDs(func() error {
-		var err error
-		st, err = procfs.ReadStat(pid)
-		return err
-	})
-	return st, err
 }
 
 // masterHungUpLocked reports whether the master sees a hang-up: every slave fd is closed (for a
