@@ -170,15 +170,20 @@ func TestCgroupKillRemovesNestedCgroups(t *testing.T) {
 }
 
 // A process outside the session's cgroup that holds its PTY when the cgroup has been emptied
-// counts as a survivor only if it still holds it after KillGrace: one on its way out (a
-// sibling spawn's child whose exec is closing what it inherited, a process exiting; here a
-// spared escapee the test ends right after the scan) is not one. One that stays is.
+// counts as a survivor only if a scan KillGrace later still finds the PTY held: one on its way
+// out (a sibling spawn's child whose exec is closing what it inherited, a process exiting;
+// here a spared escapee the test ends right after the first scan) is not one. One that stays
+// is, and so is one that hands the terminal to another process and exits.
 func TestCgroupKillCountsOnlyHoldersThatStay(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		leaves    bool
-		survivors int
-	}{{"holder leaves after the scan", true, 0}, {"holder stays", false, 1}} {
+		name            string
+		leaves, handsOn bool
+		survivors       int
+	}{
+		{"holder leaves after the scan", true, false, 0},
+		{"holder stays", false, false, 1},
+		{"holder hands the terminal on and leaves", true, true, 1},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			opts := cgroupOptions(t)
@@ -188,6 +193,9 @@ func TestCgroupKillCountsOnlyHoldersThatStay(t *testing.T) {
 			seen := make(chan int, 1)
 			opts.testHookOutsideHolders = func(s *Session, n int) {
 				seen <- n
+				if tc.handsOn {
+					startHolder(t, s.ptsName)
+				}
 				if tc.leaves {
 					_ = holder.Process.Kill()
 					_ = holder.Wait()
@@ -199,22 +207,9 @@ func TestCgroupKillCountsOnlyHoldersThatStay(t *testing.T) {
 			c := collect(t, v, wakeCh, nil)
 			c.waitOutput(t, "READY", 10*time.Second)
 			// The outsider: a process of the test's own, in the test's cgroup, holding the slave.
-			slave, err := os.OpenFile(s.ptsName, os.O_RDWR|syscall.O_NOCTTY, 0)
-			if err != nil {
-				t.Fatal(err)
+			if holder = startHolder(t, s.ptsName); holder == nil {
+				t.FailNow()
 			}
-			holder = exec.Command("sleep", "1000")
-			holder.Stdin = slave
-			if err := holder.Start(); err != nil {
-				t.Fatal(err)
-			}
-			slave.Close()
-			t.Cleanup(func() {
-				if holder.ProcessState == nil {
-					_ = holder.Process.Kill()
-					_ = holder.Wait()
-				}
-			})
 			res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
 				return r.Kill(ctx, s.ID(), "alice")
 			})
@@ -231,4 +226,30 @@ func TestCgroupKillCountsOnlyHoldersThatStay(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startHolder starts a `sleep` of the test's own (outside any session's cgroup) holding the
+// slave path as its stdin, ended when the test ends if it still runs. It may run off the test's
+// goroutine (in a kill's hook): it reports a failure with t.Error and returns nil.
+func startHolder(t *testing.T, path string) *exec.Cmd {
+	t.Helper()
+	slave, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	defer slave.Close()
+	cmd := exec.Command("sleep", "1000")
+	cmd.Stdin = slave
+	if err := cmd.Start(); err != nil {
+		t.Error(err)
+		return nil
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd
 }

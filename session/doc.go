@@ -276,10 +276,11 @@
 // reap within the same bound, and rmdir the cgroup, deepest first with any cgroups the session
 // made below it (a session running as root can; a gateway run inside a session does), retried on
 // EBUSY within the bound. Survivors is then the pids still in cgroup.procs (its own and below),
-// plus any process outside the cgroup that still holds the PTY KillGrace after the scan that
-// found it (stillHolding: one on its way out, exiting or a sibling spawn's child whose exec has
-// not yet closed what it inherited, lets go within it) (Unverified counts 1 when
-// cgroup.procs could not be read); without cgroups it is the unreaped child plus the PTY holders
+// plus the processes outside the cgroup that a second scan finds holding the PTY, made once
+// those the first scan found have let go or KillGrace has passed (settle: one on its way out,
+// exiting or a sibling spawn's child whose exec has not yet closed what it inherited, lets go
+// within it; a survivor, or one it handed the terminal to, is still there); Unverified counts
+// 1 when cgroup.procs could not be read; without cgroups it is the unreaped child plus the PTY holders
 // still alive. SpareEscapees still spares escapees from the holders' signals, but not from
 // cgroup.kill. Zombies are not in cgroup.procs and do not keep a cgroup from being removed. At
 // spawn, newCgroup makes the session's directory and SysProcAttr.UseCgroupFD/CgroupFD make

@@ -222,18 +222,38 @@ func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Dura
 	span.AddEvent(otel.EventCgroupKilled, trace.WithAttributes(attribute.Int(otel.AttrCgroupProcs, killed),
 		attribute.Int(otel.AttrSurvivors, len(left))))
 	survivors = len(left)
+	outside, unv := s.outsideHolders(left)
+	if len(outside) == 0 {
+		return survivors, unverified + unv
+	}
+	// A holder the scan saw may be on its way out: a process that is exiting, or a sibling
+	// spawn's child whose exec has replaced its program (so preExec no longer knows it) but not
+	// yet closed the descriptors it inherited. Give them KillGrace to let go, then count what a
+	// second scan finds: a survivor, or a process it handed the terminal to, is still there.
+	if s.opts.testHookOutsideHolders != nil {
+		s.opts.testHookOutsideHolders(s, len(outside))
+	}
+	s.settle(ctx, outside)
+	outside, unv = s.outsideHolders(left)
+	return survivors + len(outside), unverified + unv
+}
+
+// outsideHolders scans /proc for the processes outside the cgroup's leftovers (left) that hold
+// the PTY, leaving out a sibling spawn's child before its exec, and counts the checks it could
+// not make. It finds none once the master is closed or hung up (no slave fd open anywhere).
+// s.ptyMu is held while it looks, so a slave name a newer session reuses is never scanned.
+func (s *Session) outsideHolders(left []int) (outside []holder, unverified int) {
 	s.ptyMu.Lock()
+	defer s.ptyMu.Unlock()
 	if s.ptmxClosed || s.masterHungUpLocked() {
-		s.ptyMu.Unlock()
-		return survivors, unverified
+		return nil, 0
 	}
 	self := os.Getpid()
-	holders, unv, err := ptyHolders(s.outputPaths())
+	holders, unverified, err := ptyHolders(s.outputPaths())
 	if err != nil {
 		s.opts.Logger.Warn("kill: find the PTY's holders", "session", s.id, "err", err)
-		unv++
+		unverified++
 	}
-	var outside []holder
 	for _, h := range holders {
 		if slices.Contains(left, h.pid) {
 			continue
@@ -245,39 +265,31 @@ func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Dura
 		}
 		outside = append(outside, h)
 	}
-	s.ptyMu.Unlock()
-	if s.opts.testHookOutsideHolders != nil {
-		s.opts.testHookOutsideHolders(s, len(outside))
-	}
-	return survivors + s.stillHolding(ctx, outside), unverified + unv
+	return outside, unverified
 }
 
-// stillHolding returns how many of hs still hold the PTY after KillGrace (or as soon as none
-// does). A holder the scan saw may be on its way out: a process that is exiting, or a sibling
-// spawn's child whose exec has replaced its program (so preExec no longer knows it) but not yet
-// closed the descriptors it inherited. Those let go within the grace; a survivor does not.
-func (s *Session) stillHolding(ctx context.Context, hs []holder) int {
-	if len(hs) == 0 {
-		return 0
-	}
-	deadline := time.Now().Add(s.opts.KillGrace)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
+// settle waits until none of hs holds the PTY any more, KillGrace passes or ctx ends. A
+// holder whose fds cannot be read is waited for: the scan after the wait decides.
+func (s *Session) settle(ctx context.Context, hs []holder) {
+	t := time.NewTimer(s.opts.KillGrace)
+	defer t.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		held := hs[:0]
-		for _, h := range hs {
-			if ok, err := h.still(s.outputPaths()); ok || err != nil {
-				held = append(held, h)
-			}
+		hs = slices.DeleteFunc(hs, func(h holder) bool {
+			ok, err := h.still(s.outputPaths())
+			return !ok && err == nil
+		})
+		if len(hs) == 0 {
+			return
 		}
-		hs = held
-		if len(hs) == 0 || !time.Now().Before(deadline) {
-			return len(hs)
+		select {
+		case <-tick.C:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
 		}
-		<-tick.C
 	}
 }
 
