@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"syscall"
 	"time"
 
@@ -142,7 +141,7 @@ type Options struct {
 	feeder *screenFeeder
 	// recordings counts the ends of recordings still writing (endRecording), which
 	// Registry.Shutdown waits for. Default: one per registry (withDefaults).
-	recordings *sync.WaitGroup
+	recordings *inFlight
 
 	// testHookBeforeIngest is copied into each session before its reader starts (tests only;
 	// nil in production).
@@ -220,7 +219,7 @@ func (o Options) withDefaults() Options {
 		o.feeder = &feeder
 	}
 	if o.recordings == nil {
-		o.recordings = new(sync.WaitGroup)
+		o.recordings = new(inFlight)
 	}
 	return o
 }

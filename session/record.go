@@ -155,6 +155,47 @@ func (s *Session) endRecordingIfDone() {
 	}
 }
 
+// inFlight counts goroutines under way and says when none is. Unlike a sync.WaitGroup, it may
+// start one while another goroutine waits (a reader that ends after Shutdown's kills ends its
+// recording then).
+type inFlight struct {
+	mu   sync.Mutex
+	n    int
+	none chan struct{} // closed while n is 0; nil before the first goroutine
+}
+
+// Go runs f on a goroutine of its own, counted until it returns.
+func (w *inFlight) Go(f func()) {
+	w.mu.Lock()
+	if w.n == 0 {
+		w.none = make(chan struct{})
+	}
+	w.n++
+	w.mu.Unlock()
+	go func() {
+		defer func() {
+			w.mu.Lock()
+			if w.n--; w.n == 0 {
+				close(w.none)
+			}
+			w.mu.Unlock()
+		}()
+		f()
+	}()
+}
+
+// idle returns a channel closed once no goroutine it counts is under way.
+func (w *inFlight) idle() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return w.none
+}
+
 // endRecording ends the recording (once): what is queued is written on a goroutine of its own,
 // for at most recordCloseWait, so a stalled disk delays no teardown.
 func (s *Session) endRecording() {

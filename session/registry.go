@@ -557,13 +557,8 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("shutdown: kills still running: %w", ctx.Err())
 	}
 	// The recordings' ends: their last output and markers written (each within its own bound).
-	recorded := make(chan struct{})
-	go func() {
-		r.opts.recordings.Wait()
-		close(recorded)
-	}()
 	select {
-	case <-recorded:
+	case <-r.opts.recordings.idle():
 	case <-ctx.Done():
 		r.opts.Logger.Warn("shutdown: recordings still writing", "err", ctx.Err())
 	}
