@@ -347,18 +347,39 @@ func checkAlertsLive(ctx context.Context, t *testing.T, p *prometheus) {
 		"MuxtermRecordingDrops":       {"inactive"},
 	}
 	var rules map[string]promRule
-	testutil.WaitFor(t, 10*time.Second, "the alerts evaluated on the workload's series", func() bool {
+	wrong := func() []string {
+		var w []string
+		for name, states := range want {
+			if r := rules[name]; !slices.Contains(states, r.State) {
+				w = append(w, fmt.Sprintf("%s %q (want %v, health %q %s)", name, r.State, states, r.Health, r.LastError))
+			}
+		}
+		slices.Sort(w)
+		return w
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		var err error
 		if rules, err = p.rules(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for name, states := range want {
-			if !slices.Contains(states, rules[name].State) {
-				return false
-			}
+		w := wrong()
+		if len(w) == 0 {
+			break
 		}
-		return true
-	})
+		if time.Now().After(deadline) {
+			for _, q := range []string{`muxterm_session_kill_duration_seconds_count`, `muxterm_session_kill_duration_seconds_bucket{le="2.5"}`, `muxterm_cluster_nodes`, `muxterm_upgrades_total`} {
+				v, err := p.query(ctx, q)
+				t.Logf("%s: %v %v", q, v, err)
+			}
+			t.Fatalf("the alerts evaluated on the workload's series, 30 s on: %s", strings.Join(w, "; "))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the alerts evaluated on the workload's series: %v: %s", ctx.Err(), strings.Join(w, "; "))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	if len(rules) != len(want) {
 		t.Errorf("Prometheus evaluates %d alerts, the test knows %d: %v", len(rules), len(want), rules)
 	}
