@@ -171,8 +171,8 @@ func TestCgroupKillRemovesNestedCgroups(t *testing.T) {
 
 // A process outside the session's cgroup that holds its PTY when the cgroup has been emptied
 // counts as a survivor only if a scan KillGrace later still finds the PTY held: one on its way
-// out (a sibling spawn's child whose exec is closing what it inherited, a process exiting;
-// here a spared escapee the test ends right after the first scan) is not one. One that stays
+// out (a process exiting; here a spared escapee the test ends right after the first scan) is
+// not one. One that stays
 // is, and so is one that hands the terminal to another process and exits.
 func TestCgroupKillCountsOnlyHoldersThatStay(t *testing.T) {
 	for _, tc := range []struct {

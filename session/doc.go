@@ -57,7 +57,7 @@
 //   - kill.go: teardown: the kill point, the escalation, the PTY's holders, the result
 //     (KillResult).
 //   - procscan.go: the /proc scans a kill makes (ptyHolders, holder.still, sessionGroups,
-//     zombie, preExec).
+//     zombie).
 //   - cgroup.go: a session's cgroup (newCgroup, removeCgroup, killCgroup).
 //   - fdreserve.go: the kill path's descriptor reserve (withFDs) and its /proc listings.
 //   - orphans.go: AdoptOrphans, StartChild and OrphansReaped, the gateway's doors to
@@ -248,10 +248,9 @@
 // is reaped and no live (non-zombie) process of that session is left (re-read from /proc every 10
 // ms after the reap: the jobs are not our children; when /proc cannot be listed then, the
 // escalation stops and counts one check in Unverified). Then find processes that still hold the
-// PTY slave (/proc/*/fd; skipped when the master already sees a hang-up; our own direct children
-// that still run our executable are skipped, since a sibling spawn's child holds every fd we have
-// open between its fork and its exec; an orphaned escapee re-parented to a gateway running as PID
-// 1 has exec'd and is not skipped), remember which of its fds point at the slave, open a pidfd
+// PTY slave (/proc/*/fd; skipped when the master already sees a hang-up; no other child of the
+// gateway can be among them, see Children and orphans), remember which of its fds point at the
+// slave, open a pidfd
 // for each, re-check through readlink of those fds that it still holds the slave, and signal
 // through the pidfd with the same escalation: group stragglers always, escapees (another session
 // id) unless SpareEscapees. Kill never waits for the reader: when an escapee keeps the slave
@@ -277,9 +276,9 @@
 // made below it (a session running as root can; a gateway run inside a session does), retried on
 // EBUSY within the bound. Survivors is then the pids still in cgroup.procs (its own and below),
 // plus the processes outside the cgroup that a second scan finds holding the PTY, made once
-// those the first scan found have let go or KillGrace has passed (settle: one on its way out,
-// exiting or a sibling spawn's child whose exec has not yet closed what it inherited, lets go
-// within it; a survivor, or one it handed the terminal to, is still there); Unverified counts
+// those the first scan found have let go or KillGrace has passed (settle: one on its way out, an
+// escapee that KILL reached, lets go within it; a survivor, or one it handed the terminal to, is
+// still there); Unverified counts
 // 1 when cgroup.procs could not be read; without cgroups it is the unreaped child plus the PTY holders
 // still alive. SpareEscapees still spares escapees from the holders' signals, but not from
 // cgroup.kill. Zombies are not in cgroup.procs and do not keep a cgroup from being removed. At
@@ -291,7 +290,13 @@
 // # Children and orphans
 //
 // internal/child waits for the children and reaps the orphans. spawn starts each child through
-// child.Start (so the orphan reaper leaves its exit status alone) and hands its pidfd to
+// child.StartWith (so the orphan reaper leaves its exit status alone), which opens the child's
+// terminal or pipes under the lock every start of a child of the process takes and closes our
+// copies of the child's ends once its exec has closed what it inherited: a child forked by
+// another spawn, or by the upgrade's dry run, never holds a session's terminal, so a kill's scan
+// finds only processes that got it from the session (the cgroup, the recording's file and the
+// environment are made before the lock: it covers the terminal's opening and the fork and exec
+// alone). spawn then hands the child's pidfd to
 // Options.children (child.Waiter.Watch, which falls back to a blocking wait when it cannot take
 // it); Session.reaped receives the status. AdoptOrphans, StartChild and OrphansReaped (orphans.go)
 // pass cmd/gateway on to internal/child, whose doc says how the orphan reaper never steals a

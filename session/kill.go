@@ -226,10 +226,10 @@ func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Dura
 	if len(outside) == 0 {
 		return survivors, unverified + unv
 	}
-	// A holder the scan saw may be on its way out: a process that is exiting, or a sibling
-	// spawn's child whose exec has replaced its program (so preExec no longer knows it) but not
-	// yet closed the descriptors it inherited. Give them KillGrace to let go, then count what a
-	// second scan finds: a survivor, or a process it handed the terminal to, is still there.
+	// A holder the scan saw may be on its way out: a process that is exiting (killHolders'
+	// KILL reached it, but its descriptors are not closed yet). Give them KillGrace to let go,
+	// then count what a second scan finds: a survivor, or a process it handed the terminal to,
+	// is still there.
 	if s.opts.testHookOutsideHolders != nil {
 		s.opts.testHookOutsideHolders(s, len(outside))
 	}
@@ -239,8 +239,7 @@ func (s *Session) endCgroup(ctx context.Context, span trace.Span, wait time.Dura
 }
 
 // outsideHolders scans /proc for the processes outside the cgroup's leftovers (left) that hold
-// the PTY, leaving out a sibling spawn's child before its exec, and counts the checks it could
-// not make. It finds none once the master is closed or hung up (no slave fd open anywhere).
+// the PTY, and counts the checks it could not make. It finds none once the master is closed or hung up (no slave fd open anywhere).
 // s.ptyMu is held while it looks, so a slave name a newer session reuses is never scanned.
 func (s *Session) outsideHolders(left []int) (outside []holder, unverified int) {
 	s.ptyMu.Lock()
@@ -248,7 +247,6 @@ func (s *Session) outsideHolders(left []int) (outside []holder, unverified int) 
 	if s.ptmxClosed || s.masterHungUpLocked() {
 		return nil, 0
 	}
-	self := os.Getpid()
 	holders, unverified, err := ptyHolders(s.outputPaths())
 	if err != nil {
 		s.opts.Logger.Warn("kill: find the PTY's holders", "session", s.id, "err", err)
@@ -257,11 +255,6 @@ func (s *Session) outsideHolders(left []int) (outside []holder, unverified int) 
 	for _, h := range holders {
 		if slices.Contains(left, h.pid) {
 			continue
-		}
-		if preExec(h.pid) {
-			if st, err := statOf(h.pid); err == nil && st.PPID == self {
-				continue // a sibling spawn's child before its exec (see killHolders)
-			}
 		}
 		outside = append(outside, h)
 	}
@@ -327,22 +320,12 @@ func (s *Session) killHolders(ctx context.Context) (escapees, signalled, survivo
 		s.ptyMu.Unlock()
 		return 0, 0, 0, 0
 	}
-	self := os.Getpid()
 	holders, unverified, err := ptyHolders(s.outputPaths())
 	if err != nil {
 		s.opts.Logger.Warn("kill: find the PTY's holders", "session", s.id, "err", err)
 		unverified++
 	}
 	for _, h := range holders {
-		if preExec(h.pid) {
-			// A sibling spawn's child between fork and exec: it inherits every fd we have
-			// open, this slave included, and is no descendant of this session. (A real
-			// escapee may have us as its parent too: when the gateway is PID 1 or a
-			// subreaper, orphans are re-parented to it; those have exec'd.)
-			if st, err := statOf(h.pid); err == nil && st.PPID == self {
-				continue
-			}
-		}
 		sid, err := unix.Getsid(h.pid)
 		if err != nil {
 			continue // gone

@@ -115,14 +115,6 @@ func zombie(pid int) bool {
 	return st.Zombie()
 }
 
-// preExec reports whether pid still runs our own executable: a child we forked that has not
-// exec'd yet.
-func preExec(pid int) bool {
-	self, err1 := os.Readlink("/proc/self/exe")
-	exe, err2 := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
-	return err1 == nil && err2 == nil && exe == self
-}
-
 // statOf reads /proc/pid/stat (procfs.ReadStat) on the kill path: with the descriptor reserve
 // when the table is full.
 func statOf(pid int) (procfs.Stat, error) {

@@ -59,85 +59,88 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 	}
 	s.unwatchedSince = s.created
 	cmd := exec.Command(argv[0], argv[1:]...)
-	// closeChild closes our copies of the child's ends, which must go after the start, or the
-	// master (the pipes' readers) never sees the hang-up; closeOurs closes our own ends.
-	var closeChild, closeOurs func()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if spec.Pipes {
-		p, child, err := openPipes()
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
-		}
-		s.pipe, s.ring = p, newTaggedRing(opts.ScrollbackBytes)
-		// Before the child can exit: reaped wakes the readers through it (wakeReaderLocked).
-		p.cond = sync.NewCond(&s.mu)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = child[0], child[1], child[2]
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		closeChild = func() {
-			for _, f := range child {
-				f.Close()
-			}
-		}
-		closeOurs = func() {
-			p.stdin.Close()
-			p.stdout.Close()
-			p.stderr.Close()
-		}
+		s.ring = newTaggedRing(opts.ScrollbackBytes)
 	} else {
-		master, tty, err := openPTY()
-		if err != nil {
-			return nil, fmt.Errorf("%w: open pty: %w", ErrSpawn, err)
-		}
-		s.ptmx, s.ptsName = master, tty.Name()
+		cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, 0
 		if !opts.NoScreen {
 			s.scr = newScreen(spec.Cols, spec.Rows, opts)
 		}
-		closeChild = func() { tty.Close() }
-		closeOurs = func() { master.Close() }
-		if err := s.setSize(spec.Cols, spec.Rows); err != nil {
-			closeOurs()
-			closeChild()
-			return nil, err
-		}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	}
 	cmd.Dir = spec.Dir
 	if cmd.Dir == "" {
 		cmd.Dir = homeDir()
 	}
 	if err := checkDir(cmd.Dir); err != nil {
-		closeOurs()
-		closeChild()
 		return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
 	}
 	cmd.Env = childEnv(opts.Shell, opts.EnvDeny, spec.Env)
 	cg, cgDir, err := newCgroup(opts, id, cmd.SysProcAttr)
 	if err != nil {
-		closeOurs()
-		closeChild()
 		return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
 	}
 	s.cgroup = cg
-	// The recording starts last before the child, so its first byte is recorded and every
-	// earlier refusal leaves no file behind; a later one discards it (discardRecording).
+	// The recording starts before the child's terminal exists, so its first byte is recorded,
+	// every earlier refusal leaves no file behind, and its file's creation (which may wait for
+	// the disk) is outside the starts' lock; a later refusal discards it (discardRecording).
 	if s.rec, err = startRecording(id, spec, argv, opts, s.created); err != nil {
 		if cgDir != nil {
 			cgDir.Close()
 		}
-		closeOurs()
-		closeChild()
 		removeCgroup(cg)
 		return nil, err
 	}
-	err = child.Start(cmd)
+	// The child's terminal or pipes are opened under the lock of every start of a child of
+	// this process (child.StartWith), which returns once the child's exec closed its
+	// inherited descriptors and ours of its ends are closed: no other session's child is
+	// forked while they are open, so none ever holds them. closeOurs closes our own ends.
+	var closeOurs func()
+	err = child.StartWith(cmd, func() (closeChild func(), err error) {
+		if spec.Pipes {
+			p, ends, err := openPipes()
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+			}
+			s.pipe = p
+			// Before the child can exit: reaped wakes the readers through it (wakeReaderLocked).
+			p.cond = sync.NewCond(&s.mu)
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = ends[0], ends[1], ends[2]
+			closeOurs = func() {
+				p.stdin.Close()
+				p.stdout.Close()
+				p.stderr.Close()
+			}
+			return func() {
+				for _, f := range ends {
+					f.Close()
+				}
+			}, nil
+		}
+		master, tty, err := openPTY()
+		if err != nil {
+			return nil, fmt.Errorf("%w: open pty: %w", ErrSpawn, err)
+		}
+		s.ptmx, s.ptsName = master, tty.Name()
+		if err := s.setSize(spec.Cols, spec.Rows); err != nil {
+			master.Close()
+			tty.Close()
+			return nil, err
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		closeOurs = func() { master.Close() }
+		return func() { tty.Close() }, nil
+	})
 	if cgDir != nil {
 		cgDir.Close()
 	}
-	closeChild()
 	if err != nil {
-		closeOurs()
 		removeCgroup(cg)
 		s.discardRecording()
+		if closeOurs == nil {
+			return nil, err // the terminal or pipes were not opened
+		}
+		closeOurs()
 		return nil, fmt.Errorf("%w: start %s: %w", ErrSpawn, argv[0], err)
 	}
 	s.pid = cmd.Process.Pid

@@ -23,6 +23,12 @@
 // its reap, so a recycled pid is at worst reaped one round late, never stolen. Any code in the
 // gateway that starts a child and waits for it must use StartChild.
 //
+// Every start (Start, StartWith, StartChild) also holds starts, a mutex, from before the
+// descriptors meant for its child alone exist (StartWith's ends: a session's terminal slave or
+// pipes) until exec.Cmd.Start has returned, that is until the child's exec closed what it
+// inherited, and our copies of those ends are closed: no child is forked while another child's
+// ends are open in the gateway, so no process but the one they were made for ever holds them.
+//
 // Package child imports golang.org/x/sys/unix and no muxterm package.
 //
 // # Goroutines

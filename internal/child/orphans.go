@@ -74,9 +74,49 @@ func (o *orphanReaper) reaped(pid int) {
 	}
 }
 
+// starts is held by every start of a child (Start, StartWith, StartChild) from before the
+// descriptors meant for that child alone exist until they are closed, after its exec: a child
+// forked meanwhile would inherit them (every descriptor, close-on-exec or not, until its own
+// exec closes them) and hold another session's terminal slave or pipes for a while, where a
+// kill's scan of the terminal's holders would count it, or signal it. exec.Cmd.Start returns
+// once the child's exec closed its close-on-exec descriptors (its status pipe's EOF), so nothing
+// it inherited outlives the lock.
+var starts sync.Mutex
+
+// testHookStartWaits runs when a start finds another under way and is about to wait for it
+// (tests only; set before any start).
+var testHookStartWaits func()
+
+func lockStarts() {
+	if starts.TryLock() {
+		return
+	}
+	if testHookStartWaits != nil {
+		testHookStartWaits()
+	}
+	starts.Lock()
+}
+
 // Start starts cmd as one of our own children: the orphan reaper leaves its exit status to its
 // waiter, which must call Reaped once it reaped it (a Waiter does).
-func Start(cmd *exec.Cmd) error { return orphans.start(cmd) }
+func Start(cmd *exec.Cmd) error { return StartWith(cmd, nil) }
+
+// StartWith is Start for a child with descriptors meant for it alone: ends opens them and puts
+// them in cmd (its stdio), and returns what closes our copies of them, which StartWith calls
+// once the child runs its program or failed to. No other child of this process is forked
+// between ends and that close, so no other child ever holds them. A nil ends opens nothing.
+func StartWith(cmd *exec.Cmd, ends func() (closeEnds func(), err error)) error {
+	lockStarts()
+	defer starts.Unlock()
+	if ends != nil {
+		closeEnds, err := ends()
+		if err != nil {
+			return err
+		}
+		defer closeEnds()
+	}
+	return orphans.start(cmd)
+}
 
 // Adopt registers pid, a child this process did not start (a session adopted after an upgrade),
 // as one of ours: the orphan reaper leaves it to its waiter, which must call Reaped.
@@ -90,7 +130,7 @@ func Reaped(pid int) { orphans.reaped(pid) }
 // the gateway that starts a child process and waits for it must start it here once
 // AdoptOrphans ran, and call done after cmd.Wait returned.
 func StartChild(cmd *exec.Cmd) (done func(), err error) {
-	if err := orphans.start(cmd); err != nil {
+	if err := Start(cmd); err != nil {
 		return nil, err
 	}
 	pid := cmd.Process.Pid

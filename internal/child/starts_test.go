@@ -1,0 +1,69 @@
+package child
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/muxterm/muxterm/internal/testutil"
+)
+
+// While one start's ends are open, no other child of the process is forked: a start that comes
+// meanwhile waits until the first child runs its program and our copies of its ends are
+// closed, so it never inherits them.
+func TestStartWithExcludesOtherStarts(t *testing.T) {
+	waits := make(chan struct{}, 1)
+	testHookStartWaits = func() { waits <- struct{}{} }
+	t.Cleanup(func() { testHookStartWaits = nil })
+
+	var r *os.File
+	first := exec.Command("/bin/sh", "-c", "echo first")
+	second := exec.Command("/bin/true")
+	secondStarted := make(chan error, 1)
+	err := StartWith(first, func() (func(), error) {
+		var w *os.File
+		var err error
+		if r, w, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		first.Stdout = w
+		go func() { secondStarted <- Start(second) }()
+		testutil.WaitClosed(t, waits, 10*time.Second, "the second start to wait for the first")
+		select {
+		case err := <-secondStarted:
+			t.Errorf("a start forked its child while another start's ends were open (err %v)", err)
+		default:
+		}
+		return func() { w.Close() }, nil
+	})
+	if err != nil {
+		t.Fatalf("first start: %v", err)
+	}
+	defer r.Close()
+	if err := <-secondStarted; err != nil {
+		t.Fatalf("second start: %v", err)
+	}
+	// EOF once the first child exits: StartWith closed our copy of its end, and no other child
+	// kept one.
+	out, err := io.ReadAll(r)
+	if err != nil || string(out) != "first\n" {
+		t.Errorf("the first child's output: %q, %v", out, err)
+	}
+	for _, c := range []*exec.Cmd{first, second} {
+		if err := c.Wait(); err != nil {
+			t.Errorf("%v: %v", c.Args, err)
+		}
+		Reaped(c.Process.Pid)
+	}
+}
+
+// A start whose ends cannot be opened starts nothing and says why.
+func TestStartWithEndsRefused(t *testing.T) {
+	cmd := exec.Command("/bin/true")
+	err := StartWith(cmd, func() (func(), error) { return nil, os.ErrPermission })
+	if err != os.ErrPermission || cmd.Process != nil {
+		t.Fatalf("StartWith with refused ends: err %v, process %v", err, cmd.Process)
+	}
+}
