@@ -139,9 +139,10 @@ type Options struct {
 	children *child.Waiter
 	// feeder catches lagging screens up. Default: the process-wide one (screen.go).
 	feeder *screenFeeder
-	// recordings counts the ends of recordings still writing (endRecording), which
-	// Registry.Shutdown waits for. Default: one per registry (withDefaults).
-	recordings *inFlight
+	// recordings are the recordings still being written, and their ends under way
+	// (endRecording), which Registry.Shutdown waits for. Default: one per registry
+	// (withDefaults).
+	recordings *recordings
 
 	// testHookBeforeIngest is copied into each session before its reader starts (tests only;
 	// nil in production).
@@ -160,6 +161,9 @@ type Options struct {
 	// emptied cgroup the scan found holding the PTY, before they are checked again (tests only;
 	// nil in production).
 	testHookOutsideHolders func(s *Session, n int)
+	// testHookRecordingEnd runs on a recording's end goroutine before it writes what is queued
+	// (the exit marker last) and closes the file (tests only; nil in production).
+	testHookRecordingEnd func(s *Session)
 }
 
 // batchSize is the most one read batch (Session.readBatch) takes: small enough that a batch read
@@ -219,7 +223,7 @@ func (o Options) withDefaults() Options {
 		o.feeder = &feeder
 	}
 	if o.recordings == nil {
-		o.recordings = new(inFlight)
+		o.recordings = new(recordings)
 	}
 	return o
 }

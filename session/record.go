@@ -155,6 +155,40 @@ func (s *Session) endRecordingIfDone() {
 	}
 }
 
+// recordings are a registry's recordings still being written, each from its start (or its
+// adoption after an upgrade) until its end has written its last event and closed its file, and
+// the goroutines of those ends, which Registry.Shutdown waits for. A recording's session may
+// leave the registry before its end is written: the listing asks here, not the session.
+type recordings struct {
+	ends    inFlight
+	mu      sync.Mutex
+	writing map[string]*record.Recorder
+}
+
+// add counts rec, session id's recording, as being written.
+func (rs *recordings) add(id string, rec *record.Recorder) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.writing == nil {
+		rs.writing = make(map[string]*record.Recorder)
+	}
+	rs.writing[id] = rec
+}
+
+// done says session id's recording is written to its end, or discarded.
+func (rs *recordings) done(id string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	delete(rs.writing, id)
+}
+
+// active returns session id's recording while it is being written, nil once it is not.
+func (rs *recordings) active(id string) *record.Recorder {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.writing[id]
+}
+
 // inFlight counts goroutines under way and says when none is. Unlike a sync.WaitGroup, it may
 // start one while another goroutine waits (a reader that ends after Shutdown's kills ends its
 // recording then).
@@ -209,10 +243,15 @@ func (s *Session) endRecording() {
 	if e, ok := s.Exit(); ok {
 		rec.Marker(exitLabel(e))
 	}
-	s.opts.recordings.Go(func() {
+	s.opts.recordings.ends.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), recordCloseWait)
 		defer cancel()
-		if err := rec.Close(ctx); err != nil {
+		if h := s.opts.testHookRecordingEnd; h != nil {
+			h(s)
+		}
+		err := rec.Close(ctx)
+		s.opts.recordings.done(s.id)
+		if err != nil {
 			s.opts.Logger.Warn("recording: end", "session", s.id, "err", err)
 		}
 		if on := s.opts.Record.OnEnd; on != nil {
@@ -268,6 +307,7 @@ func (s *Session) adoptRecording(h *HandedSession) {
 		return
 	}
 	s.rec = rec
+	s.opts.recordings.add(s.id, rec)
 }
 
 // PruneRecordings removes the recordings RecordOptions.Retention bounds out, never one being
@@ -311,7 +351,7 @@ type RecordingInfo struct {
 	Started                  time.Time
 	Cols, Rows               int
 	Bytes                    int64
-	Active                   bool // its session runs here and it is still being written
+	Active                   bool // still being written here: its last event is not in its file yet
 }
 
 // Recordings lists the recordings owner may see (every one for an admin), oldest first; only
@@ -353,16 +393,17 @@ func (r *Registry) Recordings(owner string, admin bool, id string) ([]RecordingI
 // openRecording opens recording id's file (never through a symbolic link) and reads its header
 // from it. The caller closes the file.
 func (r *Registry) openRecording(id string) (*os.File, RecordingInfo, error) {
+	// Asked before the file's size is read: a recording that is not being written now has its
+	// last event in the file already, while one that ends after this question may grow after
+	// the size is read, and is listed as active.
+	rec := r.opts.recordings.active(id)
 	f, info, err := OpenRecordingFile(RecordingPath(r.opts.Record.Dir, id), id)
 	if err != nil {
 		return nil, RecordingInfo{}, err
 	}
-	r.mu.Lock()
-	s, ok := r.sessions[id]
-	r.mu.Unlock()
-	if ok && s.rec != nil && !s.recEnded.Load() {
+	if rec != nil {
 		// Still being written: only its complete lines are the recording's yet.
-		info.Active, info.Bytes = true, min(info.Bytes, s.rec.Written())
+		info.Active, info.Bytes = true, min(info.Bytes, rec.Written())
 	}
 	return f, info, nil
 }
@@ -449,4 +490,5 @@ func (s *Session) discardRecording() {
 	if err := os.Remove(s.rec.Path()); err != nil {
 		s.opts.Logger.Warn("recording: discard", "session", s.id, "err", err)
 	}
+	s.opts.recordings.done(s.id)
 }

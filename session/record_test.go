@@ -228,3 +228,50 @@ func TestRecordingOnEnd(t *testing.T) {
 		t.Fatal("OnEnd not called within 10s of the program's end")
 	}
 }
+
+// A recording is listed as active until its last event, the exit marker, is in its file, even
+// once its session has left the registry (a kill returns before the recording's end is
+// written); listed as ended, it is whole, and its size is the file's.
+func TestRecordingListedEndedOnlyWhenWhole(t *testing.T) {
+	t.Parallel()
+	opts := testOptions()
+	dir := t.TempDir()
+	opts.Record = RecordOptions{Dir: dir, All: true}
+	ending, release := make(chan struct{}), make(chan struct{})
+	opts.testHookRecordingEnd = func(*Session) {
+		close(ending)
+		<-release
+	}
+	r := NewRegistry(opts, nil)
+	wake, wakeFn := testutil.WakeChan()
+	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "printf 'up\\n'; exec sleep 60")
+	collect(t, v, wake, nil).waitOutput(t, "up", 10*time.Second)
+	listed := func() RecordingInfo {
+		t.Helper()
+		rs, err := r.Recordings("alice", false, s.ID())
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("recordings of %s: %+v, %v", s.ID(), rs, err)
+		}
+		return rs[0]
+	}
+	if res, err := r.Kill(context.Background(), s.ID(), "alice"); err != nil || !res.Reaped {
+		t.Fatalf("kill: %+v, %v", res, err)
+	}
+	testutil.WaitClosed(t, ending, 10*time.Second, "the recording's end to begin")
+	if _, err := r.Get(s.ID(), "alice"); err == nil {
+		t.Fatal("the killed session is still in the registry")
+	}
+	if in := listed(); !in.Active {
+		t.Errorf("listed as ended before its end was written: %+v", in)
+	}
+	close(release)
+	testutil.WaitFor(t, 10*time.Second, "the recording listed as ended", func() bool { return !listed().Active })
+	in := listed()
+	data, err := os.ReadFile(RecordingPath(dir, s.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(data), "\"m\", \"exit signal HUP\"]\n") || in.Bytes != int64(len(data)) {
+		t.Fatalf("listed as ended (%d bytes) with a file of %d bytes ending %q", in.Bytes, len(data), data[max(0, len(data)-60):])
+	}
+}

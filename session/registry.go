@@ -558,7 +558,7 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 	}
 	// The recordings' ends: their last output and markers written (each within its own bound).
 	select {
-	case <-r.opts.recordings.idle():
+	case <-r.opts.recordings.ends.idle():
 	case <-ctx.Done():
 		r.opts.Logger.Warn("shutdown: recordings still writing", "err", ctx.Err())
 	}

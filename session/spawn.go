@@ -91,6 +91,9 @@ func spawn(id string, spec Spec, opts *Options, echo *echoGroup, now func() time
 		removeCgroup(cg)
 		return nil, err
 	}
+	if s.rec != nil {
+		opts.recordings.add(id, s.rec)
+	}
 	// The child's terminal or pipes are opened under the lock of every start of a child of
 	// this process (child.StartWith), which returns once the child's exec closed its
 	// inherited descriptors and ours of its ends are closed: no other session's child is
