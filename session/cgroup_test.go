@@ -241,7 +241,10 @@ func startHolder(t *testing.T, path string) *exec.Cmd {
 	defer slave.Close()
 	cmd := exec.Command("sleep", "1000")
 	cmd.Stdin = slave
-	if err := cmd.Start(); err != nil {
+	// Started as the gateway starts its children (StartChild): it forks under the lock that
+	// keeps a session's terminal out of any other child (a sibling test's spawn's).
+	done, err := StartChild(cmd)
+	if err != nil {
 		t.Error(err)
 		return nil
 	}
@@ -250,6 +253,7 @@ func startHolder(t *testing.T, path string) *exec.Cmd {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		}
+		done()
 	})
 	return cmd
 }

@@ -249,8 +249,10 @@
 // ms after the reap: the jobs are not our children; when /proc cannot be listed then, the
 // escalation stops and counts one check in Unverified). Then find processes that still hold the
 // PTY slave (/proc/*/fd; skipped when the master already sees a hang-up; no other child of the
-// gateway can be among them, see Children and orphans), remember which of its fds point at the
-// slave, open a pidfd
+// gateway can be among them, see Children and orphans; a pipe session's holders are those with
+// its output pipes open for writing, since the gateway's read ends name the same pipes and every
+// child it forks holds them until its exec), remember which of its fds point at the slave, open a
+// pidfd
 // for each, re-check through readlink of those fds that it still holds the slave, and signal
 // through the pidfd with the same escalation: group stragglers always, escapees (another session
 // id) unless SpareEscapees. Kill never waits for the reader: when an escapee keeps the slave
@@ -293,8 +295,8 @@
 // child.StartWith (so the orphan reaper leaves its exit status alone), which opens the child's
 // terminal or pipes under the lock every start of a child of the process takes and closes our
 // copies of the child's ends once its exec has closed what it inherited: a child forked by
-// another spawn, or by the upgrade's dry run, never holds a session's terminal, so a kill's scan
-// finds only processes that got it from the session (the cgroup, the recording's file and the
+// another spawn, or by the upgrade's dry run, never holds a session's terminal slave or the
+// write end of its pipes, so a kill's scan finds only processes that got them from the session (the cgroup, the recording's file and the
 // environment are made before the lock: it covers the terminal's opening and the fork and exec
 // alone). spawn then hands the child's pidfd to
 // Options.children (child.Waiter.Watch, which falls back to a blocking wait when it cannot take
@@ -444,9 +446,12 @@
 //     through failReading, which takes Session.mu.
 //   - echoGroup.mu (one per owner): held, holdTimer; under it only slice updates and arming or
 //     stopping the timer.
-//   - child.Waiter.mu, orphanReaper.gate and orphanReaper.mu: internal/child's (its doc);
-//     session takes them (Watch, Detach, Start, Adopt, Reaped) with none of its own locks held,
-//     and no session lock is taken under them.
+//   - child.Waiter.mu, starts, orphanReaper.gate and orphanReaper.mu: internal/child's (its
+//     doc); session takes them (Watch, Detach, StartWith, StartChild, Adopt, Reaped) with none of
+//     its own locks held, and no session lock is taken under them (StartWith's ends, which open
+//     the child's terminal or pipes under starts, take none).
+//   - recordings.mu (one per registry): writing, the recordings being written (id → recorder);
+//     under it only map updates; no lock is taken under it.
 //   - fdReserve.mu (killFDs): the kill path's reserve of descriptors; held by withFDs only when a
 //     step failed for want of a descriptor, while it runs the step again on the released reserve
 //     and refills it (a cgroup wait included), so two such kills take turns; may be taken under

@@ -220,11 +220,15 @@ func TestEndStrays(t *testing.T) {
 	s, _ := openT(t, r, "alice", nil, "cat")
 	stray := exec.Command("sh", "-c", "trap '' HUP TERM; while :; do sleep 1; done")
 	stray.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := stray.Start(); err != nil {
+	done, err := StartChild(stray) // forked as the gateway forks (see startHolder)
+	if err != nil {
 		t.Fatal(err)
 	}
 	pid := stray.Process.Pid
-	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		done()
+	})
 	if n := r.EndStrays([]int{pid, 1}); n != 1 { // pid 1 is not our child: skipped
 		t.Fatalf("EndStrays found %d strays, want 1", n)
 	}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,13 +143,10 @@ func TestPipeCallsOnAPTYSession(t *testing.T) {
 	}
 }
 
-// TestPipeSessionKillEndsEscapeeHoldingStdout: a descendant that left the session's process
-// group and session (setsid) keeps stdout and stderr open; the kill still returns within its
-// deadline, finds it by its pipes, ends it, and the readers end.
-func TestPipeSessionKillEndsEscapeeHoldingStdout(t *testing.T) {
-	t.Parallel()
-	opts := testOptions()
-	r := NewRegistry(opts, nil)
+// openPipeEscapee opens a pipe session whose program leaves an escapee (a `sleep` that called
+// setsid) holding its stdout, and returns the session and the escapee's pid once it runs sleep.
+func openPipeEscapee(t *testing.T, r *Registry) (*Session, int) {
+	t.Helper()
 	pidfile := filepath.Join(t.TempDir(), "escapee.pid")
 	s, _, _ := openPipesT(t, r, "/bin/sh", "-c", escapeeScript(pidfile, "", false))
 	pid := waitPidFile(t, pidfile)
@@ -155,6 +154,17 @@ func TestPipeSessionKillEndsEscapeeHoldingStdout(t *testing.T) {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
 		return err == nil && string(b) == "sleep\n"
 	})
+	return s, pid
+}
+
+// TestPipeSessionKillEndsEscapeeHoldingStdout: a descendant that left the session's process
+// group and session (setsid) keeps stdout and stderr open; the kill still returns within its
+// deadline, finds it by its pipes, ends it, and the readers end.
+func TestPipeSessionKillEndsEscapeeHoldingStdout(t *testing.T) {
+	t.Parallel()
+	opts := testOptions()
+	r := NewRegistry(opts, nil)
+	s, pid := openPipeEscapee(t, r)
 	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
 		return r.Kill(ctx, s.ID(), "alice")
 	})
@@ -307,5 +317,48 @@ func TestPipeSessionsThatExitAtOnce(t *testing.T) {
 		if e, _ := s.Exit(); e.Code != 0 {
 			t.Errorf("exit of true: got %+v, want 0", e)
 		}
+	}
+}
+
+// A process that holds a pipe session's output pipe only for reading (as the gateway does, and
+// so any child it forks until that child's exec closes what it inherited) keeps nothing open:
+// the kill neither counts it nor signals it. The session's real escapee, holding the write end,
+// is counted and ended.
+func TestPipeSessionKillLeavesReadersOfItsOutput(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry(testOptions(), nil)
+	s, pid := openPipeEscapee(t, r)
+	// Another open file description of the gateway's read end of stdout: the same
+	// pipe:[inode], read-only (non-blocking, so the open does not wait for a writer).
+	var fd int
+	if err := rawFD(s.pipe.stdout, &fd); err != nil {
+		t.Fatal(err)
+	}
+	readEnd, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := exec.Command("sleep", "1000")
+	reader.ExtraFiles = []*os.File{readEnd}
+	reader.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outside the session, as an escapee would be
+	done, err := StartChild(reader)
+	readEnd.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = reader.Process.Kill()
+		_ = reader.Wait()
+		done()
+	})
+	res, _ := killWithin(t, killDeadline, func(ctx context.Context) (KillResult, error) {
+		return r.Kill(ctx, s.ID(), "alice")
+	})
+	if res.Escapees != 1 || res.Survivors != 0 || !res.Reaped {
+		t.Errorf("escapees, survivors, reaped: got %v, %v, %v, want 1 (the writer), 0, true", res.Escapees, res.Survivors, res.Reaped)
+	}
+	testutil.WaitFor(t, time.Second, "escapee gone", func() bool { return !testutil.Alive(pid) })
+	if !testutil.Alive(reader.Process.Pid) {
+		t.Errorf("the kill signalled a process that only reads the session's output")
 	}
 }

@@ -1,7 +1,7 @@
 package session
 
 // The /proc scans a kill makes: the PTY's holders, a terminal session's process groups, and
-// what a pid is (a zombie, a child of ours before its exec).
+// whether a pid is a zombie.
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -64,7 +65,10 @@ func ptyHolders(paths []string) (holders []holder, unverified int, err error) {
 	return holders, unverified, nil
 }
 
-// holderFDs returns the names of pid's fds open on one of paths.
+// holderFDs returns the names of pid's fds open on one of paths: on a pipe (a pipe session's
+// output), only those open for writing. A pipe's read end names the same pipe:[inode] as its
+// write end, and only the write ends keep the output open; the gateway holds the read ends, and
+// so does any child it forks until that child's exec closes them.
 func holderFDs(pid int, paths []string) ([]string, error) {
 	names, err := fdNames(pid)
 	if err != nil {
@@ -73,11 +77,49 @@ func holderFDs(pid int, paths []string) ([]string, error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
 	var fds []string
 	for _, fd := range names {
-		if target, err := os.Readlink(dir + fd); err == nil && slices.Contains(paths, target) {
-			fds = append(fds, fd)
+		target, err := os.Readlink(dir + fd)
+		if err != nil || !slices.Contains(paths, target) {
+			continue
 		}
+		if strings.HasPrefix(target, "pipe:") {
+			w, err := fdWritable(pid, fd)
+			if gone(err) {
+				continue // closed meanwhile
+			}
+			if err != nil {
+				return nil, err
+			}
+			if !w {
+				continue
+			}
+		}
+		fds = append(fds, fd)
 	}
 	return fds, nil
+}
+
+// fdWritable reports whether pid's fd is open for writing: the access mode of the flags in
+// /proc/PID/fdinfo/FD (with the reserve if the table is full).
+func fdWritable(pid int, fd string) (bool, error) {
+	var b []byte
+	err := withFDs(func() error {
+		var err error
+		b, err = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/fdinfo/" + fd)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			if err != nil {
+				return false, fmt.Errorf("fdinfo %d/%s: flags %q: %w", pid, fd, v, err)
+			}
+			return flags&unix.O_ACCMODE != unix.O_RDONLY, nil
+		}
+	}
+	return false, fmt.Errorf("fdinfo %d/%s: no flags", pid, fd)
 }
 
 // sessionGroups returns the process groups of the live processes (zombies excluded) whose

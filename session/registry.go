@@ -39,7 +39,7 @@ type Registry struct {
 	//	                  └─▶ cluster Node.localMu ─▶ eventQueue.mu   (the registry's Observer)
 	//	screen.mu ─▶ Session.resizeMu ─▶ Session.mu   (a painted attach declares its size)
 	//	Session.inMu ─▶ Session.mu, record Recorder.mu (input)
-	//	Session.ptyMu ─▶ fdReserve.mu         child orphanReaper.gate ─▶ orphanReaper.mu ◀─ Waiter.mu
+	//	Session.ptyMu ─▶ fdReserve.mu         child starts ─▶ orphanReaper.gate ─▶ orphanReaper.mu ◀─ Waiter.mu
 	//	cluster relay.mu ─▶ client Channel.mu, client Client.mu
 	//	client Client.wmu ─▶ client Channel.mu, client Client.mu
 	//

@@ -54,10 +54,15 @@
 //
 //   - Waiter.mu: ep, waiting (the epoll fd and the pidfd → child table); under it only
 //     epoll_ctl, close, wait4(WNOHANG) and map updates, never a blocking wait or a caller's lock.
+//   - starts: held by every start of a child (Start, StartWith, StartChild) from before its own
+//     descriptors are opened until its exec closed what it inherited and our copies are closed.
+//     A deliberate exception to "no lock across a blocking call": it is held across the fork
+//     and the child's exec, which is what it orders. Taken with no other lock held; only
+//     orphanReaper.gate is taken under it.
 //   - orphanReaper.gate (RWMutex): the order of "a child of ours exists" and "the orphan reaper
 //     looks at zombies": held shared by every start of a child we wait for ourselves (Start,
-//     StartChild, Adopt) from before the fork until its pid is in own, exclusively by the orphan
-//     reaper while it peeks and reaps; taken with no other lock held.
+//     StartWith, StartChild, Adopt) from before the fork until its pid is in own, exclusively by
+//     the orphan reaper while it peeks and reaps; taken with no other lock held but starts.
 //   - orphanReaper.mu: own (pids of our own children not reaped yet: added under gate, removed by
 //     their waiter after the reap); taken under Waiter.mu and under gate; nothing is taken under
 //     it.

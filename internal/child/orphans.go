@@ -77,15 +77,17 @@ func (o *orphanReaper) reaped(pid int) {
 // starts is held by every start of a child (Start, StartWith, StartChild) from before the
 // descriptors meant for that child alone exist until they are closed, after its exec: a child
 // forked meanwhile would inherit them (every descriptor, close-on-exec or not, until its own
-// exec closes them) and hold another session's terminal slave or pipes for a while, where a
-// kill's scan of the terminal's holders would count it, or signal it. exec.Cmd.Start returns
+// exec closes them) and hold another session's terminal slave or pipes' write ends for a while,
+// where a kill's scan of the terminal's holders would count it, or signal it. (The descriptors
+// the process keeps, such as a pipe session's read ends, are still inherited until the exec:
+// their users must tell them apart.) exec.Cmd.Start returns
 // once the child's exec closed its close-on-exec descriptors (its status pipe's EOF), so nothing
 // it inherited outlives the lock.
 var starts sync.Mutex
 
-// testHookStartWaits runs when a start finds another under way and is about to wait for it
-// (tests only; set before any start).
-var testHookStartWaits func()
+// testHookStartWaits runs when a start finds another under way and is about to wait for it;
+// testHookStartLocked once a start holds starts (tests only; set before any start).
+var testHookStartWaits, testHookStartLocked func()
 
 func lockStarts() {
 	if starts.TryLock() {
@@ -108,6 +110,9 @@ func Start(cmd *exec.Cmd) error { return StartWith(cmd, nil) }
 func StartWith(cmd *exec.Cmd, ends func() (closeEnds func(), err error)) error {
 	lockStarts()
 	defer starts.Unlock()
+	if testHookStartLocked != nil {
+		testHookStartLocked()
+	}
 	if ends != nil {
 		closeEnds, err := ends()
 		if err != nil {

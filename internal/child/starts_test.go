@@ -1,9 +1,11 @@
 package child
 
 import (
+	"errors"
 	"io"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,12 +13,19 @@ import (
 )
 
 // While one start's ends are open, no other child of the process is forked: a start that comes
-// meanwhile waits until the first child runs its program and our copies of its ends are
-// closed, so it never inherits them.
+// meanwhile waits, and gets the lock only once the first child runs its program and our copies
+// of its ends are closed, so it never inherits them.
 func TestStartWithExcludesOtherStarts(t *testing.T) {
 	waits := make(chan struct{}, 1)
+	var locked atomic.Int32
+	var endsClosed atomic.Bool
 	testHookStartWaits = func() { waits <- struct{}{} }
-	t.Cleanup(func() { testHookStartWaits = nil })
+	testHookStartLocked = func() {
+		if locked.Add(1) == 2 && !endsClosed.Load() {
+			t.Error("the second start took the lock while the first's ends were open")
+		}
+	}
+	t.Cleanup(func() { testHookStartWaits, testHookStartLocked = nil, nil })
 
 	var r *os.File
 	first := exec.Command("/bin/sh", "-c", "echo first")
@@ -31,12 +40,10 @@ func TestStartWithExcludesOtherStarts(t *testing.T) {
 		first.Stdout = w
 		go func() { secondStarted <- Start(second) }()
 		testutil.WaitClosed(t, waits, 10*time.Second, "the second start to wait for the first")
-		select {
-		case err := <-secondStarted:
-			t.Errorf("a start forked its child while another start's ends were open (err %v)", err)
-		default:
-		}
-		return func() { w.Close() }, nil
+		return func() {
+			w.Close()
+			endsClosed.Store(true)
+		}, nil
 	})
 	if err != nil {
 		t.Fatalf("first start: %v", err)
@@ -44,6 +51,9 @@ func TestStartWithExcludesOtherStarts(t *testing.T) {
 	defer r.Close()
 	if err := <-secondStarted; err != nil {
 		t.Fatalf("second start: %v", err)
+	}
+	if n := locked.Load(); n != 2 {
+		t.Errorf("%d starts took the lock, want 2", n)
 	}
 	// EOF once the first child exits: StartWith closed our copy of its end, and no other child
 	// kept one.
@@ -63,7 +73,7 @@ func TestStartWithExcludesOtherStarts(t *testing.T) {
 func TestStartWithEndsRefused(t *testing.T) {
 	cmd := exec.Command("/bin/true")
 	err := StartWith(cmd, func() (func(), error) { return nil, os.ErrPermission })
-	if err != os.ErrPermission || cmd.Process != nil {
+	if !errors.Is(err, os.ErrPermission) || cmd.Process != nil {
 		t.Fatalf("StartWith with refused ends: err %v, process %v", err, cmd.Process)
 	}
 }
