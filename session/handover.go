@@ -506,6 +506,7 @@ func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) 
 		s.mu.Unlock()
 	}
 	if childErr != nil && masterErr != nil {
+		s.endRecording() // nothing tears this session down: its recording ends here
 		return nil, errors.Join(childErr, masterErr)
 	}
 	if childErr != nil || masterErr != nil {

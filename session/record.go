@@ -160,7 +160,8 @@ func (s *Session) endRecordingIfDone() {
 // the goroutines of those ends, which Registry.Shutdown waits for. A recording's session may
 // leave the registry before its end is written: the listing asks here, not the session.
 type recordings struct {
-	ends    inFlight
+	ends inFlight
+	// mu guards writing; nothing is taken under it.
 	mu      sync.Mutex
 	writing map[string]*record.Recorder
 }
@@ -175,11 +176,14 @@ func (rs *recordings) add(id string, rec *record.Recorder) {
 	rs.writing[id] = rec
 }
 
-// done says session id's recording is written to its end, or discarded.
-func (rs *recordings) done(id string) {
+// done says rec, session id's recording, is written to its end, or discarded. An entry of
+// another recorder under the same id (none is expected: ids are not reused) is left alone.
+func (rs *recordings) done(id string, rec *record.Recorder) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	delete(rs.writing, id)
+	if rs.writing[id] == rec {
+		delete(rs.writing, id)
+	}
 }
 
 // active returns session id's recording while it is being written, nil once it is not.
@@ -250,7 +254,7 @@ func (s *Session) endRecording() {
 			h(s)
 		}
 		err := rec.Close(ctx)
-		s.opts.recordings.done(s.id)
+		s.opts.recordings.done(s.id, rec)
 		if err != nil {
 			s.opts.Logger.Warn("recording: end", "session", s.id, "err", err)
 		}
@@ -319,6 +323,9 @@ func (r *Registry) PruneRecordings(now time.Time) (record.Pruned, error) {
 	}
 	return record.Prune(ro.Dir, ro.Retention, now, func(path string) bool {
 		id := strings.TrimSuffix(filepath.Base(path), record.Ext)
+		if r.opts.recordings.active(id) != nil {
+			return true // its session may have left the registry before its end is written
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		_, ok := r.sessions[id]
@@ -490,5 +497,5 @@ func (s *Session) discardRecording() {
 	if err := os.Remove(s.rec.Path()); err != nil {
 		s.opts.Logger.Warn("recording: discard", "session", s.id, "err", err)
 	}
-	s.opts.recordings.done(s.id)
+	s.opts.recordings.done(s.id, s.rec)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -236,8 +237,12 @@ func TestRecordingListedEndedOnlyWhenWhole(t *testing.T) {
 	t.Parallel()
 	opts := testOptions()
 	dir := t.TempDir()
-	opts.Record = RecordOptions{Dir: dir, All: true}
+	ended := make(chan struct{})
+	opts.Record = RecordOptions{Dir: dir, All: true, OnEnd: func(string, RecordingInfo) { close(ended) }}
 	ending, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	letEnd := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letEnd)
 	opts.testHookRecordingEnd = func(*Session) {
 		close(ending)
 		<-release
@@ -254,6 +259,14 @@ func TestRecordingListedEndedOnlyWhenWhole(t *testing.T) {
 		}
 		return rs[0]
 	}
+	file := func() []byte {
+		t.Helper()
+		data, err := os.ReadFile(RecordingPath(dir, s.ID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
 	if res, err := r.Kill(context.Background(), s.ID(), "alice"); err != nil || !res.Reaped {
 		t.Fatalf("kill: %+v, %v", res, err)
 	}
@@ -264,14 +277,10 @@ func TestRecordingListedEndedOnlyWhenWhole(t *testing.T) {
 	if in := listed(); !in.Active {
 		t.Errorf("listed as ended before its end was written: %+v", in)
 	}
-	close(release)
-	testutil.WaitFor(t, 10*time.Second, "the recording listed as ended", func() bool { return !listed().Active })
-	in := listed()
-	data, err := os.ReadFile(RecordingPath(dir, s.ID()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasSuffix(string(data), "\"m\", \"exit signal HUP\"]\n") || in.Bytes != int64(len(data)) {
-		t.Fatalf("listed as ended (%d bytes) with a file of %d bytes ending %q", in.Bytes, len(data), data[max(0, len(data)-60):])
+	letEnd()
+	testutil.WaitClosed(t, ended, 10*time.Second, "the recording's end")
+	in, data := listed(), file()
+	if in.Active || !strings.HasSuffix(string(data), "\"m\", \"exit signal HUP\"]\n") || in.Bytes != int64(len(data)) {
+		t.Fatalf("listed (%+v) once its end is written, with a file of %d bytes ending %q", in, len(data), data[max(0, len(data)-60):])
 	}
 }
