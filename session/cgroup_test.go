@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/internal/cgroup"
+	"github.com/muxterm/muxterm/internal/child"
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
@@ -233,17 +234,17 @@ func TestCgroupKillCountsOnlyHoldersThatStay(t *testing.T) {
 // goroutine (in a kill's hook): it reports a failure with t.Error and returns nil.
 func startHolder(t *testing.T, path string) *exec.Cmd {
 	t.Helper()
-	slave, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Error(err)
-		return nil
-	}
-	defer slave.Close()
 	cmd := exec.Command("sleep", "1000")
-	cmd.Stdin = slave
-	// Started as the gateway starts its children (StartChild): it forks under the lock that
-	// keeps a session's terminal out of any other child (a sibling test's spawn's).
-	done, err := StartChild(cmd)
+	// Started as the gateway starts a session's child (child.StartWith): the slave is opened
+	// under the lock that keeps it out of any other child (a sibling test's spawn's).
+	err := child.StartWith(cmd, func() (func(), error) {
+		slave, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOCTTY, 0)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdin = slave
+		return func() { slave.Close() }, nil
+	})
 	if err != nil {
 		t.Error(err)
 		return nil
@@ -253,7 +254,7 @@ func startHolder(t *testing.T, path string) *exec.Cmd {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		}
-		done()
+		child.Reaped(cmd.Process.Pid)
 	})
 	return cmd
 }

@@ -250,25 +250,25 @@
 // escalation stops and counts one check in Unverified). Then find processes that still hold the
 // PTY slave (/proc/*/fd; skipped when the master already sees a hang-up; no other child of the
 // gateway can be among them, see Children and orphans; a pipe session's holders are those with
-// its output pipes open for writing, since the gateway's read ends name the same pipes and every
-// child it forks holds them until its exec), remember which of its fds point at the slave, open a
-// pidfd
-// for each, re-check through readlink of those fds that it still holds the slave, and signal
-// through the pidfd with the same escalation: group stragglers always, escapees (another session
+// its output pipes open for writing, read from /proc/PID/fdinfo, since the gateway's read ends
+// name the same pipes and every child it forks holds them until its exec), remember which of its
+// fds hold the slave, open a pidfd for each, re-check those fds (holdsFD: readlink, and a pipe's
+// fdinfo) to see it still holds the slave, and signal through the pidfd with the same escalation: group stragglers always, escapees (another session
 // id) unless SpareEscapees. Kill never waits for the reader: when an escapee keeps the slave
 // open, the master stays registered with the readers, and the reading ends (the master closed,
 // readerDone closed) when the escapee lets go of the slave and a read returns EIO.
 //
-// Descriptors: the kill path needs descriptors (listing /proc, each /proc/PID/fd, a stat, a pidfd
-// per holder, cgroup.procs, cgroup.kill, cgroup.events), and a gateway whose table is full must
+// Descriptors: the kill path needs descriptors (listing /proc, each /proc/PID/fd, a pipe's
+// /proc/PID/fdinfo, a stat, a pidfd per holder, cgroup.procs, cgroup.kill, cgroup.events), and a gateway whose table is full must
 // still end a session and say truly what is left. The package holds 4 descriptors on /dev/null
 // from its initialization (fdreserve.go, killFDs, its mutex guards them); withFDs runs a step,
 // and when it fails with EMFILE or ENFILE closes the reserve, runs it again and refills the
 // reserve (two kills short of descriptors take turns on the mutex). A holder whose pidfd cannot
-// be had even so is signalled by pid, each time right after readlink showed its fds still point
-// at the slave (readlink, getsid, getpgid and kill need no descriptor), and watched the same way
-// every 10 ms. Whatever could not be checked (a process's fds unreadable for another reason than
-// its exit or another owner, /proc or the cgroup unreadable) is counted in KillResult.Unverified:
+// be had even so is signalled by pid, each time right after holdsFD showed its fds still hold
+// the slave (readlink, getsid, getpgid and kill need no descriptor; a pipe's fdinfo takes the
+// reserve's), and watched the same way every 10 ms. Whatever could not be checked (a process's
+// fds or a pipe's fdinfo unreadable or unparseable for another reason than its exit or another
+// owner, /proc or the cgroup unreadable) is counted in KillResult.Unverified:
 // Survivors is then a lower bound, never a claim.
 //
 // With cgroups (Options.Cgroups), the kill ends with killCgroup: write 1 to the session's

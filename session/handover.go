@@ -506,7 +506,9 @@ func (r *Registry) adoptOne(h HandedSession, taken time.Time) (*Session, error) 
 		s.mu.Unlock()
 	}
 	if childErr != nil && masterErr != nil {
-		s.endRecording() // nothing tears this session down: its recording ends here
+		// Nothing tears this session down: its recording ends here, and it leaves the count.
+		s.endRecording()
+		opts.Instruments.Sessions.Add(context.Background(), -1)
 		return nil, errors.Join(childErr, masterErr)
 	}
 	if childErr != nil || masterErr != nil {

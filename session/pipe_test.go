@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
@@ -360,5 +362,50 @@ func TestPipeSessionKillLeavesReadersOfItsOutput(t *testing.T) {
 	testutil.WaitFor(t, time.Second, "escapee gone", func() bool { return !testutil.Alive(pid) })
 	if !testutil.Alive(reader.Process.Pid) {
 		t.Errorf("the kill signalled a process that only reads the session's output")
+	}
+}
+
+// fdWritable reads an fd's access mode from /proc/PID/fdinfo: a pipe's read end is not open for
+// writing, its write end is, and so is a read-write reopening of it; an O_PATH descriptor is not.
+func TestFDWritable(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	var rfd int
+	if err := rawFD(r, &rfd); err != nil {
+		t.Fatal(err)
+	}
+	rw, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(rfd), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close()
+	path, err := unix.Open("/proc/self/fd/"+strconv.Itoa(rfd), unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(path)
+	fdOf := func(f *os.File) int {
+		var fd int
+		if err := rawFD(f, &fd); err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	for _, c := range []struct {
+		name string
+		fd   int
+		want bool
+	}{{"read end", rfd, false}, {"write end", fdOf(w), true}, {"read-write reopening", fdOf(rw), true}, {"O_PATH", path, false}} {
+		got, err := fdWritable(os.Getpid(), strconv.Itoa(c.fd))
+		if err != nil || got != c.want {
+			t.Errorf("%s (fd %d): %v, %v; want %v", c.name, c.fd, got, err, c.want)
+		}
+	}
+	if _, err := fdWritable(os.Getpid(), "999999"); !gone(err) {
+		t.Errorf("an fd that is not open: %v, want ENOENT", err)
 	}
 }

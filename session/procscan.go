@@ -22,15 +22,14 @@ type holder struct {
 	fds []string
 }
 
-// still reports whether h still holds path, re-reading only the fd links found before (readlink
-// needs no descriptor). A process that exited, or closed them, no longer holds it; err is set
+// still reports whether h still holds one of paths, re-checking only the fds found before
+// (holdsFD). A process that exited, or closed them, no longer holds it; err is set
 // when no link could be read for another reason.
 func (h holder) still(paths []string) (bool, error) {
-	dir := "/proc/" + strconv.Itoa(h.pid) + "/fd/"
 	var first error
 	for _, fd := range h.fds {
-		target, err := os.Readlink(dir + fd)
-		if err == nil && slices.Contains(paths, target) {
+		ok, err := holdsFD(h.pid, fd, paths)
+		if ok {
 			return true, nil
 		}
 		if err != nil && !gone(err) && first == nil {
@@ -74,28 +73,30 @@ func holderFDs(pid int, paths []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
 	var fds []string
 	for _, fd := range names {
-		target, err := os.Readlink(dir + fd)
-		if err != nil || !slices.Contains(paths, target) {
-			continue
+		ok, err := holdsFD(pid, fd, paths)
+		if err != nil && !gone(err) { // gone: closed meanwhile
+			return nil, err
 		}
-		if strings.HasPrefix(target, "pipe:") {
-			w, err := fdWritable(pid, fd)
-			if gone(err) {
-				continue // closed meanwhile
-			}
-			if err != nil {
-				return nil, err
-			}
-			if !w {
-				continue
-			}
+		if ok {
+			fds = append(fds, fd)
 		}
-		fds = append(fds, fd)
 	}
 	return fds, nil
+}
+
+// holdsFD reports whether pid's fd is open on one of paths: for a pipe, open for writing.
+// readlink needs no descriptor; only a pipe's fdinfo does.
+func holdsFD(pid int, fd string, paths []string) (bool, error) {
+	target, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd)
+	if err != nil || !slices.Contains(paths, target) {
+		return false, err
+	}
+	if strings.HasPrefix(target, "pipe:") {
+		return fdWritable(pid, fd)
+	}
+	return true, nil
 }
 
 // fdWritable reports whether pid's fd is open for writing: the access mode of the flags in

@@ -14,7 +14,9 @@ import (
 
 // While one start's ends are open, no other child of the process is forked: a start that comes
 // meanwhile waits, and gets the lock only once the first child runs its program and our copies
-// of its ends are closed, so it never inherits them.
+// of its ends are closed, so it never inherits them. (A lock released before the ends are
+// closed fails the last check only if the waiting start wins the race for it; that check never
+// fails a correct lock.)
 func TestStartWithExcludesOtherStarts(t *testing.T) {
 	waits := make(chan struct{}, 1)
 	var locked atomic.Int32
