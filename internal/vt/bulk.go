@@ -1,6 +1,6 @@
 package vt
 
-import "bytes"
+import "sync"
 
 // Plain text scrolling through: the fast path for bulk output (a plain-text log, `seq`,
 // `base64`, `yes`, on a cooked terminal or a raw one).
@@ -12,18 +12,34 @@ import "bytes"
 //
 // It applies right after a line feed that left the cursor on a blank bottom row of a
 // full-height scroll region, on the normal screen, in the default rendition and the ASCII
-// charset, with autowrap on and insert and LNM off. The rows the text fills from the cursor,
-// wrapping at the last column as printing does, are worked out from its bytes. The rows above
-// scroll into the history as they would; the rows that would pass through the screen go to the
-// history serialized straight from their bytes; only the rows left on the screen are written
-// into cells. The result is the one printing gives (TestScrollTextMatchesPrinting): the same
+// charset, with autowrap on and insert and LNM off. One walk over the bytes checks that they
+// are plain text and works out the rows they fill from the cursor, wrapping at the last column
+// as printing does; it keeps only the last rows, those the history and the screen can hold
+// (rowRing), and counts the rest, which would scroll out of the history within the same Write.
+// The rows above scroll into the history as they would; the kept rows that would pass through
+// the screen go to the history serialized straight from their bytes; only the rows left on the
+// screen are written into cells. The result is the one printing gives (TestScrollTextMatchesPrinting): the same
 // rows, history, cursor, pending wrap and character for REP.
 
-// textRow is a row that plain text filled: blank up to column x0, then text.
-type textRow struct {
-	x0   int
-	text []byte
+// rowSpan is a row that plain text filled: blank up to column x0, then the text p[start:end].
+type rowSpan struct{ x0, start, end int }
+
+// rowRing keeps the last rows a walk filled, all a scroll can keep (the history's and the
+// screen's); the rows before them scroll out of the history within the same Write, and are only
+// counted. n counts every row pushed.
+type rowRing struct {
+	spans []rowSpan
+	n     int
 }
+
+func (r *rowRing) push(x0, start, end int) {
+	r.spans[r.n%len(r.spans)] = rowSpan{x0, start, end}
+	r.n++
+}
+
+// rowRings recycles the rings: a terminal streaming plain text takes one for each Write it
+// scrolls in bulk, and an idle one holds none.
+var rowRings = sync.Pool{New: func() any { return new(rowRing) }}
 
 // textRun is where plain text at the start of p leaves the terminal: rows completed (scrolled
 // off the bottom row), the bytes taken, the cursor's column and pending wrap, and the
@@ -37,46 +53,25 @@ type textRun struct {
 }
 
 // walkText runs plain text at p's start from column x of a blank bottom row, as printing would,
-// up to the first byte it does not take. It calls row (unless nil) for each row completed, in
-// order, then for the bottom row it leaves partly written. With valid, p's first upTo bytes
-// are known to be plain text (an earlier walk took them) and the walk stops there, finding
-// line feeds by bytes.IndexByte instead of checking every byte.
-func (t *Terminal) walkText(p []byte, x int, valid bool, upTo int, row func(textRow)) textRun {
+// up to the first byte it does not take. It pushes to ring each row completed, in order, then
+// the bottom row it leaves partly written.
+func (t *Terminal) walkText(p []byte, x int, ring *rowRing) textRun {
 	cols := t.cols
 	r := textRun{x: x}
-	cur := textRow{x0: x}
-	start := 0 // where cur's text begins in p
+	x0 := x    // where the current row's text begins on it
+	start := 0 // where the current row's text begins in p
 	i := 0
-	if valid {
-		p = p[:upTo]
-	}
 	for i < len(p) {
-		// The text up to the next line end, or the end of what the walk takes.
-		var e int
-		if valid {
-			e = bytes.IndexByte(p[i:], '\n')
-			if e < 0 {
-				e = len(p)
-			} else {
-				e += i
-				if e > i && p[e-1] == '\r' {
-					e--
-				}
-			}
-		} else {
-			e = i + printableRun(p[i:])
-		}
+		// The text up to the next byte that is not printable.
+		e := i + printableRun(p[i:])
 		if e > i {
 			r.lastRune = rune(p[e-1])
 		}
 		for i < e {
 			if r.pending { // wrap: the row is complete, the next starts at column 0
-				if row != nil {
-					cur.text = p[start:i]
-					row(cur)
-				}
+				ring.push(x0, start, i)
 				r.rows++
-				cur, start, r.x, r.pending = textRow{}, i, 0, false
+				x0, start, r.x, r.pending = 0, i, 0, false
 			}
 			k := min(cols-r.x, e-i)
 			i, r.x = i+k, r.x+k
@@ -92,31 +87,22 @@ func (t *Terminal) walkText(p []byte, x int, valid bool, upTo int, row func(text
 			r.x = 0
 		case p[i] != '\n':
 			// Not plain text: the walk ends here.
-			if row != nil {
-				cur.text = p[start:i]
-				row(cur)
-			}
+			ring.push(x0, start, i)
 			r.used = i
 			return r
 		}
 		// A line feed: the row is complete; the next is blank, the cursor where it was (at
 		// the carriage's return, column 0), no pending wrap.
-		if row != nil {
-			cur.text = p[start:i]
-			row(cur)
-		}
+		ring.push(x0, start, i)
 		r.rows++
 		if p[i] == '\r' {
 			i++
 		}
 		i++
-		cur, start, r.pending, r.lastRune = textRow{x0: r.x}, i, false, 0
+		x0, start, r.pending, r.lastRune = r.x, i, false, 0
 	}
 	r.used = len(p)
-	if row != nil {
-		cur.text = p[start:]
-		row(cur)
-	}
+	ring.push(x0, start, len(p))
 	return r
 }
 
@@ -134,33 +120,41 @@ func (t *Terminal) scrollText(p []byte) (used, skip int) {
 		return 0, 0
 	}
 	rows := t.rows
-	run := t.walkText(p, t.x, false, 0, nil)
+	ring := rowRings.Get().(*rowRing)
+	defer rowRings.Put(ring)
+	// Room for every row the scroll can keep: the history's and the screen's.
+	if n := t.sb.max + rows; cap(ring.spans) < n {
+		ring.spans = make([]rowSpan, n)
+	} else {
+		ring.spans = ring.spans[:n]
+	}
+	ring.n = 0
+	run := t.walkText(p, t.x, ring)
 	if run.rows < rows {
 		return 0, run.used + 1
 	}
 	// Printing it: the rows above the bottom one scroll into the history; of the rows the text
 	// completes, the first run.rows-rows+1 pass through the screen into the history (only the
 	// last sb.max of them stay there) and the rest are left on rows 0..rows-2; the row it
-	// leaves partly written is the bottom one.
+	// leaves partly written is the bottom one. The ring holds the rows from first on.
 	t.scrollUp(0, rows-1, rows-1, true)
 	through := run.rows - rows + 1
 	first := max(0, through-t.sb.max)
-	i := 0
-	t.walkText(p, t.x, true, run.used, func(r textRow) {
-		switch {
-		case i >= through:
+	for i := first; i < ring.n; i++ {
+		sp := ring.spans[i%len(ring.spans)]
+		text := p[sp.start:sp.end]
+		if i >= through {
 			rw := t.rowW(i - through)
-			for x, b := range r.text {
-				rw.l[r.x0+x] = cell{c: uint32(b)}
+			for x, b := range text {
+				rw.l[sp.x0+x] = cell{c: uint32(b)}
 			}
-			if len(r.text) > 0 {
-				rw.ext = r.x0 + len(r.text)
+			if len(text) > 0 {
+				rw.ext = sp.x0 + len(text)
 			}
-		case i >= first && t.sb.max > 0:
-			t.sb.pushText(r.x0, r.text)
+		} else {
+			t.sb.pushText(sp.x0, text)
 		}
-		i++
-	})
+	}
 	t.x, t.wrapPending, t.lastRune = run.x, run.pending, run.lastRune
 	t.bulkRuns++
 	return run.used, 0
