@@ -6,6 +6,7 @@
 import { CastError, MuxClient, parseCast, type Cast, type RecordingInfo } from '@muxterm/client';
 import { Terminal } from '@xterm/xterm';
 import { themes, webSocketUrl } from './config';
+import { lightenViewport } from './viewport';
 
 /** A pause longer than this plays as this long (asciinema's idle_time_limit). */
 const IDLE_LIMIT_MS = 5000;
@@ -59,6 +60,7 @@ export class Player {
   constructor(host: HTMLElement) {
     this.term = new Terminal({ theme: themes.dark, scrollback: 1000, convertEol: false, disableStdin: true, cursorBlink: false });
     this.term.open(host);
+    lightenViewport(this.term); // a seek writes the recording from its start
   }
 
   /** Recording seconds (a span's muxterm.recording.offset_s) → play time, pauses cut. */

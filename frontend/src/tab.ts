@@ -17,6 +17,7 @@ import { termTheme, webglWanted } from './settings';
 import { wireClipboard } from './clipboard';
 import { wireTouchScroll, withModifiers } from './keybar';
 import { TabTransfer, wireTransfer } from './transfer';
+import { lightenViewport } from './viewport';
 
 export interface Tab {
   session: string;
@@ -31,6 +32,8 @@ export interface Tab {
   sentSize: { cols: number; rows: number } | null;
   /** The most output acknowledged ahead of its parsing at once (READ_AHEAD), for the test hook. */
   aheadPeak: number;
+  /** Whether its scrollbar follows output once per frame (viewport.ts). */
+  viewportLightened: boolean;
   noteEl: HTMLElement;
   term: Terminal;
   fit: FitAddon;
@@ -211,6 +214,7 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
     sessionSize: null,
     sentSize: null,
     aheadPeak: 0,
+    viewportLightened: false,
     noteEl,
     term,
     fit,
@@ -234,6 +238,7 @@ export function createTab(app: App, session: string, cmd?: string[]): Tab {
   // xterm.js measures on open: the pane must be laid out, even if it is not the active one.
   pane.classList.add('measuring');
   term.open(pane);
+  tab.viewportLightened = lightenViewport(term);
   safeFit(app, tab);
   pane.classList.remove('measuring');
 

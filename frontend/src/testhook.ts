@@ -52,6 +52,9 @@ export interface MuxtermTestHook {
   transfer(): { enabled: boolean; busy: boolean; shown: boolean; last: App['lastTransfer'] };
   /** Tab i's (default: active) scroll position: the first row shown, and the bottom's. */
   scroll(i?: number): { viewportY: number; baseY: number } | null;
+  /** The active tab's vertical scrollbar: its slider's top and bottom, its track's height (px, from
+   *  the track's top), and whether it follows output once per frame (viewport.ts). */
+  scrollbar(): { top: number; bottom: number; track: number; lightened: boolean } | null;
 }
 
 declare global {
@@ -132,6 +135,15 @@ function installTestHook(ui: TestHookUI): void {
     scroll: (i?: number) => {
       const t = app.tabs[i ?? app.active];
       return t ? { viewportY: t.term.buffer.active.viewportY, baseY: t.term.buffer.active.baseY } : null;
+    },
+    scrollbar: () => {
+      const t = app.tabs[app.active];
+      const track = t?.pane.querySelector('.xterm-scrollable-element > .scrollbar.vertical');
+      const slider = track?.querySelector('.slider');
+      if (!t || !track || !slider) return null;
+      const a = track.getBoundingClientRect();
+      const s = slider.getBoundingClientRect();
+      return { top: s.top - a.top, bottom: s.bottom - a.top, track: a.height, lightened: t.viewportLightened };
     },
     cellRect: (text: string, col: number) => {
       const t = app.tabs[app.active];
