@@ -18,8 +18,9 @@ import "sync"
 // (rowRing), and counts the rest, which would scroll out of the history within the same Write.
 // The rows above scroll into the history as they would; the kept rows that would pass through
 // the screen go to the history serialized straight from their bytes; only the rows left on the
-// screen are written into cells. The result is the one printing gives (TestScrollTextMatchesPrinting): the same
-// rows, history, cursor, pending wrap and character for REP.
+// screen are written into cells. The result is the one printing gives
+// (TestScrollTextMatchesPrinting): the same rows, history, cursor, pending wrap and character
+// for REP.
 
 // rowSpan is a row that plain text filled: blank up to column x0, then the text p[start:end].
 type rowSpan struct{ x0, start, end int }
@@ -122,8 +123,10 @@ func (t *Terminal) scrollText(p []byte) (used, skip int) {
 	rows := t.rows
 	ring := rowRings.Get().(*rowRing)
 	defer rowRings.Put(ring)
-	// Room for every row the scroll can keep: the history's and the screen's.
-	if n := t.sb.max + rows; cap(ring.spans) < n {
+	// Room for every row the scroll can keep: the history's and the screen's, and no more than
+	// p can fill (each row but the last takes a byte of it at least), so a short Write beside a
+	// long history takes a short ring.
+	if n := min(t.sb.max+rows, len(p)+1); cap(ring.spans) < n {
 		ring.spans = make([]rowSpan, n)
 	} else {
 		ring.spans = ring.spans[:n]

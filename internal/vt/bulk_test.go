@@ -89,6 +89,40 @@ func TestScrollTextMatchesPrinting(t *testing.T) {
 	t.Logf("the fast path took %d runs", fast)
 }
 
+// TestScrollTextLongFloodMatchesPrinting: floods of thousands of rows in one Write, more than
+// the history and the screen hold, so the rows the fast path keeps wrap around its ring, give
+// what printing gives, with a history of 1, 50 and 1,000 lines.
+func TestScrollTextLongFloodMatchesPrinting(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for i := range 12 {
+		cols, rows := 20+r.IntN(100), 2+r.IntN(40)
+		sb := []int{1, 50, 1000}[i%3]
+		a := New(cols, rows, Options{ScrollbackLines: sb})
+		b := New(cols, rows, Options{ScrollbackLines: sb})
+		b.noBulk = true
+		lead := []byte("\r\n")
+		var flood []byte // plain text the fast path takes whole: no lone CR
+		for range 2000 + r.IntN(4000) {
+			w := r.IntN(2*cols + 3)
+			for j := range w {
+				flood = append(flood, byte(0x20+(j*7+w)%95))
+			}
+			flood = append(flood, [...]string{"\r\n", "\n"}[r.IntN(2)]...)
+		}
+		for _, term := range []*Terminal{a, b} {
+			term.Write(lead)
+			term.Write(flood)
+		}
+		if a.bulkRuns == 0 {
+			t.Fatalf("case %d: the fast path did not take the flood", i)
+		}
+		if da, db := dump(a), dump(b); da != db || a.lastRune != b.lastRune || a.wrapPending != b.wrapPending {
+			t.Fatalf("case %d (%dx%d, history %d, %d bytes): fast path:\n%s\nline by line:\n%s", i, cols, rows, sb, len(flood), da, db)
+		}
+		checkExtents(t, fmt.Sprintf("case %d", i), a)
+	}
+}
+
 // TestScrollTextTakesAFlood checks that the fast path takes a flood of plain text (so the
 // test above compares it, not two slow paths), on a cooked terminal and on a raw one: the rows
 // it leaves on the screen and in the history, and the cursor.
