@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 // TestBrowserScrollbarFollowsOutput: output that grows a fresh terminal's scrollback, whose
 // scrollbar follows it once per frame (frontend/src/viewport.ts), leaves the slider at the
 // bottom of its track; a mouse wheel over the terminal scrolls back through the scrollback, and
-// the slider goes up with it.
+// the slider goes up with it; scrolled back while output streams, a key takes the view to the
+// bottom, where it stays.
 func TestBrowserScrollbarFollowsOutput(t *testing.T) {
 	g := startGateway(t)
 	for _, webgl := range []bool{false, true} {
@@ -41,6 +43,28 @@ func TestBrowserScrollbarFollowsOutput(t *testing.T) {
 		}
 		b.waitJS("(() => { const v = window.muxterm.scroll(); const s = window.muxterm.scrollbar(); return v.viewportY < v.baseY - 20 && s.bottom < s.track - 20 })()", 10*time.Second)
 		back := eval[scroll](b, "window.muxterm.scroll()")
+
+		// A scroll right after output, before the frame that syncs the scrollbar, goes where it
+		// is asked to: the scrollbar is synced first.
+		b.echo("to-''the-bottom") // a key takes the view back to the bottom
+		if v := eval[scroll](b, "window.muxterm.scrollAfterLines(50, -5)"); v.ViewportY != v.BaseY-5 {
+			t.Errorf("webgl %v: scrolled 5 rows up right after 50 lines of output: row %d, the bottom %d", webgl, v.ViewportY, v.BaseY)
+		}
+
+		// Scrolled back while output streams, a key (Ctrl-C) takes the view to the bottom, and
+		// it stays there as the rest of the output comes.
+		b.typeText("seq 1 3000000\r")
+		b.waitJS(fmt.Sprintf("window.muxterm.scroll().baseY > %d", back.BaseY+5000), 20*time.Second)
+		for range 20 {
+			cdpDo(b, input.DispatchMouseEvent, input.DispatchMouseEventParams{Type: input.DispatchMouseEventTypeMouseWheel, X: c.X, Y: c.Y, DeltaX: 0.001, DeltaY: -120})
+		}
+		b.waitJS("(() => { const v = window.muxterm.scroll(); return v.viewportY < v.baseY - 30 })()", 10*time.Second)
+		b.typeText("\x03")
+		b.waitJS("window.muxterm.bufferText().includes('^C')", 20*time.Second)
+		b.echo("after''-the-flood")
+		if v := eval[scroll](b, "window.muxterm.scroll()"); v.ViewportY != v.BaseY {
+			t.Errorf("webgl %v: a key pressed while scrolled back during output left the view at row %d, the bottom at %d", webgl, v.ViewportY, v.BaseY)
+		}
 		t.Logf("FIGURE webgl %v: slider %.0f–%.0f of a %.0f px track at the bottom; the wheel scrolled back %d rows", webgl, s.Top, s.Bottom, s.Track, at.ViewportY-back.ViewportY)
 	}
 }
