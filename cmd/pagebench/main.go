@@ -42,9 +42,12 @@ type config struct {
 	Width     int           `json:"width"`
 	Height    int           `json:"height"`
 	TTYDArgs  []string      `json:"ttyd_args,omitempty"` // extra flags for ttyd
-	Variants  []string      `json:"variants,omitempty"`  // NAME=BIN: more gateways (other builds of the UI) measured beside muxterm
-	JSON      string        `json:"json,omitempty"`
-	MD        string        `json:"md,omitempty"`
+	// LoadPage: muxterm's streaming terminal is in a second page, as ttyd's always is, instead
+	// of a hidden tab of the measured page.
+	LoadPage bool     `json:"load_page,omitempty"`
+	Variants []string `json:"variants,omitempty"` // NAME=BIN: more gateways (other builds of the UI) measured beside muxterm
+	JSON     string   `json:"json,omitempty"`
+	MD       string   `json:"md,omitempty"`
 	// CPUProfile: a directory for a CPU profile of each page's bulk output (empty: none).
 	CPUProfile string `json:"cpuprofile,omitempty"`
 }
@@ -61,6 +64,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.IdlePause, "idle-pause", 300*time.Millisecond, "pause before each keystroke from idle")
 	fs.IntVar(&c.KeysN, "keys-n", 60, "keystrokes back to back, and while another terminal streams, per repetition")
 	fs.IntVar(&c.SeqN, "seq", 3000000, "bulk output: seq 1 N")
+	fs.BoolVar(&c.LoadPage, "load-page", false, "while another terminal streams: muxterm's streaming terminal in a second page of the browser, as ttyd's always is, instead of a hidden tab of the measured page")
 	fs.IntVar(&c.Width, "width", 1280, "window width")
 	fs.IntVar(&c.Height, "height", 800, "window height")
 	fs.Func("ttyd-arg", "an extra flag for ttyd, e.g. -ttyd-arg=-t -ttyd-arg=cursorBlink=true (repeatable)", func(v string) error {

@@ -142,7 +142,11 @@ func fmtNum(v float64, unit string) string {
 }
 
 func writeMarkdown(w io.Writer, r *Report) {
-	fmt.Fprintf(w, "pagebench %s, %d interleaved repetitions, %.0f s; %s; %s; %d×%d\n\n", r.Date, r.Config.Reps, r.Seconds, r.TTYDVersion, r.Chromium, r.Config.Width, r.Config.Height)
+	fmt.Fprintf(w, "pagebench %s, %d interleaved repetitions, %.0f s; %s; %s; %d×%d", r.Date, r.Config.Reps, r.Seconds, r.TTYDVersion, r.Chromium, r.Config.Width, r.Config.Height)
+	if r.Config.LoadPage {
+		fmt.Fprint(w, "; muxterm's streaming terminal in a second page (-load-page)")
+	}
+	fmt.Fprint(w, "\n\n")
 	head := []string{""}
 	for _, rd := range renderers {
 		name := map[string]string{"dom": "DOM", "webgl": "WebGL"}[rd]

@@ -205,8 +205,9 @@ func measure(ctx context.Context, bctx context.Context, cfg config, server, rend
 }
 
 // underLoad starts `yes` in another terminal of the same origin (muxterm: a second tab of the
-// page, hidden behind the first; ttyd: a second page) and times keys in the first meanwhile.
-// It returns the discards of the streaming terminal when it is another page.
+// page, hidden behind the first, or with -load-page a new tab of a second page, which also
+// shows the first's session; ttyd: a second page) and times keys in the first meanwhile. It
+// returns the discards of the streaming terminal when it is ttyd's second page.
 func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms, delivery []float64, discards int, err error) {
 	const streaming = "window.__pb.hasRow('y')"
 	eval := func(expr string) func() error {
@@ -219,7 +220,33 @@ func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms,
 		}
 	}()
 	var start, stop []func() error
-	if server != "ttyd" {
+	openSecond := func() (err error) {
+		// A second page in the first's browser context.
+		if s, err = openPage(p.ctx, cfg, url, false); err != nil {
+			return fmt.Errorf("second page: %w", err)
+		}
+		return nil
+	}
+	evalS := func(expr string) func() error {
+		return func() error { _, err := evalT[any](s, expr, 10*time.Second); return err }
+	}
+	switch {
+	case server != "ttyd" && cfg.LoadPage:
+		start = []func() error{
+			openSecond,
+			evalS("window.muxterm.newTab()"),
+			func() error {
+				return s.waitJS("window.muxterm.tabs().length === 2 && window.muxterm.activeIndex() === 1", 10*time.Second)
+			},
+			func() error { return s.prompt() },
+			func() error { return s.typeText("yes\r") },
+			func() error { return s.waitJS(streaming, 10*time.Second) },
+		}
+		stop = []func() error{
+			evalS("window.muxterm.closeTab(1)"),
+			func() error { return s.waitJS("window.muxterm.tabs().length === 1", 10*time.Second) },
+		}
+	case server != "ttyd":
 		start = []func() error{
 			eval("window.muxterm.newTab()"),
 			func() error {
@@ -234,15 +261,9 @@ func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms,
 			eval("window.muxterm.closeTab(1)"),
 			func() error { return p.waitJS("window.muxterm.tabs().length === 1", 10*time.Second) },
 		}
-	} else {
+	default:
 		start = []func() error{
-			func() (err error) {
-				// A second page in the first's browser context.
-				if s, err = openPage(p.ctx, cfg, url, false); err != nil {
-					return fmt.Errorf("second page: %w", err)
-				}
-				return nil
-			},
+			openSecond,
 			func() error { return s.typeText("yes\r") },
 			func() error { return s.waitJS(streaming, 10*time.Second) },
 		}
