@@ -56,8 +56,8 @@ export interface MuxtermTestHook {
    *  the track's top), and whether it follows output once per frame (viewport.ts). */
   scrollbar(): { top: number; bottom: number; track: number; lightened: boolean } | null;
   /** Writes n empty lines into the active tab's terminal (not its session) and, once they are
-   *  parsed, before the next frame, scrolls by rows; then its scroll position. */
-  scrollAfterLines(n: number, rows: number): Promise<{ viewportY: number; baseY: number } | null>;
+   *  parsed, before the next frame, scrolls by rows (or to the bottom); then its scroll position. */
+  scrollAfterLines(n: number, rows: number | 'bottom'): Promise<{ viewportY: number; baseY: number } | null>;
 }
 
 declare global {
@@ -139,12 +139,13 @@ function installTestHook(ui: TestHookUI): void {
       const t = app.tabs[i ?? app.active];
       return t ? { viewportY: t.term.buffer.active.viewportY, baseY: t.term.buffer.active.baseY } : null;
     },
-    scrollAfterLines: (n: number, rows: number) =>
+    scrollAfterLines: (n: number, rows: number | 'bottom') =>
       new Promise((resolve) => {
         const t = app.tabs[app.active];
         if (!t) return resolve(null);
         t.term.write('\r\n'.repeat(n), () => {
-          t.term.scrollLines(rows);
+          if (rows === 'bottom') t.term.scrollToBottom();
+          else t.term.scrollLines(rows);
           const b = t.term.buffer.active;
           resolve({ viewportY: b.viewportY, baseY: b.baseY });
         });

@@ -5,13 +5,15 @@
 // time in `seq 1 100000` on a fresh terminal. ttyd's page, on xterm.js 5, syncs once per frame.
 // Once the scrollback is full, a line changes neither and costs little.
 //
-// lightenViewport makes the buffer's scroll ask for one sync at the next animation frame, with
-// the buffer's position then, and that sync does not reveal the scrollbar (output is not the
-// user scrolling). A sync xterm.js queues itself (a resize, a buffer switch: queueSync) still
-// runs at once. Anything the user scrolls with (the wheel, a pointer, a touch, a key; and
-// xterm.js's own scrollLines and scrollToLine) first syncs what is pending, since a scroll is
-// worked out from the scrollbar's position: from a stale one it would land rows away from where
-// it was meant to (a key pressed while scrolled back would stop short of the bottom). Both
+// lightenViewport makes a sync without a position (the buffer's scroll asks for one per line;
+// xterm.js's own queued sync after a resize or a buffer switch may too) wait for the next
+// animation frame and run once, with the buffer's position then, without revealing the
+// scrollbar (output is not the user scrolling). A sync that names a position runs at once.
+// Every scroll worked out from the scrollbar's position first runs the pending sync: the wheel
+// and the scrollbar's own slider and track (pointerdown, which covers mouse, touch and pen), a
+// key, and xterm.js's scrollLines and scrollToLine, through which its other scrolls go (pages,
+// the bottom on input, search, selection, the key bar's touch scrolling). From a stale position
+// a scroll would land rows away from where it was meant to, or stop short of the bottom. Both
 // reach into xterm.js's internals; where they are not as expected (another xterm.js), nothing
 // changes.
 import type { Terminal } from '@xterm/xterm';
@@ -36,6 +38,7 @@ export function lightenViewport(term: Terminal): boolean {
   }
   let frame = 0;
   const syncQuietly = (): void => {
+    if (!term.element?.isConnected) return; // the tab is gone: its viewport is disposed
     reveal.call(el, false);
     try {
       sync.call(vp);
@@ -70,7 +73,7 @@ export function lightenViewport(term: Terminal): boolean {
     flush();
     scrollToLine.call(vp, line, disableSmoothScroll);
   };
-  for (const type of ['wheel', 'mousedown', 'touchstart', 'keydown']) {
+  for (const type of ['wheel', 'pointerdown', 'keydown']) {
     term.element.addEventListener(type, flush, { capture: true, passive: true });
   }
   return true;
