@@ -235,10 +235,53 @@ func TestRecordingOnEnd(t *testing.T) {
 // written); listed as ended, it is whole, and its size is the file's.
 func TestRecordingListedEndedOnlyWhenWhole(t *testing.T) {
 	t.Parallel()
+	h := killWithEndHeld(t, record.Retention{})
+	r, s := h.r, h.s
+	listed := func() RecordingInfo {
+		t.Helper()
+		rs, err := r.Recordings("alice", false, s.ID())
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("recordings of %s: %+v, %v", s.ID(), rs, err)
+		}
+		return rs[0]
+	}
+	if _, err := r.Get(s.ID(), "alice"); err == nil {
+		t.Fatal("the killed session is still in the registry")
+	}
+	if in := listed(); !in.Active {
+		t.Errorf("listed as ended before its end was written: %+v", in)
+	}
+	h.letEnd()
+	testutil.WaitClosed(t, h.ended, 10*time.Second, "the recording's end")
+	data, err := os.ReadFile(RecordingPath(h.dir, s.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := listed()
+	if in.Active || !strings.HasSuffix(string(data), "\"m\", \"exit signal HUP\"]\n") || in.Bytes != int64(len(data)) {
+		t.Fatalf("listed (%+v) once its end is written, with a file of %d bytes ending %q", in, len(data), data[max(0, len(data)-60):])
+	}
+}
+
+// heldEnd is a recorded session killed with its recording's end held (killWithEndHeld):
+// letEnd lets the end go on, ended is closed once it is written.
+type heldEnd struct {
+	r      *Registry
+	s      *Session
+	dir    string
+	letEnd func()
+	ended  <-chan struct{}
+}
+
+// killWithEndHeld opens a recorded session (retention its registry's) that prints and waits,
+// kills it, and returns once the recording's end has begun, held before it writes anything.
+func killWithEndHeld(t *testing.T, retention record.Retention) heldEnd {
+	t.Helper()
 	opts := testOptions()
 	dir := t.TempDir()
 	ended := make(chan struct{})
-	opts.Record = RecordOptions{Dir: dir, All: true, OnEnd: func(string, RecordingInfo) { close(ended) }}
+	opts.Record = RecordOptions{Dir: dir, All: true, Retention: retention,
+		OnEnd: func(string, RecordingInfo) { close(ended) }}
 	ending, release := make(chan struct{}), make(chan struct{})
 	var releaseOnce sync.Once
 	letEnd := func() { releaseOnce.Do(func() { close(release) }) }
@@ -251,36 +294,32 @@ func TestRecordingListedEndedOnlyWhenWhole(t *testing.T) {
 	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "printf 'up\\n'; exec sleep 60")
 	collect(t, v, wake, nil).waitOutput(t, "up", 10*time.Second)
-	listed := func() RecordingInfo {
-		t.Helper()
-		rs, err := r.Recordings("alice", false, s.ID())
-		if err != nil || len(rs) != 1 {
-			t.Fatalf("recordings of %s: %+v, %v", s.ID(), rs, err)
-		}
-		return rs[0]
-	}
-	file := func() []byte {
-		t.Helper()
-		data, err := os.ReadFile(RecordingPath(dir, s.ID()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return data
-	}
 	if res, err := r.Kill(context.Background(), s.ID(), "alice"); err != nil || !res.Reaped {
 		t.Fatalf("kill: %+v, %v", res, err)
 	}
 	testutil.WaitClosed(t, ending, 10*time.Second, "the recording's end to begin")
-	if _, err := r.Get(s.ID(), "alice"); err == nil {
-		t.Fatal("the killed session is still in the registry")
+	return heldEnd{r: r, s: s, dir: dir, letEnd: letEnd, ended: ended}
+}
+
+// A recording whose end is still being written is never pruned, even once its session has left
+// the registry and its file looks old; once ended, it is.
+func TestPruneSparesARecordingBeingWritten(t *testing.T) {
+	t.Parallel()
+	h := killWithEndHeld(t, record.Retention{MaxAge: time.Hour})
+	path := RecordingPath(h.dir, h.s.ID())
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
 	}
-	if in := listed(); !in.Active {
-		t.Errorf("listed as ended before its end was written: %+v", in)
+	if p, err := h.r.PruneRecordings(time.Now()); err != nil || p.Files != 0 {
+		t.Fatalf("prune while its end is written: %+v, %v; want nothing removed", p, err)
 	}
-	letEnd()
-	testutil.WaitClosed(t, ended, 10*time.Second, "the recording's end")
-	in, data := listed(), file()
-	if in.Active || !strings.HasSuffix(string(data), "\"m\", \"exit signal HUP\"]\n") || in.Bytes != int64(len(data)) {
-		t.Fatalf("listed (%+v) once its end is written, with a file of %d bytes ending %q", in, len(data), data[max(0, len(data)-60):])
+	h.letEnd()
+	testutil.WaitClosed(t, h.ended, 10*time.Second, "the recording's end")
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := h.r.PruneRecordings(time.Now()); err != nil || p.Files != 1 {
+		t.Fatalf("prune once it ended: %+v, %v; want it removed", p, err)
 	}
 }
