@@ -102,25 +102,13 @@ func holdsFD(pid int, fd string, paths []string) (bool, error) {
 // fdWritable reports whether pid's fd is open for writing: the access mode of the flags in
 // /proc/PID/fdinfo/FD (with the reserve if the table is full).
 func fdWritable(pid int, fd string) (bool, error) {
-	var b []byte
+	var flags uint64
 	err := withFDs(func() error {
 		var err error
-		b, err = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/fdinfo/" + fd)
+		flags, err = procfs.FDFlags(pid, fd)
 		return err
 	})
-	if err != nil {
-		return false, err
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "flags:"); ok {
-			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
-			if err != nil {
-				return false, fmt.Errorf("fdinfo %d/%s: flags %q: %w", pid, fd, v, err)
-			}
-			return flags&unix.O_ACCMODE != unix.O_RDONLY, nil
-		}
-	}
-	return false, fmt.Errorf("fdinfo %d/%s: no flags", pid, fd)
+	return err == nil && procfs.Writable(flags), err
 }
 
 // sessionGroups returns the process groups of the live processes (zombies excluded) whose
