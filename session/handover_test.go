@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/muxterm/muxterm/internal/testutil"
+	"github.com/muxterm/muxterm/otel"
 
 	"golang.org/x/sys/unix"
 )
@@ -340,6 +341,88 @@ func TestAdoptTearsDownABadSession(t *testing.T) {
 	})
 	if _, err := r2.Get(bad.ID(), "a"); err == nil {
 		t.Fatal("the bad session was registered")
+	}
+}
+
+// A handed session with neither a child to wait for nor a master to read is abandoned: no
+// teardown will ever run for it, so its adoption itself ends its recording (whole, the exit
+// marker in it, no longer listed as being written) and takes it out of the sessions' count.
+func TestAdoptAbandonsASessionWithNothingLeft(t *testing.T) {
+	opts := testOptions()
+	opts.Record = RecordOptions{Dir: t.TempDir(), All: true}
+	r1 := NewRegistry(opts, nil)
+	s1, _, err := r1.Open(Spec{Argv: []string{"sh", "-c", "echo started; exec sleep 100"}, Cols: 80, Rows: 24,
+		Dir: os.TempDir(), Owner: "a"}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the output in the recording", func() bool {
+		data, _, err := r1.ReadRecording(s1.ID(), "a", false, 0, 1<<16)
+		return err == nil && bytes.Contains(data, []byte(`"o", "started`))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := r1.Handover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Sessions) != 1 || st.Sessions[0].Recording == "" {
+		t.Fatalf("handed %+v, want the one session with its recording", st.Sessions)
+	}
+	h := &st.Sessions[0]
+	// Its child is gone, reaped by someone else, and its pidfd was lost: nothing to wait for.
+	// Its master is not a PTY: nothing to read.
+	if err := unix.Kill(h.Pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Wait4(h.Pid, nil, 0, nil); err != nil && !errors.Is(err, unix.ECHILD) {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the child to be reaped", func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", h.Pid))
+		return err != nil
+	})
+	unix.Close(h.Pidfd)
+	h.Pidfd = -1
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Master, _ = unix.FcntlInt(devnull.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	devnull.Close()
+	s1.ptmx.Close()
+
+	ended := make(chan RecordingInfo, 1)
+	opts2 := opts
+	in, meter := newMeterProbe(t)
+	opts2.Instruments = in
+	opts2.Record.OnEnd = func(_ string, info RecordingInfo) { ended <- info }
+	r2 := NewRegistry(opts2, nil)
+	n, err := r2.Adopt(st)
+	if n != 0 || err == nil || !strings.Contains(err.Error(), s1.ID()) {
+		t.Fatalf("Adopt: %d adopted, err %v; want 0 and an error naming %s", n, err, s1.ID())
+	}
+	if _, err := r2.Get(s1.ID(), "a"); err == nil {
+		t.Fatal("the abandoned session was registered")
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the abandoned session's recording never ended")
+	}
+	list, err := r2.Recordings("a", false, s1.ID())
+	if err != nil || len(list) != 1 || list[0].Active {
+		t.Fatalf("recording list %+v, %v; want it, ended", list, err)
+	}
+	data, _, err := r2.ReadRecording(s1.ID(), "a", false, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte(`"o", "started`)) || !bytes.HasSuffix(data, []byte(`"m", "exit -1"]`+"\n")) {
+		t.Fatalf("recording does not hold the output then the exit marker:\n%s", data)
+	}
+	if got := meter.sum(t, otel.MetricSessions); got != 0 {
+		t.Fatalf("sessions counted after the abandoned adoption: %v, want 0", got)
 	}
 }
 
