@@ -164,6 +164,9 @@ type Options struct {
 	// testHookRecordingEnd runs on a recording's end goroutine before it writes what is queued
 	// (the exit marker last) and closes the file (tests only; nil in production).
 	testHookRecordingEnd func(s *Session)
+	// testHookRecordingSized runs in a listing or a read of recording id once its file's size
+	// is read (tests only; nil in production).
+	testHookRecordingSized func(id string)
 }
 
 // batchSize is the most one read batch (Session.readBatch) takes: small enough that a batch read

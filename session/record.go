@@ -408,6 +408,9 @@ func (r *Registry) openRecording(id string) (*os.File, RecordingInfo, error) {
 	if err != nil {
 		return nil, RecordingInfo{}, err
 	}
+	if h := r.opts.testHookRecordingSized; h != nil {
+		h(id)
+	}
 	if rec != nil {
 		// Still being written: only its complete lines are the recording's yet.
 		info.Active, info.Bytes = true, min(info.Bytes, rec.Written())

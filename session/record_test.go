@@ -263,6 +263,33 @@ func TestRecordingListedEndedOnlyWhenWhole(t *testing.T) {
 	}
 }
 
+// A listing never says a recording ended before its file is whole: one whose end is written
+// right after the listing read its file's size is listed as being written, with the complete
+// lines of that size.
+func TestRecordingEndingWhileListed(t *testing.T) {
+	t.Parallel()
+	h := killWithEndHeld(t, record.Retention{})
+	h.r.opts.testHookRecordingSized = func(string) {
+		h.letEnd()
+		testutil.WaitClosed(t, h.ended, 10*time.Second, "the recording's end")
+	}
+	list, err := h.r.Recordings("alice", false, h.s.ID())
+	if err != nil || len(list) != 1 {
+		t.Fatalf("recordings: %+v, %v; want the one", list, err)
+	}
+	data, err := os.ReadFile(RecordingPath(h.dir, h.s.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := list[0]
+	if !in.Active {
+		t.Fatalf("listed as ended with %d bytes; its end was written after the size was read, and the file holds %d", in.Bytes, len(data))
+	}
+	if in.Bytes <= 0 || in.Bytes > int64(len(data)) || data[in.Bytes-1] != '\n' {
+		t.Fatalf("listed as being written with %d bytes of a %d-byte file: want complete lines", in.Bytes, len(data))
+	}
+}
+
 // heldEnd is a recorded session killed with its recording's end held (killWithEndHeld):
 // letEnd lets the end go on, ended is closed once it is written.
 type heldEnd struct {
