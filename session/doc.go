@@ -64,8 +64,8 @@
 //     internal/child's orphan reaper.
 //   - registry.go: Registry: ids, owners, open, attach, claim, lease, kill, shutdown, the
 //     tombstones.
-//   - handover.go, handover_codec.go: the upgrade in place: quiescing, resuming, adopting, the
-//     state's encoding.
+//   - handover.go, adopt.go, handover_codec.go: the upgrade in place: quiescing, resuming, the
+//     teardowns of what was not handed; adopting; the state's encoding.
 //
 // # Reading
 //

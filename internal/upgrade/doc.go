@@ -2,7 +2,7 @@
 // the same process, handing every session, the listening sockets and a generated token over to
 // the new image. How it works, step by step: docs/operations.md, "How an upgrade in place
 // works". The sessions' side (quiescing, the state's encoding, adopting) is session's
-// (handover.go); the sockets' side (Restart, Resume, the listeners' descriptors) is gateway's
+// (handover.go, handover_codec.go, adopt.go); the sockets' side (Restart, Resume, the listeners' descriptors) is gateway's
 // (restart.go). cmd/gateway wires it (run; its server serves again through Options.Resume) and
 // decides what follows an upgrade's outcome.
 //
