@@ -11,7 +11,8 @@
 // Where things are: client.go, the Client and its lifecycle (Close, the ack loop, the channel
 // registry); dial.go, DialOptions, Dial, DialOpen and the handshake; call.go, Call and the
 // pending calls; sessions.go, the session and share methods; readloop.go, the reading and
-// routing of what the server sends; channel.go, a Channel; reconnect.go, the reconnect and
+// routing of what the server sends; channel.go, a Channel's state and what arrives on it;
+// channelio.go, its reads, acks, writes and requests; reconnect.go, the reconnect and
 // resume; recording.go, the recording methods; trace.go, the trace context of params._meta.
 //
 // It imports the standard library, gorilla/websocket and package proto, nothing else: it pulls
