@@ -41,10 +41,10 @@
 //	           lease: A leaseLoop ping "muxterm-lease <t>" every lease/5 ──▶ B client reader: until = arrival + lease ──pong──▶ A: expiry = t + lease
 //	           output ◀── B writer: relay.Read (≤ B's credit) ◀── client buffer ◀── A writer (≤ A's credit)
 //
-// Relays are pooled (relaypool.go): the Go client sockets to an owner are shared per owner URL,
-// principal and access mode (another past the owner's maxChannels), a channel on a shared socket
-// detaches on its own (with hold when its client's socket dropped), and the last relay to leave
-// closes the socket. A placed open keeps a socket of its own.
+// Relays are pooled (relaypool.go, with each socket's lease): the Go client sockets to an owner
+// are shared per owner URL, principal and access mode (another past the owner's maxChannels), a
+// channel on a shared socket detaches on its own (with hold when its client's socket dropped),
+// and the last relay to leave closes the socket. A placed open keeps a socket of its own.
 //
 // At most once (docs/protocol.md §1): a relay's socket is leased (Muxterm-Relay-Lease, 3/4
 // TTL). A's conn (mux/lease.go) sends a lease ping before its loops start and every lease/5 from

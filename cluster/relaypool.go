@@ -2,9 +2,18 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
+	"syscall"
+	"time"
 
+	"github.com/gorilla/websocket"
+
+	"github.com/muxterm/muxterm/client"
 	"github.com/muxterm/muxterm/mux"
 	"github.com/muxterm/muxterm/proto"
 )
@@ -141,4 +150,96 @@ func (s *relaySock) onServerError(e *proto.Error) {
 	if r != nil {
 		r.onServerError(e)
 	}
+}
+
+// relaySock is a socket to an owner that relays share (relayPool), with what they know of its
+// lease on the owner (docs/protocol.md §1, "At most once"). The owner takes the socket's messages only within d of the send time of a
+// lease ping whose pong it read; the relay answers each ping as it reads it, after the owner
+// sent it, so the owner takes nothing from the socket after the relay's receipt of its latest
+// ping + d. Until then the relay does not answer node_lost for a binding it ended itself (the
+// owner stopped, the socket stuck): what it wrote may still be taken. A binding the owner's
+// side ended (its close frame, end of stream or reset) takes nothing more at once.
+//
+// mu guards until, takenBytes and relays; the client's reader sets until and takenBytes, the
+// relays read them. It is a leaf.
+type relaySock struct {
+	// immutable once dialled:
+	d           time.Duration
+	c           *client.Client
+	key         poolKey
+	maxChannels int // the owner's limits.maxChannels: channels this socket may carry
+
+	users int // relays holding the socket (bound, or an attach in progress); guarded by relayPool.mu
+
+	mu         sync.Mutex
+	until      time.Time         // this node's clock: the owner takes nothing from the socket after it
+	takenBytes map[uint32]int64  // per channel: input bytes the owner reported taking (relay.input)
+	relays     map[uint32]*relay // the channels bound on the socket: their owner errors go there
+}
+
+// leaseMargin covers the difference of two hosts' clock rates over one lease (NTP slews by at
+// most 500 ppm; this is 1 %).
+func leaseMargin(d time.Duration) time.Duration { return d / 100 }
+
+// relayLease is the lease a relay asks of an owner: the heartbeat silence, so that a stopped
+// owner's lease lapses about when its heartbeat is missed and node_lost is not later than before.
+func (n *Node) relayLease() time.Duration { return n.silence() }
+
+// pinged: the owner's lease ping arrived now (client reader; before its pong is written).
+func (s *relaySock) pinged(data string) {
+	if !strings.HasPrefix(data, proto.LeasePing) {
+		return // a keepalive ping: it grants nothing
+	}
+	until := time.Now().Add(s.d + leaseMargin(s.d))
+	s.mu.Lock()
+	s.until = until
+	s.mu.Unlock()
+}
+
+// notified handles the owner's relay.input notifications (client reader).
+func (s *relaySock) notified(method string, params json.RawMessage) {
+	if method != proto.MethodRelayInput {
+		return
+	}
+	var p proto.RelayInputParams
+	if json.Unmarshal(params, &p) != nil || p.Bytes < 0 {
+		return
+	}
+	s.mu.Lock()
+	if s.relays[p.Channel] != nil {
+		s.takenBytes[p.Channel] += p.Bytes
+	}
+	s.mu.Unlock()
+}
+
+// taken is the input the owner reported taking of channel num.
+func (s *relaySock) taken(num uint32) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.takenBytes[num]
+}
+
+// fenceWait is how long, from now, the owner may still take what b's socket carries: 0 once
+// the lease has lapsed or the owner's side ended the socket.
+func (b *binding) fenceWait(now time.Time) time.Duration {
+	if ownerEnded(b.c) {
+		return 0
+	}
+	b.sock.mu.Lock()
+	until := b.sock.until
+	b.sock.mu.Unlock()
+	return max(until.Sub(now), 0)
+}
+
+// ownerEnded reports whether c's socket was ended by the owner's side: a close frame, the end
+// of the stream or a reset. Its owner then reads nothing more of it.
+func ownerEnded(c *client.Client) bool {
+	select {
+	case <-c.Done():
+	default:
+		return false
+	}
+	err := c.Err()
+	var ce *websocket.CloseError
+	return errors.As(err, &ce) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
