@@ -15,16 +15,18 @@ import (
 // While one start's ends are open, no other child of the process is forked: a start that comes
 // meanwhile waits, and gets the lock only once the first child runs its program and our copies
 // of its ends are closed, so it never inherits them. (A lock released before the ends are
-// closed fails the last check only if the waiting start wins the race for it; that check never
-// fails a correct lock.)
+// closed fails: the close waits for the waiting start to take the lock, 100 ms at most.)
 func TestStartWithExcludesOtherStarts(t *testing.T) {
-	waits := make(chan struct{}, 1)
+	waits, secondLocked := make(chan struct{}, 1), make(chan struct{})
 	var locked atomic.Int32
 	var endsClosed atomic.Bool
 	testHookStartWaits = func() { waits <- struct{}{} }
 	testHookStartLocked = func() {
-		if locked.Add(1) == 2 && !endsClosed.Load() {
-			t.Error("the second start took the lock while the first's ends were open")
+		if locked.Add(1) == 2 {
+			if !endsClosed.Load() {
+				t.Error("the second start took the lock while the first's ends were open")
+			}
+			close(secondLocked)
 		}
 	}
 	t.Cleanup(func() { testHookStartWaits, testHookStartLocked = nil, nil })
@@ -43,6 +45,13 @@ func TestStartWithExcludesOtherStarts(t *testing.T) {
 		go func() { secondStarted <- Start(second) }()
 		testutil.WaitClosed(t, waits, 10*time.Second, "the second start to wait for the first")
 		return func() {
+			// A start that let go of the lock before this close would let the waiting start
+			// in now, which takes it within microseconds: it is given the time, the ends open.
+			// (With the lock held here, as it must be, the wait runs out.)
+			select {
+			case <-secondLocked:
+			case <-time.After(100 * time.Millisecond):
+			}
 			w.Close()
 			endsClosed.Store(true)
 		}, nil
