@@ -17,8 +17,8 @@ import (
 // arrives on it.
 
 // SetNotify has f called, with no lock held and on the client's reader goroutine, after each
-// piece of output, gap, size change, exit or the channel's end arrives: a caller that polls with a done
-// context (ReadContext) learns when to poll again. f must not block.
+// piece of output, gap, size change, exit or the channel's end arrives: a caller that polls with
+// a done context (ReadContext) learns when to poll again. f must not block.
 func (ch *Channel) SetNotify(f func()) {
 	ch.mu.Lock()
 	ch.notify = f
@@ -50,9 +50,10 @@ func (ch *Channel) Ack(n int) error {
 
 // Read returns buffered output, waiting for some; it returns io.EOF after session.closed or
 // Detach and io.ErrUnexpectedEOF when the client ended, wrapping why (errors.Is finds ErrClosed,
-// ErrProtocol, ...; a resume that found the session gone returns that error). Bytes returned are acknowledged: in the same call once the server's
-// ackBytes have accumulated, else as soon as Read has drained the buffer (by the client's ack
-// goroutine, right after Read returns). Buffered bytes are returned even after the end.
+// ErrProtocol, ...; a resume that found the session gone returns that error). Bytes returned
+// are acknowledged: in the same call once the server's ackBytes have accumulated, else as soon
+// as Read has drained the buffer (by the client's ack goroutine, right after Read returns).
+// Buffered bytes are returned even after the end.
 func (ch *Channel) Read(p []byte) (int, error) {
 	return ch.ReadContext(context.Background(), p)
 }
@@ -107,7 +108,7 @@ func (ch *Channel) ReadStream(ctx context.Context, p []byte) (n int, stderr bool
 		return 0, false, err
 	}
 	// As much as p takes of the data at the head, across segments of one binding (epoch), up to
-	// the next gap: what one segment held before segments were a frame's size each.
+	// the next gap: a segment holds one frame's bytes, and p may take several.
 	epoch, stderr := ch.segs[0].epoch, ch.segs[0].stderr
 	current := epoch == ch.epoch
 	painted := 0

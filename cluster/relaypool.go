@@ -40,6 +40,36 @@ type poolKey struct {
 	readOnly       bool
 }
 
+// relaySock is a socket to an owner that relays share (relayPool), with what they know of its
+// lease on the owner (docs/protocol.md §1, "At most once"). The owner takes the socket's
+// messages only within d of the send time of a lease ping whose pong it read; the relay answers
+// each ping as it reads it, after the owner sent it, so the owner takes nothing from the socket
+// after the relay's receipt of its latest ping + d. Until then the relay does not answer
+// node_lost for a binding it ended itself (the owner stopped, the socket stuck): what it wrote
+// may still be taken. A binding the owner's side ended (its close frame, end of stream or reset)
+// takes nothing more at once.
+//
+// mu guards until, takenBytes and relays; the client's reader sets until and takenBytes, the
+// relays read them. It is a leaf.
+type relaySock struct {
+	// immutable once dialled:
+	d           time.Duration
+	c           *client.Client
+	key         poolKey
+	maxChannels int // the owner's limits.maxChannels: channels this socket may carry
+
+	users int // relays holding the socket (bound, or an attach in progress); guarded by relayPool.mu
+
+	mu         sync.Mutex
+	until      time.Time         // this node's clock: the owner takes nothing from the socket after it
+	takenBytes map[uint32]int64  // per channel: input bytes the owner reported taking (relay.input)
+	relays     map[uint32]*relay // the channels bound on the socket: their owner errors go there
+}
+
+// leaseMargin covers the difference of two hosts' clock rates over one lease (NTP slews by at
+// most 500 ppm; this is 1 %).
+func leaseMargin(d time.Duration) time.Duration { return d / 100 }
+
 // maxPooledChannels bounds the channels of one pooled socket when the owner says nothing
 // smaller (its limits.maxChannels).
 const maxPooledChannels = mux.DefaultMaxChannels
@@ -151,35 +181,6 @@ func (s *relaySock) onServerError(e *proto.Error) {
 		r.onServerError(e)
 	}
 }
-
-// relaySock is a socket to an owner that relays share (relayPool), with what they know of its
-// lease on the owner (docs/protocol.md §1, "At most once"). The owner takes the socket's messages only within d of the send time of a
-// lease ping whose pong it read; the relay answers each ping as it reads it, after the owner
-// sent it, so the owner takes nothing from the socket after the relay's receipt of its latest
-// ping + d. Until then the relay does not answer node_lost for a binding it ended itself (the
-// owner stopped, the socket stuck): what it wrote may still be taken. A binding the owner's
-// side ended (its close frame, end of stream or reset) takes nothing more at once.
-//
-// mu guards until, takenBytes and relays; the client's reader sets until and takenBytes, the
-// relays read them. It is a leaf.
-type relaySock struct {
-	// immutable once dialled:
-	d           time.Duration
-	c           *client.Client
-	key         poolKey
-	maxChannels int // the owner's limits.maxChannels: channels this socket may carry
-
-	users int // relays holding the socket (bound, or an attach in progress); guarded by relayPool.mu
-
-	mu         sync.Mutex
-	until      time.Time         // this node's clock: the owner takes nothing from the socket after it
-	takenBytes map[uint32]int64  // per channel: input bytes the owner reported taking (relay.input)
-	relays     map[uint32]*relay // the channels bound on the socket: their owner errors go there
-}
-
-// leaseMargin covers the difference of two hosts' clock rates over one lease (NTP slews by at
-// most 500 ppm; this is 1 %).
-func leaseMargin(d time.Duration) time.Duration { return d / 100 }
 
 // relayLease is the lease a relay asks of an owner: the heartbeat silence, so that a stopped
 // owner's lease lapses about when its heartbeat is missed and node_lost is not later than before.

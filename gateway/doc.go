@@ -3,10 +3,11 @@
 // per gateway; principals from --token and --tokens, tokens.go, read-only viewers, admins for
 // /metrics; share links, shares.go: in memory, a timer per link, the cancels of the sockets open
 // with it, which a revocation or expiry calls with mux.ErrRevoked outside the store's lock),
-// checks Origin and Host (origin.go), upgrades GET /ws (that exact path only) to a WebSocket and hands it to a mux
-// connection, bounds sockets per principal, serves the embedded frontend, /auth, /auth/check,
-// /healthz and /readyz, and drains every socket on shutdown and on an upgrade in place
-// (restart.go: Restart, Resume and HandoverListener). It is the only package that imports Echo.
+// checks Origin and Host (origin.go), upgrades GET /ws (that exact path only) to a WebSocket and
+// hands it to a mux connection, bounds sockets per principal, serves the embedded frontend,
+// /auth, /auth/check, /healthz and /readyz, and drains every socket on shutdown and on an
+// upgrade in place (restart.go: Restart, Resume and HandoverListener). It is the only package
+// that imports Echo.
 // It speaks the protocol through mux, and imports proto only for the HTTP side of it: the
 // subprotocol it offers and requires at the upgrade, and the relay headers it believes only from
 // the cluster token.

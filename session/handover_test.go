@@ -388,9 +388,17 @@ func TestAdoptAbandonsASessionWithNothingLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Master, _ = unix.FcntlInt(devnull.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	h.Master, err = unix.FcntlInt(devnull.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	devnull.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the exec would close: the old image's master and its recording's file (the handover
+	// wrote what it had queued).
 	s1.ptmx.Close()
+	if err := s1.rec.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	ended := make(chan RecordingInfo, 1)
 	opts2 := opts

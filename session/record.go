@@ -409,7 +409,7 @@ func (r *Registry) openRecording(id string) (*os.File, RecordingInfo, error) {
 		return nil, RecordingInfo{}, err
 	}
 	if h := r.opts.testHookRecordingSized; h != nil {
-		h(id)
+		h(id) // the question above comes before OpenRecordingFile's size, not here
 	}
 	if rec != nil {
 		// Still being written: only its complete lines are the recording's yet.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,10 +270,11 @@ func TestRecordingListedEndedOnlyWhenWhole(t *testing.T) {
 func TestRecordingEndingWhileListed(t *testing.T) {
 	t.Parallel()
 	h := killWithEndHeld(t, record.Retention{})
-	h.r.opts.testHookRecordingSized = func(string) {
+	afterSize := func() {
 		h.letEnd()
 		testutil.WaitClosed(t, h.ended, 10*time.Second, "the recording's end")
 	}
+	h.sized.Store(&afterSize)
 	list, err := h.r.Recordings("alice", false, h.s.ID())
 	if err != nil || len(list) != 1 {
 		t.Fatalf("recordings: %+v, %v; want the one", list, err)
@@ -291,13 +293,15 @@ func TestRecordingEndingWhileListed(t *testing.T) {
 }
 
 // heldEnd is a recorded session killed with its recording's end held (killWithEndHeld):
-// letEnd lets the end go on, ended is closed once it is written.
+// letEnd lets the end go on, ended is closed once it is written; a func stored in sized runs
+// where the registry's testHookRecordingSized does.
 type heldEnd struct {
 	r      *Registry
 	s      *Session
 	dir    string
 	letEnd func()
 	ended  <-chan struct{}
+	sized  *atomic.Pointer[func()]
 }
 
 // killWithEndHeld opens a recorded session (retention its registry's) that prints and waits,
@@ -317,6 +321,12 @@ func killWithEndHeld(t *testing.T, retention record.Retention) heldEnd {
 		close(ending)
 		<-release
 	}
+	sized := new(atomic.Pointer[func()])
+	opts.testHookRecordingSized = func(string) {
+		if f := sized.Load(); f != nil {
+			(*f)()
+		}
+	}
 	r := NewRegistry(opts, nil)
 	wake, wakeFn := testutil.WakeChan()
 	s, v := openT(t, r, "alice", wakeFn, "/bin/sh", "-c", "printf 'up\\n'; exec sleep 60")
@@ -325,7 +335,7 @@ func killWithEndHeld(t *testing.T, retention record.Retention) heldEnd {
 		t.Fatalf("kill: %+v, %v", res, err)
 	}
 	testutil.WaitClosed(t, ending, 10*time.Second, "the recording's end to begin")
-	return heldEnd{r: r, s: s, dir: dir, letEnd: letEnd, ended: ended}
+	return heldEnd{r: r, s: s, dir: dir, letEnd: letEnd, ended: ended, sized: sized}
 }
 
 // A recording whose end is still being written is never pruned, even once its session has left

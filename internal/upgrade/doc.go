@@ -2,9 +2,9 @@
 // the same process, handing every session, the listening sockets and a generated token over to
 // the new image. How it works, step by step: docs/operations.md, "How an upgrade in place
 // works". The sessions' side (quiescing, the state's encoding, adopting) is session's
-// (handover.go, handover_codec.go, adopt.go); the sockets' side (Restart, Resume, the listeners' descriptors) is gateway's
-// (restart.go). cmd/gateway wires it (run; its server serves again through Options.Resume) and
-// decides what follows an upgrade's outcome.
+// (session/handover.go, handover_codec.go, adopt.go); the sockets' side (Restart, Resume, the
+// listeners' descriptors) is gateway's (restart.go). cmd/gateway wires it (run; its server
+// serves again through Options.Resume) and decides what follows an upgrade's outcome.
 //
 // The old image's side (upgrade.go): Signals (SIGUSR2, caught by internal/earlysignal), the
 // Upgrader and its Upgrade (the dry run of HandoverCheck, quiescing, the exec, or serving again
