@@ -1,7 +1,8 @@
 // Command pagebench measures muxterm's page against ttyd's in headless Chromium: key to glyph
 // (from idle, back to back, and while another terminal of the same origin streams `yes`), bulk
 // output (`seq 1 3000000` from Enter to its last line on screen, with long tasks and frame
-// gaps), the JavaScript heap after a forced GC, and output xterm.js discarded. Both renderers
+// gaps), the JavaScript heap after a forced GC, Ctrl-C after a `yes` flood (from the key to the
+// prompt on screen), and output xterm.js discarded. Both renderers
 // (DOM and WebGL), interleaved repetitions, one run; the two pages at the same window size,
 // font, line height and scrollback, both running the same shell (bash without rc files, PS1 "$ ").
 //
@@ -39,6 +40,7 @@ type config struct {
 	IdlePause time.Duration `json:"idle_pause_ns"` // the pause before each of them
 	KeysN     int           `json:"keys_n"`        // keystrokes back to back, and under load, per repetition
 	SeqN      int           `json:"seq_n"`         // seq 1 N
+	Flood     time.Duration `json:"flood_ns"`      // how long `yes` floods the terminal before its Ctrl-C
 	Width     int           `json:"width"`
 	Height    int           `json:"height"`
 	TTYDArgs  []string      `json:"ttyd_args,omitempty"` // extra flags for ttyd
@@ -64,6 +66,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.IdlePause, "idle-pause", 300*time.Millisecond, "pause before each keystroke from idle")
 	fs.IntVar(&c.KeysN, "keys-n", 60, "keystrokes back to back, and while another terminal streams, per repetition")
 	fs.IntVar(&c.SeqN, "seq", 3000000, "bulk output: seq 1 N")
+	fs.DurationVar(&c.Flood, "flood", 3*time.Second, "how long `yes` floods the measured terminal before the Ctrl-C that is timed")
 	fs.BoolVar(&c.LoadPage, "load-page", false, "while another terminal streams: muxterm's streaming terminal in a second page of the browser, as ttyd's always is, instead of a hidden tab of the measured page")
 	fs.IntVar(&c.Width, "width", 1280, "window width")
 	fs.IntVar(&c.Height, "height", 800, "window height")
@@ -101,6 +104,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.Reps < 1 || c.IdleN < 1 || c.KeysN < 1 || c.SeqN < 1 {
 		return c, errors.New("-reps, -idle-n, -keys-n and -seq must be at least 1")
+	}
+	if c.Flood <= 0 {
+		return c, errors.New("-flood must be positive")
 	}
 	return c, nil
 }

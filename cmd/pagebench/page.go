@@ -140,6 +140,8 @@ func charKey(r rune) key {
 		return key{text: "\r", key: "Enter", code: "Enter", vk: 13}
 	case 0x15: // Ctrl-U
 		return key{key: "u", code: "KeyU", vk: 85, modifiers: 2}
+	case 0x03: // Ctrl-C
+		return key{key: "c", code: "KeyC", vk: 67, modifiers: 2}
 	}
 	return key{text: string(r), key: string(r)}
 }

@@ -57,6 +57,7 @@ var figures = []figure{
 	{"key to glyph, another terminal streaming `yes`, p90", "ms", "median", func(m measurement) float64 { return q(m.Load, .9) }},
 	{"key to glyph, another terminal streaming `yes`, p99", "ms", "median", func(m measurement) float64 { return q(m.Load, .99) }},
 	{"keydown delivery delay under that load, max", "ms", "median", func(m measurement) float64 { return maxOf(m.LoadDelivery) }},
+	{"  the streaming terminal's output meanwhile (what `yes` wrote)", "MiB/s", "median", func(m measurement) float64 { return m.LoadMiBps }},
 	{"`seq 1 N` from Enter to the last line on screen", "s", "median", func(m measurement) float64 { return m.Bulk.KeyMS / 1e3 }},
 	{"  frames that rendered in between", "", "median", func(m measurement) float64 { return float64(m.Bulk.Renders) }},
 	{"  longest frame gap", "ms", "median", func(m measurement) float64 { return maxOf(m.Bulk.Gaps) }},
@@ -66,6 +67,8 @@ var figures = []figure{
 	}},
 	{"JS heap after a forced GC (after the bulk output)", "MiB", "median", func(m measurement) float64 { return m.HeapMiB }},
 	{"  backing storage (array buffers, external strings)", "MiB", "median", func(m measurement) float64 { return m.BackingMiB }},
+	{"Ctrl-C after a `yes` flood, from the key to the prompt on screen", "s", "median", func(m measurement) float64 { return m.InterruptMS / 1e3 }},
+	{"  what `yes` wrote during the flood", "MiB/s", "median", func(m measurement) float64 { return m.FloodMiBps }},
 	{"output discarded by xterm.js (\"write data discarded\")", "warnings", "sum", func(m measurement) float64 { return float64(m.Discards) }},
 }
 

@@ -24,6 +24,9 @@ type measurement struct {
 	Rep              int
 	Idle, Back, Load []float64 // key to glyph, ms
 	LoadDelivery     []float64 // keydown delivery delay under load, ms
+	LoadMiBps        float64   // what the streaming terminal's yes wrote meanwhile, MiB/s
+	FloodMiBps       float64   // what yes wrote while it flooded the measured terminal, MiB/s
+	InterruptMS      float64   // Ctrl-C after that flood, from the key-down to the prompt's frame
 	Bulk             keyResult
 	LongTasks        []float64 // ms, during the bulk output
 	HeapMiB          float64   // used JavaScript heap
@@ -179,7 +182,7 @@ func measure(ctx context.Context, bctx context.Context, cfg config, server, rend
 	if m.Back, _, err = p.typeTimed(ctx, cfg.KeysN, 0); err != nil {
 		return m, fmt.Errorf("back to back: %w", err)
 	}
-	if m.Load, m.LoadDelivery, m.Discards, err = underLoad(ctx, p, cfg, server, url); err != nil {
+	if m.Load, m.LoadDelivery, m.LoadMiBps, m.Discards, err = underLoad(ctx, p, cfg, server, url); err != nil {
 		return m, fmt.Errorf("under load: %w", err)
 	}
 	prof := ""
@@ -191,6 +194,9 @@ func measure(ctx context.Context, bctx context.Context, cfg config, server, rend
 	}
 	if m.HeapMiB, m.BackingMiB, err = p.heapMiB(); err != nil {
 		return m, err
+	}
+	if m.FloodMiBps, m.InterruptMS, err = interrupt(ctx, p, cfg.Flood); err != nil {
+		return m, fmt.Errorf("Ctrl-C after a flood: %w", err)
 	}
 	d, err := evalT[int](p, "window.__pb.discards", 5*time.Second)
 	if err != nil {
@@ -207,8 +213,9 @@ func measure(ctx context.Context, bctx context.Context, cfg config, server, rend
 // underLoad starts `yes` in another terminal of the same origin (muxterm: a second tab of the
 // page, hidden behind the first, or with -load-page a new tab of a second page, which also
 // shows the first's session; ttyd: a second page) and times keys in the first meanwhile. It
-// returns the discards of the streaming terminal when it is ttyd's second page.
-func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms, delivery []float64, discards int, err error) {
+// returns what the streaming `yes` wrote meanwhile (MiB/s), and the discards of the streaming
+// terminal when it is ttyd's second page.
+func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms, delivery []float64, rate float64, discards int, err error) {
 	const streaming = "window.__pb.hasRow('y')"
 	eval := func(expr string) func() error {
 		return func() error { _, err := evalT[any](p, expr, 10*time.Second); return err }
@@ -276,15 +283,52 @@ func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms,
 		if err := p.prompt(); err != nil {
 			return err
 		}
-		ms, delivery, err = p.typeTimed(ctx, cfg.KeysN, 0)
+		meter, err := startStreamMeter()
+		if err != nil {
+			return err
+		}
+		if ms, delivery, err = p.typeTimed(ctx, cfg.KeysN, 0); err != nil {
+			return err
+		}
+		rate, err = meter.rate()
 		return err
 	}
 	for _, step := range append(append(start, measure), stop...) {
 		if err := step(); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, 0, 0, err
 		}
 	}
-	return ms, delivery, discards, nil
+	return ms, delivery, rate, discards, nil
+}
+
+// interrupt floods the measured terminal with `yes` for d, then times Ctrl-C from its key-down
+// to the first frame that shows the prompt again: the program's end, and what the page still had
+// to show of the flood, which is what its flow control let run ahead of it. It returns what `yes`
+// wrote during the flood, in MiB/s, beside that time.
+func interrupt(ctx context.Context, p *tab, d time.Duration) (rate, ms float64, err error) {
+	if err := p.typeText("yes\r"); err != nil {
+		return 0, 0, err
+	}
+	if err := p.waitJS("window.__pb.hasRow('y')", 10*time.Second); err != nil {
+		return 0, 0, err
+	}
+	meter, err := startStreamMeter()
+	if err != nil {
+		return 0, 0, err
+	}
+	select {
+	case <-time.After(d): // the flood's length
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	}
+	if rate, err = meter.rate(); err != nil {
+		return 0, 0, err
+	}
+	r, err := p.timed("$ ", false, charKey(0x03), 5*time.Minute)
+	if err != nil {
+		return 0, 0, err
+	}
+	return rate, r.KeyMS, nil
 }
 
 // bulk types `seq 1 N`, then times Enter to the frame that shows N on its own row, with the
