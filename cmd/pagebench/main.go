@@ -2,9 +2,9 @@
 // (from idle, back to back, and while another terminal of the same origin streams `yes`), bulk
 // output (`seq 1 3000000` from Enter to its last line on screen, with long tasks and frame
 // gaps), the JavaScript heap after a forced GC, Ctrl-C after a `yes` flood (from the key to the
-// prompt on screen), and output xterm.js discarded. Both renderers
-// (DOM and WebGL), interleaved repetitions, one run; the two pages at the same window size,
-// font, line height and scrollback, both running the same shell (bash without rc files, PS1 "$ ").
+// prompt on screen), and output xterm.js discarded. Both renderers (DOM and WebGL), interleaved
+// repetitions, one run; the two pages at the same window size, font, line height and
+// scrollback, both running the same shell (bash without rc files, PS1 "$ ").
 //
 // ttyd is not part of the repository: scripts/build-ttyd.sh builds it in a scratch folder.
 //

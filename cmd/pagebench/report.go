@@ -56,8 +56,8 @@ var figures = []figure{
 	{"key to glyph, another terminal streaming `yes`, p50", "ms", "median", func(m measurement) float64 { return q(m.Load, .5) }},
 	{"key to glyph, another terminal streaming `yes`, p90", "ms", "median", func(m measurement) float64 { return q(m.Load, .9) }},
 	{"key to glyph, another terminal streaming `yes`, p99", "ms", "median", func(m measurement) float64 { return q(m.Load, .99) }},
-	{"keydown delivery delay under that load, max", "ms", "median", func(m measurement) float64 { return maxOf(m.LoadDelivery) }},
 	{"  the streaming terminal's output meanwhile (what `yes` wrote)", "MiB/s", "median", func(m measurement) float64 { return m.LoadMiBps }},
+	{"keydown delivery delay under that load, max", "ms", "median", func(m measurement) float64 { return maxOf(m.LoadDelivery) }},
 	{"`seq 1 N` from Enter to the last line on screen", "s", "median", func(m measurement) float64 { return m.Bulk.KeyMS / 1e3 }},
 	{"  frames that rendered in between", "", "median", func(m measurement) float64 { return float64(m.Bulk.Renders) }},
 	{"  longest frame gap", "ms", "median", func(m measurement) float64 { return maxOf(m.Bulk.Gaps) }},
@@ -145,7 +145,7 @@ func fmtNum(v float64, unit string) string {
 }
 
 func writeMarkdown(w io.Writer, r *Report) {
-	fmt.Fprintf(w, "pagebench %s, %d interleaved repetitions, %.0f s; %s; %s; %d×%d", r.Date, r.Config.Reps, r.Seconds, r.TTYDVersion, r.Chromium, r.Config.Width, r.Config.Height)
+	fmt.Fprintf(w, "pagebench %s, %d interleaved repetitions, %.0f s; %s; %s; %d×%d; a %s flood before the Ctrl-C", r.Date, r.Config.Reps, r.Seconds, r.TTYDVersion, r.Chromium, r.Config.Width, r.Config.Height, r.Config.Flood)
 	if r.Config.LoadPage {
 		fmt.Fprint(w, "; muxterm's streaming terminal in a second page (-load-page)")
 	}

@@ -12,11 +12,13 @@ import (
 )
 
 // streamMeter measures the load that typing is timed under: what the streaming terminal's `yes`
-// wrote into its PTY (/proc/PID/io's wchar). Over seconds that is what the server and the page
-// took from it, the PTY between them holding a few KiB, so the two servers' typing figures can be
-// read against the load each carried.
+// wrote into its PTY (/proc/PID/io's wchar). Over seconds that is what the server took from it:
+// the PTY between them holds at most about 68 KiB, full at both ends of the window while the
+// program outruns its reader. So the two servers' typing figures can be read against the load
+// each carried.
 type streamMeter struct {
 	pid   int
+	start uint64 // the process's start time: a pid reused meanwhile is not it
 	at    time.Time
 	wchar int64
 }
@@ -27,7 +29,7 @@ type streamMeter struct {
 func startStreamMeter() (*streamMeter, error) {
 	pids, err := procfs.Pids()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("find the streaming yes: %w", err)
 	}
 	self := os.Getpid()
 	var newest procfs.Stat
@@ -38,9 +40,9 @@ func startStreamMeter() (*streamMeter, error) {
 		}
 	}
 	if newest.PID == 0 {
-		return nil, errors.New("no yes running under pagebench")
+		return nil, errors.New("find the streaming yes: none runs under pagebench")
 	}
-	m := &streamMeter{pid: newest.PID, at: time.Now()}
+	m := &streamMeter{pid: newest.PID, start: newest.StartTime, at: time.Now()}
 	if m.wchar, err = wchar(m.pid); err != nil {
 		return nil, err
 	}
@@ -70,6 +72,9 @@ func (m *streamMeter) rate() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if st, err := procfs.ReadStat(m.pid); err != nil || st.StartTime != m.start {
+		return 0, fmt.Errorf("the streaming yes (pid %d) ended while it was measured", m.pid)
+	}
 	return float64(w-m.wchar) / (1 << 20) / time.Since(m.at).Seconds(), nil
 }
 
@@ -77,11 +82,15 @@ func (m *streamMeter) rate() (float64, error) {
 func wchar(pid int) (int64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
 	if err != nil {
-		return 0, fmt.Errorf("the streaming yes's I/O counts: %w", err)
+		return 0, fmt.Errorf("read the streaming yes's I/O counts: %w", err)
 	}
 	for line := range bytes.Lines(b) {
 		if v, ok := bytes.CutPrefix(line, []byte("wchar:")); ok {
-			return strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+			n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("read /proc/%d/io: %w", pid, err)
+			}
+			return n, nil
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/io has no wchar", pid)

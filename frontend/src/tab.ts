@@ -67,9 +67,9 @@ export interface Tab {
  * between acknowledgements, draws fewer of WebGL's costly frames (docs/benchmarks.md, "What each
  * change measured"). On the DOM renderer it drew as many frames and took no less time, so there
  * bytes are acknowledged once parsed. 1 MiB bounds what is still to parse after a Ctrl-C: after
- * pagebench's `yes` flood the prompt is back 0.3-0.6 s after the key (0.31 s with 256 KiB, in
- * the same run; ttyd's page takes 18 s). What is acknowledged is already in xterm.js's write
- * buffer, so a dropped socket loses none of it. Hidden tabs acknowledge once parsed, which paces
+ * pagebench's 3 s `yes` flood the WebGL page shows the prompt 0.34-0.58 s after the key, where
+ * ttyd's WebGL page takes 18 s (docs/benchmarks.md). What is acknowledged is already in
+ * xterm.js's write buffer, so a dropped socket loses none of it. Hidden tabs acknowledge once parsed, which paces
  * their sessions (pace.ts).
  */
 const READ_AHEAD = 1 << 20;
