@@ -66,13 +66,13 @@ export interface Tab {
  * renderer. The gateway's window then never waits for the parse, and xterm.js, which ran dry
  * between acknowledgements, draws fewer of WebGL's costly frames (docs/benchmarks.md, "What each
  * change measured"). On the DOM renderer it drew as many frames and took no less time, so there
- * bytes are acknowledged once parsed. 1 MiB bounds what is still to parse after a Ctrl-C: after
- * pagebench's 3 s `yes` flood the WebGL page shows the prompt 0.34-0.58 s after the key, where
- * ttyd's WebGL page takes 18 s (docs/benchmarks.md). What is acknowledged is already in
- * xterm.js's write buffer, so a dropped socket loses none of it. Hidden tabs acknowledge once parsed, which paces
- * their sessions (pace.ts).
+ * bytes are acknowledged once parsed. 256 KiB bounds what is still to parse after a Ctrl-C: after
+ * pagebench's 3 s `yes` flood the WebGL page shows the prompt 0.31-0.35 s after the key (with
+ * 1 MiB 0.34-0.47 s, in the same bulk time; ttyd's WebGL page 17-18 s; docs/benchmarks.md). What
+ * is acknowledged is already in xterm.js's write buffer, so a dropped socket loses none of it.
+ * Hidden tabs acknowledge once parsed, which paces their sessions (pace.ts).
  */
-const READ_AHEAD = 1 << 20;
+const READ_AHEAD = 256 << 10;
 
 /**
  * The most output handed to xterm.js in one write: 4 KiB on the DOM renderer, 16 KiB on WebGL.
