@@ -211,23 +211,21 @@ func measure(ctx context.Context, bctx context.Context, cfg config, server, rend
 	return m, err
 }
 
+// streamingRow is true in a page whose terminal shows `yes` streaming.
+const streamingRow = "window.__pb.hasRow('y')"
+
 // underLoad starts `yes` in another terminal of the same origin (muxterm: a second tab of the
 // page, hidden behind the first, or with -load-page a new tab of a second page, which also
 // shows the first's session; ttyd: a second page) and times keys in the first meanwhile. It
 // returns what the streaming `yes` wrote meanwhile (MiB/s), and the discards of the streaming
 // terminal when it is ttyd's second page.
 func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms, delivery []float64, rate float64, discards int, err error) {
-	const streaming = "window.__pb.hasRow('y')"
-	eval := func(expr string) func() error {
-		return func() error { _, err := evalT[any](p, expr, 10*time.Second); return err }
-	}
-	var s *tab // ttyd's second page
+	var s *tab // the second page: ttyd's, or muxterm's with -load-page
 	defer func() {
 		if s != nil {
 			s.close()
 		}
 	}()
-	var start, stop []func() error
 	openSecond := func() (err error) {
 		// A second page in the first's browser context.
 		if s, err = openPage(p.ctx, cfg, url, false); err != nil {
@@ -235,50 +233,41 @@ func underLoad(ctx context.Context, p *tab, cfg config, server, url string) (ms,
 		}
 		return nil
 	}
-	evalS := func(expr string) func() error {
-		return func() error { _, err := evalT[any](s, expr, 10*time.Second); return err }
-	}
-	switch {
-	case server != "ttyd" && cfg.LoadPage:
-		start = []func() error{
-			openSecond,
-			evalS("window.muxterm.newTab()"),
-			func() error {
-				return s.waitJS("window.muxterm.tabs().length === 2 && window.muxterm.activeIndex() === 1", 10*time.Second)
-			},
-			func() error { return s.prompt() },
-			func() error { return s.typeText("yes\r") },
-			func() error { return s.waitJS(streaming, 10*time.Second) },
-		}
-		stop = []func() error{
-			evalS("window.muxterm.closeTab(1)"),
-			func() error { return s.waitJS("window.muxterm.tabs().length === 1", 10*time.Second) },
-		}
-	case server != "ttyd":
-		start = []func() error{
-			eval("window.muxterm.newTab()"),
-			func() error {
-				return p.waitJS("window.muxterm.tabs().length === 2 && window.muxterm.activeIndex() === 1", 10*time.Second)
-			},
-			p.prompt,
-			func() error { return p.typeText("yes\r") },
-			func() error { return p.waitJS(streaming, 10*time.Second) },
-			eval("window.muxterm.activate(0)"),
-		}
-		stop = []func() error{
-			eval("window.muxterm.closeTab(1)"),
-			func() error { return p.waitJS("window.muxterm.tabs().length === 1", 10*time.Second) },
-		}
-	default:
+	var start, stop []func() error
+	if server == "ttyd" {
 		start = []func() error{
 			openSecond,
 			func() error { return s.typeText("yes\r") },
-			func() error { return s.waitJS(streaming, 10*time.Second) },
+			func() error { return s.waitJS(streamingRow, 10*time.Second) },
 		}
 		stop = []func() error{func() (err error) {
 			discards, err = evalT[int](s, "window.__pb.discards", 5*time.Second)
 			return err
 		}}
+	} else {
+		load := p // the page whose new tab streams
+		eval := func(expr string) func() error {
+			return func() error { _, err := evalT[any](load, expr, 10*time.Second); return err }
+		}
+		if cfg.LoadPage {
+			start = append(start, openSecond, func() error { load = s; return nil })
+		}
+		start = append(start,
+			eval("window.muxterm.newTab()"),
+			func() error {
+				return load.waitJS("window.muxterm.tabs().length === 2 && window.muxterm.activeIndex() === 1", 10*time.Second)
+			},
+			func() error { return load.prompt() },
+			func() error { return load.typeText("yes\r") },
+			func() error { return load.waitJS(streamingRow, 10*time.Second) },
+		)
+		if !cfg.LoadPage {
+			start = append(start, eval("window.muxterm.activate(0)")) // the measured tab in front
+		}
+		stop = []func() error{
+			eval("window.muxterm.closeTab(1)"),
+			func() error { return load.waitJS("window.muxterm.tabs().length === 1", 10*time.Second) },
+		}
 	}
 	measure := func() (err error) {
 		if err := p.prompt(); err != nil {
@@ -310,7 +299,7 @@ func interrupt(ctx context.Context, p *tab, d time.Duration) (rate, ms float64, 
 	if err := p.typeText("yes\r"); err != nil {
 		return 0, 0, err
 	}
-	if err := p.waitJS("window.__pb.hasRow('y')", 10*time.Second); err != nil {
+	if err := p.waitJS(streamingRow, 10*time.Second); err != nil {
 		return 0, 0, err
 	}
 	meter, err := startStreamMeter()
