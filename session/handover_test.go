@@ -400,11 +400,11 @@ func TestAdoptAbandonsASessionWithNothingLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ended := make(chan RecordingInfo, 1)
+	ended := make(chan struct{})
 	opts2 := opts
 	in, meter := newMeterProbe(t)
 	opts2.Instruments = in
-	opts2.Record.OnEnd = func(_ string, info RecordingInfo) { ended <- info }
+	opts2.Record.OnEnd = func(string, RecordingInfo) { close(ended) }
 	r2 := NewRegistry(opts2, nil)
 	n, err := r2.Adopt(st)
 	if n != 0 || err == nil || !strings.Contains(err.Error(), s1.ID()) {
@@ -413,11 +413,7 @@ func TestAdoptAbandonsASessionWithNothingLeft(t *testing.T) {
 	if _, err := r2.Get(s1.ID(), "a"); err == nil {
 		t.Fatal("the abandoned session was registered")
 	}
-	select {
-	case <-ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the abandoned session's recording never ended")
-	}
+	testutil.WaitClosed(t, ended, 10*time.Second, "the abandoned session's recording to end")
 	list, err := r2.Recordings("a", false, s1.ID())
 	if err != nil || len(list) != 1 || list[0].Active {
 		t.Fatalf("recording list %+v, %v; want it, ended", list, err)
