@@ -17,6 +17,12 @@ func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 	const n = 64
 	opts, _, w := ownPollers(testOptions())
 	fds := countFDs()
+	before := listFDs()
+	t.Cleanup(func() {
+		if t.Failed() { // which descriptor: this test's, or another's closed meanwhile
+			t.Logf("descriptors at the start:\n%s\nat the end:\n%s", before, listFDs())
+		}
+	})
 	gate := t.TempDir() + "/go"
 	sessions := make([]*Session, n)
 	for i := range sessions {
