@@ -163,7 +163,7 @@ func standaloneWorkload(ctx context.Context, t *testing.T, n *opsNode, settle fu
 	if err := g.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
-	g.waitLog(t, "upgrade refused", 1, 30*time.Second)
+	g.waitLog(t, "upgrade refused; still serving", 1, 30*time.Second)
 	settle()
 	if err := os.Rename(hidden, n.bin); err != nil {
 		t.Fatal(err)

@@ -311,7 +311,7 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	}
 	p, status, why := g.checkUpgrade(r)
 	if status != 0 {
-		g.log.Info("upgrade refused", "status", status, "reason", why, "remote", r.RemoteAddr)
+		g.log.Info("websocket refused", "status", status, "reason", why, "remote", r.RemoteAddr)
 		g.tel.Instruments.UpgradesRejected.Add(r.Context(), 1,
 			otelmetric.WithAttributes(attribute.String(otel.AttrReason, why)))
 		refuse(w, status, why)

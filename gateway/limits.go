@@ -73,7 +73,7 @@ func (g *Gateway) admitSocket(w http.ResponseWriter, r *http.Request, p Principa
 		return true
 	}
 	why := fmt.Sprintf("limit_exceeded: maxSockets: at most %d sockets per principal", limit)
-	g.log.Info("upgrade refused", "status", http.StatusTooManyRequests, "reason", "maxSockets",
+	g.log.Info("websocket refused", "status", http.StatusTooManyRequests, "reason", "maxSockets",
 		"principal", p.Name, "remote", r.RemoteAddr)
 	g.tel.Instruments.UpgradesRejected.Add(r.Context(), 1,
 		otelmetric.WithAttributes(attribute.String(otel.AttrReason, "maxSockets")))

@@ -31,7 +31,7 @@ func (g *Gateway) upgradeOnlyAtWS(next echo.HandlerFunc) echo.HandlerFunc {
 			status, why = http.StatusMethodNotAllowed, "method not allowed: WebSocket upgrades are served at GET /ws only"
 			c.Response().Header().Set("Allow", http.MethodGet)
 		}
-		g.log.Info("upgrade refused", "status", status, "reason", "not GET /ws", "remote", r.RemoteAddr)
+		g.log.Info("websocket refused", "status", status, "reason", "not GET /ws", "remote", r.RemoteAddr)
 		refuse(c.Response(), status, why)
 		return nil
 	}
