@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/leakcheck"
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
@@ -16,11 +17,10 @@ import (
 func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 	const n = 64
 	opts, _, w := ownPollers(testOptions())
-	fds := countFDs()
-	before := listFDs()
+	before := leakcheck.FDs()
 	t.Cleanup(func() {
-		if t.Failed() { // which descriptor: this test's, or another's closed meanwhile
-			t.Logf("descriptors at the start:\n%s\nat the end:\n%s", before, listFDs())
+		if t.Failed() {
+			t.Logf("descriptors at the start: %q\nopened since, still open: %q", before, leakcheck.OpenedSince(before))
 		}
 	})
 	gate := t.TempDir() + "/go"
@@ -48,7 +48,12 @@ func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "the waiter to stop", w.Idle)
 	// Descriptors close after the reader ends and the waiter stops, on their goroutines: a
 	// loaded machine takes its time (the fresh clone's run at load ~10 once took over 5 s).
-	testutil.WaitFor(t, 20*time.Second, "fds back to the start", func() bool { return countFDs() == fds })
+	// Compared by number and target, not counted: a descriptor of an earlier test that closes
+	// meanwhile (a process handle released by the garbage collector) must not hide a leak or
+	// fake one.
+	testutil.WaitFor(t, 20*time.Second, "every descriptor opened since the start closed", func() bool {
+		return len(leakcheck.OpenedSince(before)) == 0
+	})
 }
 
 // TestWaiterHandsOverAChildItCannotReap: a child whose pidfd says it exited but which wait4

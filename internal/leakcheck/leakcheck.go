@@ -7,6 +7,7 @@ package leakcheck
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,13 +94,39 @@ func OpenFDs() int {
 
 // FDList lists this process's open file descriptors and what they point at.
 func FDList() string {
-	ents, _ := os.ReadDir("/proc/self/fd")
 	var b strings.Builder
-	for _, e := range ents {
-		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
-		fmt.Fprintf(&b, "  fd %s -> %s\n", e.Name(), target)
+	for _, fd := range FDs() {
+		fmt.Fprintf(&b, "  fd %s\n", fd)
 	}
 	return b.String()
+}
+
+// FDs lists this process's open file descriptors, each as "number -> target", in the
+// directory's order; the listing's own descriptor is left out.
+func FDs() []string {
+	dir := fmt.Sprintf("/proc/%d/fd", os.Getpid())
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		target, err := os.Readlink(dir + "/" + e.Name())
+		if err != nil || target == dir {
+			continue // closed since the listing, or the listing itself
+		}
+		out = append(out, e.Name()+" -> "+target)
+	}
+	return out
+}
+
+// OpenedSince lists the descriptors open now that were not in before (an FDs listing): what
+// was opened since and is still open, whatever else closed meanwhile.
+func OpenedSince(before []string) []string {
+	var out []string
+	for _, fd := range FDs() {
+		if !slices.Contains(before, fd) {
+			out = append(out, fd)
+		}
+	}
+	return out
 }
 
 // Stat reads pid's state letter and parent from /proc/pid/stat.
