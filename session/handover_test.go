@@ -229,6 +229,9 @@ func TestEndStrays(t *testing.T) {
 	t.Cleanup(func() {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		done()
+		// EndStrays reaps it, so Wait never runs: release the process's pidfd now, not when the
+		// garbage collector gets to it in a later test that compares descriptors.
+		_ = stray.Process.Release()
 	})
 	if n := r.EndStrays([]int{pid, 1}); n != 1 { // pid 1 is not our child: skipped
 		t.Fatalf("EndStrays found %d strays, want 1", n)

@@ -105,10 +105,9 @@ func osThreads(t testing.TB) int {
 	return 0
 }
 
-// countFDs, listFDs and zombies observe this process's kernel resources.
-func countFDs() int   { return leakcheck.OpenFDs() }
-func listFDs() string { return leakcheck.FDList() }
-func zombies() []int  { return leakcheck.Children(true) }
+// countFDs and zombies observe this process's kernel resources.
+func countFDs() int  { return leakcheck.OpenFDs() }
+func zombies() []int { return leakcheck.Children(true) }
 
 // ---- sessions that clean up after themselves ----
 

@@ -74,14 +74,14 @@ func failCtl(op int) (Options, *readers) {
 // it counts the process's children and descriptors.
 func TestSpawnFailsWhenMasterCannotBeRegistered(t *testing.T) {
 	o, rp := failCtl(unix.EPOLL_CTL_ADD)
-	fds, pts := countFDs(), countPTS()
+	fds, pts := leakcheck.FDs(), countPTS()
 	o = o.withDefaults()
 	_, err := spawn(newID(), Spec{Argv: []string{"/bin/sh", "-c", "exec sleep 60"}, Cols: 80, Rows: 24}, &o, nil, time.Now)
 	if !errors.Is(err, ErrSpawn) || !errors.Is(err, unix.EPERM) {
 		t.Fatalf("spawn: got %v, want ErrSpawn wrapping EPERM", err)
 	}
 	testutil.WaitFor(t, 10*time.Second, "the child to be reaped and its fds closed", func() bool {
-		return len(leakcheck.Children(false)) == 0 && countFDs() <= fds && countPTS() <= pts
+		return len(leakcheck.Children(false)) == 0 && len(leakcheck.OpenedSince(fds)) == 0 && countPTS() <= pts
 	})
 	if rp.poller.Running() {
 		t.Error("readers still running with no master registered")

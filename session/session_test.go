@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxterm/muxterm/internal/leakcheck"
 	"github.com/muxterm/muxterm/internal/testutil"
 
 	"golang.org/x/sys/unix"
@@ -243,7 +244,7 @@ func TestSignalReachesForegroundGroup(t *testing.T) {
 }
 
 func TestSpawnErrors(t *testing.T) {
-	fds, pts := countFDs(), countPTS()
+	fds, pts := leakcheck.FDs(), countPTS()
 	tests := []struct {
 		name    string
 		spec    Spec
@@ -267,8 +268,8 @@ func TestSpawnErrors(t *testing.T) {
 			}
 		})
 	}
-	if got := countFDs(); got != fds {
-		t.Errorf("fds after failed spawns: got %v, want %v\n%s", got, fds, listFDs())
+	if got := leakcheck.OpenedSince(fds); len(got) != 0 {
+		t.Errorf("fds left open by failed spawns: %q", got)
 	}
 	if got := countPTS(); got != pts {
 		t.Errorf("/dev/pts entries after failed spawns: got %v, want %v", got, pts)

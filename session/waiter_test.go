@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,14 +14,16 @@ import (
 
 // TestWaiterReapsChildrenThatExitTogether: 64 children share one waiter and exit at once; each
 // session gets its own child's status, and the waiter's goroutine and epoll fd go away with
-// the last child. Not parallel: it counts the process's descriptors.
+// the last child. Not parallel: it compares the process's descriptors with those at its start.
 func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 	const n = 64
 	opts, _, w := ownPollers(testOptions())
 	before := leakcheck.FDs()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("descriptors at the start: %q\nopened since, still open: %q", before, leakcheck.OpenedSince(before))
+			t.Logf("descriptors opened since the start, still open:\n  %s\nclosed since:\n  %s",
+				strings.Join(leakcheck.OpenedSince(before), "\n  "),
+				strings.Join(leakcheck.ClosedSince(before), "\n  "))
 		}
 	})
 	gate := t.TempDir() + "/go"
@@ -47,11 +50,9 @@ func TestWaiterReapsChildrenThatExitTogether(t *testing.T) {
 	}
 	testutil.WaitFor(t, 5*time.Second, "the waiter to stop", w.Idle)
 	// Descriptors close after the reader ends and the waiter stops, on their goroutines: a
-	// loaded machine takes its time (the fresh clone's run at load ~10 once took over 5 s).
-	// Compared by number and target, not counted: a descriptor of an earlier test that closes
-	// meanwhile (a process handle released by the garbage collector) must not hide a leak or
-	// fake one.
-	testutil.WaitFor(t, 20*time.Second, "every descriptor opened since the start closed", func() bool {
+	// loaded machine can take over 5 s. Compared by number and identity, not counted: an
+	// earlier test's descriptor that closes meanwhile must not hold the count under the start.
+	testutil.WaitFor(t, 20*time.Second, "the descriptors opened since the start to close", func() bool {
 		return len(leakcheck.OpenedSince(before)) == 0
 	})
 }

@@ -1,11 +1,14 @@
 // Package leakcheck fails a test binary whose tests leave goroutines, file descriptors or
 // child processes behind. The packages whose tests start sessions, sockets or servers (session,
-// mux, reaper, gateway, cmd/gateway, client, cluster, ...) call Main from their TestMain. It
-// imports no muxterm package but internal/procfs.
+// mux, reaper, gateway, cmd/gateway, client, cluster, ...) call Main from their TestMain; a test
+// that checks its own descriptors compares FDs listings (OpenedSince). It imports no muxterm
+// package but internal/procfs.
 package leakcheck
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -92,7 +95,7 @@ func OpenFDs() int {
 	return len(ents) - 1 // the directory's own fd
 }
 
-// FDList lists this process's open file descriptors and what they point at.
+// FDList lists this process's open file descriptors and what they point at, one a line.
 func FDList() string {
 	var b strings.Builder
 	for _, fd := range FDs() {
@@ -101,20 +104,64 @@ func FDList() string {
 	return b.String()
 }
 
-// FDs lists this process's open file descriptors, each as "number -> target", in the
-// directory's order; the listing's own descriptor is left out.
+// FDs lists this process's open file descriptors in numeric order, each as "number -> target",
+// and for a descriptor whose target many share, what tells it apart: its inode (one per pidfd)
+// and a PTY master's tty index, from /proc/self/fdinfo. Epoll instances share their target and
+// inode, so one closed and another opened at its number look the same. It panics if /proc
+// cannot be read: a listing that silently came back empty would pass any check.
 func FDs() []string {
 	dir := fmt.Sprintf("/proc/%d/fd", os.Getpid())
-	ents, _ := os.ReadDir(dir)
-	var out []string
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		panic(fmt.Errorf("list descriptors: %w", err))
+	}
+	type fd struct {
+		n    int
+		desc string
+	}
+	var fds []fd
 	for _, e := range ents {
-		target, err := os.Readlink(dir + "/" + e.Name())
-		if err != nil || target == dir {
-			continue // closed since the listing, or the listing itself
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
 		}
-		out = append(out, e.Name()+" -> "+target)
+		target, err := os.Readlink(dir + "/" + e.Name())
+		if errors.Is(err, fs.ErrNotExist) || target == dir {
+			// Closed since the listing (its own descriptor among them), or another's listing.
+			continue
+		}
+		if err != nil {
+			panic(fmt.Errorf("descriptor %d: %w", n, err))
+		}
+		desc := e.Name() + " -> " + target
+		if strings.HasPrefix(target, "anon_inode:") || target == "/dev/ptmx" {
+			desc += fdinfoID(n)
+		}
+		fds = append(fds, fd{n, desc})
+	}
+	slices.SortFunc(fds, func(a, b fd) int { return a.n - b.n })
+	out := make([]string, len(fds))
+	for i, f := range fds {
+		out[i] = f.desc
 	}
 	return out
+}
+
+// fdinfoID is descriptor n's inode and tty index as its fdinfo gives them (" ino 123",
+// " tty-index 4"), or "" if it closed meanwhile.
+func fdinfoID(n int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", n))
+	if err != nil {
+		return ""
+	}
+	var id strings.Builder
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "ino" || k == "tty-index") {
+			fmt.Fprintf(&id, " %s %s", k, strings.TrimSpace(v))
+		}
+	}
+	return id.String()
 }
 
 // OpenedSince lists the descriptors open now that were not in before (an FDs listing): what
@@ -123,6 +170,18 @@ func OpenedSince(before []string) []string {
 	var out []string
 	for _, fd := range FDs() {
 		if !slices.Contains(before, fd) {
+			out = append(out, fd)
+		}
+	}
+	return out
+}
+
+// ClosedSince lists the descriptors of before (an FDs listing) that are not open now.
+func ClosedSince(before []string) []string {
+	now := FDs()
+	var out []string
+	for _, fd := range before {
+		if !slices.Contains(now, fd) {
 			out = append(out, fd)
 		}
 	}
