@@ -406,6 +406,6 @@ type DialError struct {
 }
 
 func (e *DialError) Error() string {
-	return fmt.Sprintf("upgrade refused: HTTP %d: %v", e.Status, e.Err)
+	return fmt.Sprintf("websocket refused: HTTP %d: %v", e.Status, e.Err)
 }
 func (e *DialError) Unwrap() error { return e.Err }

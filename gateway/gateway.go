@@ -338,7 +338,7 @@ func (g *Gateway) serveWS(c echo.Context) error {
 	ws, err := g.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		// The upgrader already answered.
-		g.log.Info("upgrade failed", "err", err, "remote", r.RemoteAddr)
+		g.log.Info("websocket upgrade failed", "err", err, "remote", r.RemoteAddr)
 		return nil
 	}
 	g.sockets.Add(1)
