@@ -77,15 +77,14 @@ func (s *Session) keystroke() {
 		// clears the mark once.
 		s.echoed()
 	}
-	// A session typed into while it is held for another's echo is read on at once: its own
-	// echo must not wait for the other's.
-	if g.unhold(s) {
-		s.mu.Lock()
-		if !s.paused || s.dropOutput {
-			s.wakeReaderLocked()
-		}
-		s.mu.Unlock()
+	// A session typed into while it is held for another's echo, or by the fair share behind
+	// slower streams, is read on at once: its own echo must not wait for them.
+	echoHeld := g.unhold(s)
+	s.mu.Lock()
+	if (s.opts.readers.fair.letGo(s) || echoHeld) && (!s.paused || s.dropOutput) {
+		s.wakeReaderLocked()
 	}
+	s.mu.Unlock()
 }
 
 // echoed records that s's echo is on its way (or that its reading ended): if s took the

@@ -27,8 +27,9 @@ import (
 //     when it would hold another and, while one is held, every fairIdle;
 //   - it lets a held master wait fairWait without catching up: it is not held back by the CPU
 //     but prints slowly;
-//   - its viewer holds it back (backpressure), it is past its kill point, or it is held for its
-//     owner's echo.
+//   - its viewer holds it back (backpressure), it is past its kill point, it is held for its
+//     owner's echo, or it was typed into and awaits its echo: a held master typed into is let
+//     go at once (letGo), so an echo never waits for slower streams.
 
 const (
 	// defaultFairSlack: how far ahead of the slowest heavy master a heavy master may read before
@@ -153,10 +154,10 @@ func (f *fairShare) settle(s *Session, read int, full, paused, closing, echoHeld
 	sh := f.shares[s]
 	counted := sh != nil
 	switch {
-	case paused || closing || echoHeld:
-		// Its viewer holds it back, it ends, or its owner's echo holds it: it must not hold
-		// the others (nor another owner's streams wait for it). A later full turn levels it
-		// anew.
+	case paused || closing || echoHeld || s.awaitingEcho.Load():
+		// Its viewer holds it back, it ends, its owner's echo holds it, or it was typed into
+		// and its echo must not wait for the others: it must not hold the others (nor another
+		// owner's streams wait for it), nor be held. A later full turn levels it anew.
 		delete(f.shares, s)
 		sh = nil
 	case sh == nil && full:
@@ -206,6 +207,20 @@ func (f *fairShare) dropShare(s *Session) {
 	s.inTurn.Store(false) // light now: the flag matters only to a master with a share
 	delete(f.shares, s)
 	f.mu.Unlock()
+}
+
+// letGo makes s light and takes it out of the held masters: a keystroke was written to it,
+// and its echo must not wait for the streams behind it to catch up. It reports whether s was
+// held, for the caller to re-arm it. s.mu is held.
+func (f *fairShare) letGo(s *Session) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.shares, s)
+	if _, ok := f.held[s]; !ok {
+		return false
+	}
+	delete(f.held, s)
+	return true
 }
 
 // unhold takes s out of the held masters: it is being re-armed (readers.rearm).

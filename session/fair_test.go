@@ -187,6 +187,23 @@ func TestFairShareLetsGoOfADrainedBurst(t *testing.T) {
 	}
 }
 
+// A stream the fair share holds is read on as soon as it is typed into: its echo does not wait
+// for the streams behind it (here one that never catches up: stopped, with the wait and the
+// idle bound an hour).
+func TestFairShareLetsGoOfAStreamTypedInto(t *testing.T) {
+	t.Parallel()
+	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour, time.Hour)
+	runner, _ := stopOneOfTwoStreams(t, o, rp)
+	waitFairHeld(t, l, runner)
+	before := l.bytes(runner)
+	if _, err := runner.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the held stream read on after a keystroke", func() bool {
+		return l.bytes(runner) > before
+	})
+}
+
 // A held stream that is killed is drained and ended at once, not held to the end of the wait:
 // past the kill point a master never counts as streaming.
 func TestFairShareNeverHoldsAClosingSession(t *testing.T) {
