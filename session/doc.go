@@ -104,10 +104,11 @@
 // slowest streaming one is held (not re-armed) until it is not, for at most 20 ms; a streaming
 // master that goes idle (no turn for 5 ms, none under way, its master not readable: its program
 // stopped producing, e.g. after a burst) stops counting, checked before a hold and every 5 ms
-// while one lasts, so it holds nobody. A master under backpressure, held for its owner's echo,
-// awaiting an echo of its own or past its kill point never counts; a held master typed into is
-// let go and re-armed at once, so its echo waits for no slower stream (fairShare.settle,
-// dropIdleLocked, holdExpired, releaseHeld, letGo).
+// while one lasts, so it holds nobody. A master under backpressure, held for its owner's echo or
+// past its kill point never counts. A held master typed into is let go and re-armed at once
+// (unless backpressure holds it), its count set a turn behind the slowest, at most once per
+// 20 ms: its echo does not wait for the hold (fairShare.settle, dropIdleLocked, holdExpired,
+// releaseHeld, letGo).
 //
 // Echo first (echofirst.go): a keystroke (Session.Write of at most 64 bytes) marks its session
 // awaitingEcho, makes it its group's last and extends the group's holdUntil to Options.EchoHold
@@ -120,12 +121,13 @@
 // worker in a turn stops at the next batch. An earlier keystroke without an echo (a key the
 // program takes silently) does not prolong the hold past the latest one's echo. The echo that
 // ends the hold, or a timer armed at the holdUntil of the first hold, re-arms the held masters
-// (those not under backpressure); a session typed into while held, for an echo or by the fair
-// share, is taken out and re-armed at once; a released master reads a batch before it can be
-// held again. A master held for an echo counts as light in the fair share, so another owner's
+// (those not under backpressure); a session typed into while held is taken out and re-armed at
+// once (unless backpressure holds it); a released master reads a batch before it can be held
+// again. A master held for an echo counts as light in the fair share, so another owner's
 // streams never wait for it; after the kill point or the program's exit no hold applies (reaped
-// re-arms a held master), so the tail is read before the exit is reported. Meanwhile Session.Held makes a socket's writer send the held
-// sessions' output in frames of at most 4 KiB (mux.heldFrame), so an echo waits behind little. A
+// re-arms a held master), so the tail is read before the exit is reported. Meanwhile
+// Session.Held makes a socket's writer send the held sessions' output in frames of at most
+// 4 KiB (mux.heldFrame), so an echo waits behind little. A
 // stream loses at most EchoHold per keystroke of its owner's; while nobody types nothing is held
 // and the cost is an atomic load per read batch and per output frame. The hold is per owner,
 // never process-wide: one principal who types cannot slow another principal's streams. Each

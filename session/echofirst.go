@@ -59,6 +59,13 @@ func sinceEpoch() int64 { return int64(time.Since(epoch)) }
 // echo is read or s.opts.EchoHold has passed. It is called before the keystroke is written to
 // the PTY.
 func (s *Session) keystroke() {
+	// A master the fair share holds behind slower streams is read on at once, echo first or
+	// not: its echo must not wait for them (letGo bounds how often).
+	s.mu.Lock()
+	if s.opts.readers.fair.letGo(s, time.Now()) && (!s.paused || s.dropOutput) {
+		s.wakeReaderLocked()
+	}
+	s.mu.Unlock()
 	hold := s.opts.EchoHold
 	if hold < 0 {
 		return
@@ -77,14 +84,15 @@ func (s *Session) keystroke() {
 		// clears the mark once.
 		s.echoed()
 	}
-	// A session typed into while it is held for another's echo, or by the fair share behind
-	// slower streams, is read on at once: its own echo must not wait for them.
-	echoHeld := g.unhold(s)
-	s.mu.Lock()
-	if (s.opts.readers.fair.letGo(s) || echoHeld) && (!s.paused || s.dropOutput) {
-		s.wakeReaderLocked()
+	// A session typed into while it is held for another's echo is read on at once: its own
+	// echo must not wait for the other's.
+	if g.unhold(s) {
+		s.mu.Lock()
+		if !s.paused || s.dropOutput {
+			s.wakeReaderLocked()
+		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 }
 
 // echoed records that s's echo is on its way (or that its reading ended): if s took the

@@ -27,9 +27,11 @@ import (
 //     when it would hold another and, while one is held, every fairIdle;
 //   - it lets a held master wait fairWait without catching up: it is not held back by the CPU
 //     but prints slowly;
-//   - its viewer holds it back (backpressure), it is past its kill point, it is held for its
-//     owner's echo, or it was typed into and awaits its echo: a held master typed into is let
-//     go at once (letGo), so an echo never waits for slower streams.
+//   - its viewer holds it back (backpressure), it is past its kill point, or it is held for its
+//     owner's echo.
+// A held master that is typed into is let go at once, at most once per fairWait, its lead
+// forgiven and a turn more (letGo): its echo does not wait for the hold, and a client that
+// types without pause still cannot take its stream out of the fair share.
 
 const (
 	// defaultFairSlack: how far ahead of the slowest heavy master a heavy master may read before
@@ -60,7 +62,7 @@ type fairShare struct {
 	// and the timer that, while one is held, looks for idle masters every fairIdle and ends a
 	// hold after fairWait. Under it only map updates, timer calls and the zero-timeout poll of
 	// an idle-looking master (dropIdleLocked) run; it is taken under Session.mu (a turn's end,
-	// a re-arm), and no lock is taken under it.
+	// a re-arm, a keystroke's letGo, dropShare), and no lock is taken under it.
 	mu        sync.Mutex
 	shares    map[*Session]*share
 	held      map[*Session]struct{}
@@ -94,6 +96,8 @@ type share struct {
 	heldSince time.Time
 	// last is when its latest turn ended (was counted).
 	last time.Time
+	// letGo is when a keystroke last let it go (fairShare.letGo); zero if never.
+	letGo time.Time
 }
 
 // slowestLocked is the least read among heavy masters, and whether there is one. f.mu is held.
@@ -154,10 +158,10 @@ func (f *fairShare) settle(s *Session, read int, full, paused, closing, echoHeld
 	sh := f.shares[s]
 	counted := sh != nil
 	switch {
-	case paused || closing || echoHeld || s.awaitingEcho.Load():
-		// Its viewer holds it back, it ends, its owner's echo holds it, or it was typed into
-		// and its echo must not wait for the others: it must not hold the others (nor another
-		// owner's streams wait for it), nor be held. A later full turn levels it anew.
+	case paused || closing || echoHeld:
+		// Its viewer holds it back, it ends, or its owner's echo holds it: it must not hold
+		// the others (nor another owner's streams wait for it). A later full turn levels it
+		// anew.
 		delete(f.shares, s)
 		sh = nil
 	case sh == nil && full:
@@ -209,17 +213,25 @@ func (f *fairShare) dropShare(s *Session) {
 	f.mu.Unlock()
 }
 
-// letGo makes s light and takes it out of the held masters: a keystroke was written to it,
-// and its echo must not wait for the streams behind it to catch up. It reports whether s was
-// held, for the caller to re-arm it. s.mu is held.
-func (f *fairShare) letGo(s *Session) bool {
+// letGo takes s out of the held masters and sets its count a full turn behind the slowest heavy
+// master's, unless it was let go less than fairWait ago: a keystroke is about to be written to
+// it, and its echo must not wait for the streams behind it to catch up. The turn behind lets
+// the turn that reads the stream ahead of the echo pass without a hold. It reports whether s
+// was let go, for the caller to re-arm it. s.mu is held.
+func (f *fairShare) letGo(s *Session, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.shares, s)
-	if _, ok := f.held[s]; !ok {
+	sh := f.shares[s]
+	if _, held := f.held[s]; !held || sh == nil || now.Sub(sh.letGo) < f.fairWait {
 		return false
 	}
 	delete(f.held, s)
+	sh.heldSince = time.Time{}
+	sh.letGo = now
+	if m, ok := f.slowestLocked(); ok {
+		// It holds nobody back: every other heavy master is at m or ahead.
+		sh.read = m - maxBatchesPerTurn*readChunk
+	}
 	return true
 }
 

@@ -187,20 +187,49 @@ func TestFairShareLetsGoOfADrainedBurst(t *testing.T) {
 	}
 }
 
-// A stream the fair share holds is read on as soon as it is typed into: its echo does not wait
-// for the streams behind it (here one that never catches up: stopped, with the wait and the
-// idle bound an hour).
+// A stream the fair share holds is read on as soon as it is typed into, behind a stream that
+// never catches up (stopped, with the wait and the idle bound an hour); and a stream typed into
+// again within the wait is not let go again, so typing cannot take it out of the fair share.
 func TestFairShareLetsGoOfAStreamTypedInto(t *testing.T) {
 	t.Parallel()
 	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour, time.Hour)
-	runner, _ := stopOneOfTwoStreams(t, o, rp)
-	waitFairHeld(t, l, runner)
+	runner, stopped := stopOneOfTwoStreams(t, o, rp)
+	waitHeldForGood(t, rp, runner, stopped)
 	before := l.bytes(runner)
 	if _, err := runner.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 10*time.Second, "the held stream read on after a keystroke", func() bool {
 		return l.bytes(runner) > before
+	})
+	// It reads a turn and its slack past the stopped one, and is held again.
+	waitHeldForGood(t, rp, runner, stopped)
+	letGo := func(at time.Time) bool {
+		runner.mu.Lock()
+		defer runner.mu.Unlock()
+		ok := rp.fair.letGo(runner, at)
+		if ok {
+			runner.wakeReaderLocked() // as a keystroke does
+		}
+		return ok
+	}
+	if letGo(time.Now()) {
+		t.Error("let go twice within the fair share's wait")
+	}
+	if !letGo(time.Now().Add(time.Hour)) {
+		t.Error("not let go again once the wait has passed")
+	}
+}
+
+// waitHeldForGood waits until the fair share holds runner behind stopped, whose program is
+// stopped and whose master is drained and out of a turn: nothing can let runner go but a test.
+func waitHeldForGood(t *testing.T, rp *readers, runner, stopped *Session) {
+	t.Helper()
+	testutil.WaitFor(t, 30*time.Second, "the running stream held behind the drained stopped one", func() bool {
+		rp.fair.mu.Lock()
+		_, held := rp.fair.held[runner]
+		rp.fair.mu.Unlock()
+		return held && !readable(stopped.masterFD) && !stopped.inTurn.Load()
 	})
 }
 
