@@ -105,10 +105,11 @@ func FDList() string {
 }
 
 // FDs lists this process's open file descriptors in numeric order, each as "number -> target",
-// and for a descriptor whose target many share, what tells it apart: its inode (one per pidfd)
-// and a PTY master's tty index, from /proc/self/fdinfo. Epoll instances share their target and
-// inode, so one closed and another opened at its number look the same. It panics if /proc
-// cannot be read: a listing that silently came back empty would pass any check.
+// and for a descriptor whose target many share, what tells it apart, from /proc/self/fdinfo:
+// its inode (a pidfd's names its process, on kernels with pidfs, 6.9 on) and a PTY master's tty
+// index. Epoll instances share their target and inode, so one closed and another opened at its
+// number look the same. It panics if /proc cannot be read: a listing that silently came back
+// empty would pass any check.
 func FDs() []string {
 	dir := fmt.Sprintf("/proc/%d/fd", os.Getpid())
 	ents, err := os.ReadDir(dir)
@@ -134,7 +135,8 @@ func FDs() []string {
 			panic(fmt.Errorf("descriptor %d: %w", n, err))
 		}
 		desc := e.Name() + " -> " + target
-		if strings.HasPrefix(target, "anon_inode:") || target == "/dev/ptmx" {
+		switch {
+		case strings.HasPrefix(target, "anon_inode:"), target == "/dev/ptmx", target == "/dev/pts/ptmx":
 			desc += fdinfoID(n)
 		}
 		fds = append(fds, fd{n, desc})

@@ -30,12 +30,14 @@ func TestOpenedSince(t *testing.T) {
 }
 
 // TestOpenedSinceTellsPidfdsApart: a pidfd closed and another opened at its number (the lowest
-// free one) has the same target, anon_inode:[pidfd]; its inode tells them apart.
+// free one) has the same target, anon_inode:[pidfd]; its inode tells them apart where pidfds
+// of two processes have inodes of their own (pidfs, Linux 6.9 on).
 func TestOpenedSinceTellsPidfdsApart(t *testing.T) {
 	first, err := unix.PidfdOpen(os.Getpid(), 0)
 	if err != nil {
 		t.Skipf("pidfd_open: %v", err)
 	}
+	firstID := fdinfoID(first)
 	before := FDs()
 	if err := unix.Close(first); err != nil {
 		t.Fatal(err)
@@ -48,6 +50,9 @@ func TestOpenedSinceTellsPidfdsApart(t *testing.T) {
 	defer unix.Close(parent)
 	if parent != first {
 		t.Skipf("the new pidfd got %d, not the closed %d: nothing to tell apart", parent, first)
+	}
+	if fdinfoID(parent) == firstID {
+		t.Skipf("pidfds of two processes share their inode here (%q): no pidfs", firstID)
 	}
 	if got := OpenedSince(before); len(got) != 1 {
 		t.Errorf("a pidfd at a closed pidfd's number: opened since %q, want it", got)
