@@ -105,10 +105,10 @@
 // master that goes idle (no turn for 5 ms, none under way, its master not readable: its program
 // stopped producing, e.g. after a burst) stops counting, checked before a hold and every 5 ms
 // while one lasts, so it holds nobody. A master under backpressure, held for its owner's echo or
-// past its kill point never counts. A held master typed into is let go and re-armed at once
-// (unless backpressure holds it), its count set a turn behind the slowest, at most once per
-// 20 ms: its echo does not wait for the hold (fairShare.settle, dropIdleLocked, holdExpired,
-// releaseHeld, letGo).
+// past its kill point never counts. A held master typed into is re-armed at once (unless
+// backpressure holds it), level with the slowest, and its next turn is not held, at most once
+// per 20 ms while it counts: an echo that comes by that turn does not wait for the hold; a later
+// one may (fairShare.settle, dropIdleLocked, holdExpired, releaseHeld, letGo).
 //
 // Echo first (echofirst.go): a keystroke (Session.Write of at most 64 bytes) marks its session
 // awaitingEcho, makes it its group's last and extends the group's holdUntil to Options.EchoHold

@@ -29,9 +29,10 @@ import (
 //     but prints slowly;
 //   - its viewer holds it back (backpressure), it is past its kill point, or it is held for its
 //     owner's echo.
-// A held master that is typed into is let go at once, at most once per fairWait, its lead
-// forgiven and a turn more (letGo): its echo does not wait for the hold, and a client that
-// types without pause still cannot take its stream out of the fair share.
+// A held master that is typed into is let go at once, level with the slowest, and its next
+// turn is not held (letGo), at most once per fairWait while it counts: an echo that comes by
+// that turn does not wait for the hold, and a client that types without pause still cannot
+// take its stream out of the fair share.
 
 const (
 	// defaultFairSlack: how far ahead of the slowest heavy master a heavy master may read before
@@ -96,8 +97,10 @@ type share struct {
 	heldSince time.Time
 	// last is when its latest turn ended (was counted).
 	last time.Time
-	// letGo is when a keystroke last let it go (fairShare.letGo); zero if never.
+	// letGo is when a keystroke last let it go (fairShare.letGo); zero if never. pass: the
+	// turn after that is not held.
 	letGo time.Time
+	pass  bool
 }
 
 // slowestLocked is the least read among heavy masters, and whether there is one. f.mu is held.
@@ -174,14 +177,16 @@ func (f *fairShare) settle(s *Session, read int, full, paused, closing, echoHeld
 	// A light master that was never counted costs no scan: the shares hold heavy masters only.
 	if sh != nil || counted {
 		now := time.Now()
+		pass := false
 		if sh != nil {
 			sh.read += int64(read)
 			sh.last = now
+			pass, sh.pass = sh.pass, false
 		}
 		m, ok := f.slowestLocked()
 		// Before holding s back, the masters behind it that went idle stop counting: s waits
 		// for masters that are behind, not for programs that stopped.
-		if ok && sh != nil && !echoHeld && sh.read > m+f.fairSlack &&
+		if ok && sh != nil && !echoHeld && !pass && sh.read > m+f.fairSlack &&
 			f.dropIdleLocked(now, sh.read-f.fairSlack) {
 			m, ok = f.slowestLocked()
 		}
@@ -189,7 +194,7 @@ func (f *fairShare) settle(s *Session, read int, full, paused, closing, echoHeld
 			m = noHeavy // no heavy master left: nothing to wait for
 		}
 		release = f.releaseLocked(m)
-		if sh != nil && !echoHeld && sh.read > m+f.fairSlack {
+		if sh != nil && !echoHeld && !pass && sh.read > m+f.fairSlack {
 			sh.heldSince = now
 			f.held[s] = struct{}{}
 			if f.holdTimer == nil {
@@ -213,11 +218,11 @@ func (f *fairShare) dropShare(s *Session) {
 	f.mu.Unlock()
 }
 
-// letGo takes s out of the held masters and sets its count a full turn behind the slowest heavy
-// master's, unless it was let go less than fairWait ago: a keystroke is about to be written to
-// it, and its echo must not wait for the streams behind it to catch up. The turn behind lets
-// the turn that reads the stream ahead of the echo pass without a hold. It reports whether s
-// was let go, for the caller to re-arm it. s.mu is held.
+// letGo takes s out of the held masters, levels its count with the slowest heavy master's and
+// lets its next turn pass unheld, unless it was let go less than fairWait ago: a keystroke is
+// about to be written to it, and its echo must not wait for the streams behind it to catch
+// up. Level, not behind: no other master is held behind it. It reports whether s was let go,
+// for the caller to re-arm it. s.mu is held.
 func (f *fairShare) letGo(s *Session, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -228,9 +233,9 @@ func (f *fairShare) letGo(s *Session, now time.Time) bool {
 	delete(f.held, s)
 	sh.heldSince = time.Time{}
 	sh.letGo = now
+	sh.pass = true
 	if m, ok := f.slowestLocked(); ok {
-		// It holds nobody back: every other heavy master is at m or ahead.
-		sh.read = m - maxBatchesPerTurn*readChunk
+		sh.read = m
 	}
 	return true
 }

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/muxterm/muxterm/internal/leakcheck"
 	"github.com/muxterm/muxterm/internal/testutil"
 )
 
@@ -192,7 +193,9 @@ func TestFairShareLetsGoOfADrainedBurst(t *testing.T) {
 // again within the wait is not let go again, so typing cannot take it out of the fair share.
 func TestFairShareLetsGoOfAStreamTypedInto(t *testing.T) {
 	t.Parallel()
-	o, rp, l := logTurns(testOptions(), 64<<10, time.Hour, time.Hour)
+	opts := testOptions()
+	opts.EchoHold = -1 // the let-go does not depend on echo first
+	o, rp, l := logTurns(opts, 64<<10, time.Hour, time.Hour)
 	runner, stopped := stopOneOfTwoStreams(t, o, rp)
 	waitHeldForGood(t, rp, runner, stopped)
 	before := l.bytes(runner)
@@ -297,6 +300,10 @@ func stopOneOfTwoStreams(t *testing.T, o Options, rp *readers) (runner, stopped 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Kill(stopped.pid, unix.SIGCONT) })
+	testutil.WaitFor(t, 10*time.Second, "the stopped stream's program stopped", func() bool {
+		state, _, ok := leakcheck.Stat(stopped.pid)
+		return ok && state == 'T'
+	})
 	return runner, stopped
 }
 
