@@ -111,22 +111,23 @@ func FDList() string {
 // number look the same. It panics if /proc cannot be read: a listing that silently came back
 // empty would pass any check.
 func FDs() []string {
-	dir := fmt.Sprintf("/proc/%d/fd", os.Getpid())
-	ents, err := os.ReadDir(dir)
+	pid := os.Getpid()
+	names, err := procfs.FDs(pid)
 	if err != nil {
 		panic(fmt.Errorf("list descriptors: %w", err))
 	}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	type fd struct {
 		n    int
 		desc string
 	}
 	var fds []fd
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
+	for _, name := range names {
+		n, err := strconv.Atoi(name)
 		if err != nil {
 			continue
 		}
-		target, err := os.Readlink(dir + "/" + e.Name())
+		target, err := os.Readlink(dir + "/" + name)
 		if errors.Is(err, fs.ErrNotExist) || target == dir {
 			// Closed since the listing (its own descriptor among them), or another's listing.
 			continue
@@ -134,10 +135,10 @@ func FDs() []string {
 		if err != nil {
 			panic(fmt.Errorf("descriptor %d: %w", n, err))
 		}
-		desc := e.Name() + " -> " + target
+		desc := name + " -> " + target
 		switch {
 		case strings.HasPrefix(target, "anon_inode:"), target == "/dev/ptmx", target == "/dev/pts/ptmx":
-			desc += fdinfoID(n)
+			desc += fdinfoID(pid, name)
 		}
 		fds = append(fds, fd{n, desc})
 	}
@@ -149,18 +150,17 @@ func FDs() []string {
 	return out
 }
 
-// fdinfoID is descriptor n's inode and tty index as its fdinfo gives them (" ino 123",
+// fdinfoID is a descriptor's inode and tty index as its fdinfo gives them (" ino 123",
 // " tty-index 4"), or "" if it closed meanwhile.
-func fdinfoID(n int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", n))
+func fdinfoID(pid int, fd string) string {
+	info, err := procfs.FDInfo(pid, fd)
 	if err != nil {
 		return ""
 	}
 	var id strings.Builder
-	for line := range strings.Lines(string(b)) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "ino" || k == "tty-index") {
-			fmt.Fprintf(&id, " %s %s", k, strings.TrimSpace(v))
+	for _, k := range []string{"ino", "tty-index"} {
+		if v, ok := info[k]; ok {
+			fmt.Fprintf(&id, " %s %s", k, v)
 		}
 	}
 	return id.String()

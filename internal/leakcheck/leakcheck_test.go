@@ -2,6 +2,7 @@ package leakcheck
 
 import (
 	"os"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -37,7 +38,7 @@ func TestOpenedSinceTellsPidfdsApart(t *testing.T) {
 	if err != nil {
 		t.Skipf("pidfd_open: %v", err)
 	}
-	firstID := fdinfoID(first)
+	firstID := fdinfoID(os.Getpid(), strconv.Itoa(first))
 	before := FDs()
 	if err := unix.Close(first); err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func TestOpenedSinceTellsPidfdsApart(t *testing.T) {
 	if parent != first {
 		t.Skipf("the new pidfd got %d, not the closed %d: nothing to tell apart", parent, first)
 	}
-	if fdinfoID(parent) == firstID {
+	if fdinfoID(os.Getpid(), strconv.Itoa(parent)) == firstID {
 		t.Skipf("pidfds of two processes share their inode here (%q): no pidfs", firstID)
 	}
 	if got := OpenedSince(before); len(got) != 1 {

@@ -1,7 +1,8 @@
 // Package procfs reads what Linux's /proc says about a process: its stat, the pids in /proc, a
-// process's open descriptors and a descriptor's open flags. Stdlib only, so production code (the
-// gateway's handover and kill path in session, internal/cgroup, cmd/muxbench, cmd/pagebench,
-// internal/leakcheck) and tests (internal/testutil) share one parser of /proc/PID/stat.
+// process's open descriptors and a descriptor's fdinfo (its open flags, inode, ...). Stdlib
+// only, so production code (the gateway's handover and kill path in session, internal/cgroup,
+// cmd/muxbench, cmd/pagebench, internal/leakcheck) and tests (internal/testutil) share one
+// parser of /proc/PID/stat.
 package procfs
 
 import (
