@@ -230,8 +230,7 @@ func (f *fairShare) letGo(s *Session, now time.Time) bool {
 	if _, held := f.held[s]; !held || sh == nil || now.Sub(sh.letGo) < f.fairWait {
 		return false
 	}
-	delete(f.held, s)
-	sh.heldSince = time.Time{}
+	f.unholdLocked(s)
 	sh.letGo = now
 	sh.pass = true
 	if m, ok := f.slowestLocked(); ok {
@@ -245,10 +244,15 @@ func (f *fairShare) unhold(s *Session) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.held[s]; ok {
-		delete(f.held, s)
-		if sh := f.shares[s]; sh != nil {
-			sh.heldSince = time.Time{}
-		}
+		f.unholdLocked(s)
+	}
+}
+
+// unholdLocked takes held master s out of the held masters. f.mu is held.
+func (f *fairShare) unholdLocked(s *Session) {
+	delete(f.held, s)
+	if sh := f.shares[s]; sh != nil {
+		sh.heldSince = time.Time{}
 	}
 }
 
@@ -265,10 +269,7 @@ func (f *fairShare) releaseLocked(m int64) []*Session {
 	var out []*Session
 	for s := range f.held {
 		if sh := f.shares[s]; sh == nil || sh.read <= m+f.fairSlack {
-			delete(f.held, s)
-			if sh != nil {
-				sh.heldSince = time.Time{}
-			}
+			f.unholdLocked(s)
 			out = append(out, s)
 		}
 	}
